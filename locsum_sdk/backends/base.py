@@ -1,0 +1,85 @@
+"""The one small interface every backend implements, and the unit batch it consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..generation import StepSession
+from ..units import Unit
+
+
+@dataclass(frozen=True)
+class UnitBatch:
+    """The units of B documents (or document clusters), laid out on a (B, U) grid, U = most units of any item.
+
+    Real units of item b fill grid rows b*U .. b*U + count[b] - 1; the other rows are padding units that the
+    combine op masks out.
+    """
+
+    input_ids: np.ndarray  # (N, L) int64, real units only, item by item, padded with pad
+    attention_mask: np.ndarray  # (N, L) int64
+    counts: tuple[int, ...]  # units of each item
+
+    @classmethod
+    def from_units(cls, items: Sequence[Sequence[Unit]], pad: int) -> "UnitBatch":
+        units = [u for item in items for u in item]
+        length = max(len(u.token_ids) for u in units)
+        input_ids = np.full((len(units), length), pad, dtype=np.int64)  # (N, L)
+        attention_mask = np.zeros((len(units), length), dtype=np.int64)  # (N, L)
+        for row, unit in enumerate(units):
+            input_ids[row, : len(unit.token_ids)] = unit.token_ids
+            attention_mask[row, : len(unit.token_ids)] = 1
+        return cls(input_ids, attention_mask, tuple(len(item) for item in items))
+
+    @property
+    def batch(self) -> int:
+        return len(self.counts)
+
+    @property
+    def width(self) -> int:
+        return max(self.counts)
+
+    @property
+    def unit_mask(self) -> np.ndarray:
+        return np.arange(self.width)[None, :] < np.array(self.counts)[:, None]  # (B, U) bool
+
+    def runs(self, size: int) -> list[tuple[int, int, int]]:
+        """Micro-batches of at most `size` units, none crossing an item: (first unit, end unit, first grid row)."""
+        out, first = [], 0
+        for b, count in enumerate(self.counts):
+            for start in range(0, count, size):
+                stop = min(start + size, count)
+                out.append((first + start, first + stop, b * self.width + start))
+            first += count
+        return out
+
+    def grid_mask(self) -> np.ndarray:
+        """Encoder attention mask on the grid: (B*U, L), zero rows for padding units."""
+        grid = np.zeros((self.batch * self.width, self.input_ids.shape[1]), dtype=np.int64)
+        grid[self.unit_mask.reshape(-1)] = self.attention_mask
+        return grid
+
+
+def flat_beam_index(beam_index: np.ndarray | None, batch: int, units: int, beams: int) -> np.ndarray:
+    """(B, K) source beam per item (None: each beam continues itself) -> (B*U*K,) source cache row of every
+    (item, unit, beam) row."""
+    if beam_index is None:
+        return np.arange(batch * units * beams, dtype=np.int64)
+    rows = (np.arange(batch * units) * beams)[:, None]  # (N, 1)
+    return (rows + np.repeat(beam_index, units, axis=0)).reshape(-1).astype(np.int64)  # (N*K,)
+
+
+class Backend(Protocol):
+    """Runs one model: encodes a unit batch once, then steps the decoder."""
+
+    name: str
+
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "Session": ...
+
+
+class Session(StepSession, Protocol):
+    def close(self) -> None:
+        """Free the encoder states and caches of this batch."""

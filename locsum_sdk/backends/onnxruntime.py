@@ -1,0 +1,135 @@
+"""ONNX Runtime backend: IO binding with OrtValues reused across steps, explicit thread counts.
+
+Cross keys/values are written by the encoder straight into one preallocated buffer per layer (micro-batch by
+micro-batch) and bound, unchanged, at every step. The self-attention cache stays in OrtValues that ORT
+allocates; each step's present cache is bound as the next step's past.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from .. import constants as C
+from ..bundle import Bundle
+from ..errors import BackendUnavailableError, BundleError
+from .base import UnitBatch, flat_beam_index
+
+logger = logging.getLogger("locsum_sdk")
+
+
+def _import_ort():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BackendUnavailableError(
+            "the onnxruntime backend needs onnxruntime: pip install 'locsum[cpu]' (or 'locsum[gpu]' on NVIDIA)"
+        ) from None
+    return onnxruntime
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def __init__(self, bundle: Bundle, threads: int | None = None, providers: list[str] | None = None):
+        ort = _import_ort()
+        self.ort, self.bundle = ort, bundle
+        self.config = bundle.manifest.model
+        self.layers = self.config["decoder_layers"]
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self.providers = providers or ["CPUExecutionProvider"]
+        self.encoder = self._session("encoder", options)
+        self.decoder = self._session("decoder", options)
+        self.device = "cpu"
+
+    def _session(self, graph: str, options):
+        spec = self.bundle.graph(graph)
+        try:
+            session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
+        except Exception as err:  # ORT raises its own exception types for unreadable graphs
+            raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
+        names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+        if names != (spec["inputs"], spec["outputs"]):
+            raise BundleError(
+                f"{spec['file']} has inputs/outputs {names}, but the manifest declares "
+                f"{(spec['inputs'], spec['outputs'])}; export the bundle again"
+            )
+        return session
+
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "OnnxRuntimeSession":
+        return OnnxRuntimeSession(self, batch, beams, unit_batch_size)
+
+
+class OnnxRuntimeSession:
+    def __init__(self, backend: OnnxRuntimeBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
+        ort, cfg = backend.ort, backend.config
+        self.backend, self.batch, self.beams = backend, batch, beams
+        self.rows = batch.batch * batch.width  # N, grid rows
+        heads, dim = cfg["decoder_heads"], cfg["d_model"] // cfg["decoder_heads"]
+        length = batch.input_ids.shape[1]
+        self.cross = {}
+        for i in range(backend.layers):
+            self.cross[C.cross_key(i)] = np.zeros((self.rows, heads, dim, length), dtype=np.float32)
+            self.cross[C.cross_value(i)] = np.zeros((self.rows, heads, length, dim), dtype=np.float32)
+        self._encode(unit_batch_size)
+        to_ort = ort.OrtValue.ortvalue_from_numpy
+        self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
+        self.beam_index = np.zeros(self.rows * beams, dtype=np.int64)
+        self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
+        self.unit_weights = np.zeros((batch.batch, batch.width, beams), dtype=np.float32)
+        self.fixed = {
+            C.INPUT_IDS: to_ort(self.tokens),
+            C.BEAM_INDEX: to_ort(self.beam_index),
+            C.UNIT_MASK: to_ort(batch.unit_mask),
+            C.ENCODER_ATTENTION_MASK: to_ort(batch.grid_mask()),
+            **{name: to_ort(buffer) for name, buffer in self.cross.items()},
+        }
+        empty = np.zeros((self.rows * beams, heads, 0, dim), dtype=np.float32)
+        self.past = {name(i): to_ort(empty) for i in range(backend.layers) for name in (C.past_key, C.past_value)}
+        self.binding = backend.decoder.io_binding()
+        for name, value in self.fixed.items():
+            self.binding.bind_ortvalue_input(name, value)
+        for name, buffer in ((C.LOG_PROBS, self.log_probs), (C.UNIT_WEIGHTS, self.unit_weights)):
+            self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+        self.present_names = [name(i) for i in range(backend.layers) for name in (C.present_key, C.present_value)]
+
+    def _encode(self, unit_batch_size: int) -> None:
+        """Run the encoder micro-batch by micro-batch, writing cross K/V straight into the grid buffers."""
+        encoder, batch = self.backend.encoder, self.batch
+        ort = self.backend.ort
+        for first, end, row in batch.runs(unit_batch_size):
+            binding = encoder.io_binding()
+            binding.bind_ortvalue_input(C.INPUT_IDS, ort.OrtValue.ortvalue_from_numpy(batch.input_ids[first:end]))
+            binding.bind_ortvalue_input(
+                C.ATTENTION_MASK, ort.OrtValue.ortvalue_from_numpy(batch.attention_mask[first:end])
+            )
+            for name, buffer in self.cross.items():
+                target = buffer[row : row + end - first]
+                binding.bind_output(name, "cpu", 0, np.float32, list(target.shape), target.ctypes.data)
+            encoder.run_with_iobinding(binding)
+
+    def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        self.tokens[...] = tokens
+        self.beam_index[...] = flat_beam_index(beam_index, self.batch.batch, self.batch.width, self.beams)
+        for name, value in self.past.items():
+            self.binding.bind_ortvalue_input(name, value)
+        for name in self.present_names:  # the cache grows every step: let ORT allocate it anew
+            self.binding.bind_output(name, "cpu")
+        self.backend.decoder.run_with_iobinding(self.binding)
+        presents = self.binding.get_outputs()[2:]
+        self.past = {
+            name.replace("present", "past"): value for name, value in zip(self.present_names, presents)
+        }
+        return self.log_probs, self.unit_weights
+
+    def close(self) -> None:
+        self.past.clear()
+        self.fixed.clear()
+        self.cross.clear()

@@ -1,0 +1,63 @@
+"""The PyTorch reference backend: runs `locsum_sdk.modeling` directly, with the same layout as the exported graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BackendUnavailableError
+from .base import UnitBatch, flat_beam_index
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise BackendUnavailableError("the torch backend needs PyTorch: pip install 'locsum[torch]'") from None
+    return torch
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model, threads: int | None = None):
+        self.torch = _import_torch()
+        if threads:
+            self.torch.set_num_threads(threads)
+        self.model = model.eval()
+
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "TorchSession":
+        return TorchSession(self, batch, beams, unit_batch_size)
+
+
+class TorchSession:
+    def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
+        torch = backend.torch
+        self.torch, self.model, self.batch, self.beams = torch, backend.model, batch, beams
+        rows = batch.batch * batch.width
+        grid = torch.from_numpy(batch.unit_mask.reshape(-1))  # (N,) real grid rows
+        ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        with torch.inference_mode():
+            parts = [self.model.encode(ids[i : i + unit_batch_size], mask[i : i + unit_batch_size])[1]
+                     for i in range(0, len(ids), unit_batch_size)]
+            self.cross = []
+            for layer in range(len(parts[0])):
+                keys, values = (torch.cat([p[layer][j] for p in parts]) for j in (0, 1))  # real units only
+                k_grid = keys.new_zeros((rows, *keys.shape[1:]))  # (N, H, d, L)
+                v_grid = values.new_zeros((rows, *values.shape[1:]))  # (N, H, L, d)
+                k_grid[grid], v_grid[grid] = keys, values
+                self.cross.append((k_grid, v_grid))
+        self.unit_mask = torch.from_numpy(batch.unit_mask)
+        self.grid_mask = torch.from_numpy(batch.grid_mask())
+        self.past = None
+
+    def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        torch, batch = self.torch, self.batch
+        index = torch.from_numpy(flat_beam_index(beam_index, batch.batch, batch.width, self.beams))
+        with torch.inference_mode():
+            log_probs, weights, self.past = self.model.step(
+                torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask, index, self.past, self.cross
+            )
+        return log_probs.numpy(), weights.numpy()
+
+    def close(self) -> None:
+        self.past, self.cross = None, []

@@ -1,0 +1,60 @@
+"""The artifact contract: file, tensor and axis names shared by the exporters and the backends."""
+
+FORMAT_VERSION = 1  # bumped whenever the bundle layout or a graph signature changes
+
+MANIFEST_FILE = "manifest.json"
+ENCODER_FILE = "encoder.onnx"
+DECODER_FILE = "decoder.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+
+# encoder.onnx
+INPUT_IDS = "input_ids"  # (N, L) int64 unit tokens; in decoder.onnx: (B, K) last token of each beam
+ATTENTION_MASK = "attention_mask"  # (N, L) int64, 1 for real tokens
+ENCODER_HIDDEN = "encoder_hidden"  # (N, L, D)
+
+# decoder.onnx
+UNIT_MASK = "unit_mask"  # (B, U) bool, True for real units
+ENCODER_ATTENTION_MASK = "encoder_attention_mask"  # (N, L) int64, N = B * U
+BEAM_INDEX = "beam_index"  # (N * K,) int64, the cache row each row continues
+LOG_PROBS = "log_probs"  # (B, K, V)
+UNIT_WEIGHTS = "unit_weights"  # (B, U, K)
+
+
+def cross_key(layer: int) -> str:
+    return f"cross_key.{layer}"  # (N, H, d, L): stored transposed, ready for Q @ K
+
+
+def cross_value(layer: int) -> str:
+    return f"cross_value.{layer}"  # (N, H, L, d)
+
+
+def past_key(layer: int) -> str:
+    return f"past_key.{layer}"  # (N * K, H, S, d)
+
+
+def past_value(layer: int) -> str:
+    return f"past_value.{layer}"  # (N * K, H, S, d)
+
+
+def present_key(layer: int) -> str:
+    return f"present_key.{layer}"  # (N * K, H, S + 1, d)
+
+
+def present_value(layer: int) -> str:
+    return f"present_value.{layer}"  # (N * K, H, S + 1, d)
+
+
+def encoder_outputs(layers: int) -> list[str]:
+    return [ENCODER_HIDDEN] + [name(i) for i in range(layers) for name in (cross_key, cross_value)]
+
+
+def decoder_inputs(layers: int) -> list[str]:
+    return (
+        [INPUT_IDS, UNIT_MASK, ENCODER_ATTENTION_MASK, BEAM_INDEX]
+        + [name(i) for i in range(layers) for name in (past_key, past_value)]
+        + [name(i) for i in range(layers) for name in (cross_key, cross_value)]
+    )
+
+
+def decoder_outputs(layers: int) -> list[str]:
+    return [LOG_PROBS, UNIT_WEIGHTS] + [name(i) for i in range(layers) for name in (present_key, present_value)]

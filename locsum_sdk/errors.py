@@ -1,0 +1,51 @@
+"""Typed errors raised by locsum. Every message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class LocsumError(Exception):
+    """Base class of every error locsum raises on purpose."""
+
+
+class InputError(LocsumError, ValueError):
+    """The text or documents given to a summarizer cannot be used."""
+
+
+class EmptyInputError(InputError):
+    """The input is empty or holds only whitespace."""
+
+
+class EncodingError(InputError):
+    """The input bytes are not valid UTF-8."""
+
+
+class InputTooLongError(InputError):
+    """The input needs more units than the bundle allows."""
+
+
+class OptionError(LocsumError, ValueError):
+    """An option is unknown or has a value outside its accepted range."""
+
+
+class BundleError(LocsumError):
+    """An engine bundle or checkpoint cannot be used."""
+
+
+class BundleNotFoundError(BundleError, FileNotFoundError):
+    """The bundle directory or one of its files does not exist."""
+
+
+class BundleIntegrityError(BundleError):
+    """A bundle file does not match the checksum in its manifest."""
+
+
+class BundleVersionError(BundleError):
+    """The bundle was written for another format version or model kind."""
+
+
+class BackendUnavailableError(LocsumError, ImportError):
+    """The requested backend's package is not installed."""
+
+
+class ExportError(LocsumError):
+    """An export failed or its output did not match the PyTorch model."""

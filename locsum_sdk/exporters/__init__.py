@@ -1,0 +1,1 @@
+"""Exporters from PyTorch checkpoints to engine bundles (need the `export` extra: torch, onnx, onnxscript)."""

@@ -1,0 +1,86 @@
+"""The exported graphs, declared in one place: wrapper modules, example inputs and dynamic axes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import constants as C
+from ..modeling.pagesum import PageSum
+
+
+class EncoderGraph(nn.Module):
+    """input_ids, attention_mask (N, L) -> encoder_hidden (N, L, D) and every layer's cross key/value."""
+
+    def __init__(self, model: PageSum):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        memory, cross = self.model.encode(input_ids, attention_mask)
+        return (memory, *[t for kv in cross for t in kv])
+
+
+class DecoderGraph(nn.Module):
+    """One decoding step; ends in `locsum.PageCombine` and the LM head on the mixed rows."""
+
+    def __init__(self, model: PageSum):
+        super().__init__()
+        self.model = model
+        self.layers = model.config.decoder_layers
+
+    def forward(self, input_ids, unit_mask, encoder_attention_mask, beam_index, *cache):
+        past = [(cache[2 * i], cache[2 * i + 1]) for i in range(self.layers)]
+        cross = [(cache[2 * (self.layers + i)], cache[2 * (self.layers + i) + 1]) for i in range(self.layers)]
+        log_probs, weights, present = self.model.step(input_ids, unit_mask, encoder_attention_mask, beam_index, past, cross)
+        return (log_probs, weights, *[t for kv in present for t in kv])
+
+
+def encoder_spec(model: PageSum, units: int = 3, length: int = 12):
+    """(module, example inputs, input names, output names, dynamic axes) of encoder.onnx."""
+    cfg = model.config
+    input_ids = torch.randint(3, cfg.vocab_size, (units, length))
+    attention_mask = torch.ones(units, length, dtype=torch.int64)
+    attention_mask[1, length // 2 :] = 0
+    inputs, outputs = [C.INPUT_IDS, C.ATTENTION_MASK], C.encoder_outputs(cfg.decoder_layers)
+    axes = {C.INPUT_IDS: {0: "units", 1: "length"}, C.ATTENTION_MASK: {0: "units", 1: "length"}}
+    axes[C.ENCODER_HIDDEN] = {0: "units", 1: "length"}
+    for i in range(cfg.decoder_layers):
+        axes[C.cross_key(i)] = {0: "units", 3: "length"}
+        axes[C.cross_value(i)] = {0: "units", 2: "length"}
+    return EncoderGraph(model), (input_ids, attention_mask), inputs, outputs, axes
+
+
+def decoder_spec(model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, past: int = 3):
+    """(module, example inputs, input names, output names, dynamic axes) of decoder.onnx."""
+    cfg = model.config
+    heads, dim, rows = cfg.decoder_heads, cfg.head_dim, batch * units
+    unit_mask = torch.ones(batch, units, dtype=torch.bool)
+    unit_mask[1, units - 1] = False
+    encoder_attention_mask = torch.ones(rows, length, dtype=torch.int64)
+    encoder_attention_mask[1, length // 2 :] = 0
+    example = [
+        torch.randint(3, cfg.vocab_size, (batch, beams)),
+        unit_mask,
+        encoder_attention_mask,
+        torch.arange(rows * beams).roll(1),
+    ]
+    for _ in range(cfg.decoder_layers):
+        example += [torch.randn(rows * beams, heads, past, dim), torch.randn(rows * beams, heads, past, dim)]
+    for _ in range(cfg.decoder_layers):
+        example += [torch.randn(rows, heads, dim, length), torch.randn(rows, heads, length, dim)]
+    inputs, outputs = C.decoder_inputs(cfg.decoder_layers), C.decoder_outputs(cfg.decoder_layers)
+    axes = {
+        C.INPUT_IDS: {0: "batch", 1: "beams"},
+        C.UNIT_MASK: {0: "batch", 1: "units"},
+        C.ENCODER_ATTENTION_MASK: {0: "rows", 1: "length"},
+        C.BEAM_INDEX: {0: "beam_rows"},
+        C.LOG_PROBS: {0: "batch", 1: "beams"},
+        C.UNIT_WEIGHTS: {0: "batch", 1: "units", 2: "beams"},
+    }
+    for i in range(cfg.decoder_layers):
+        axes[C.past_key(i)] = axes[C.past_value(i)] = {0: "beam_rows", 2: "past"}
+        axes[C.present_key(i)] = axes[C.present_value(i)] = {0: "beam_rows", 2: "steps"}
+        axes[C.cross_key(i)] = {0: "rows", 3: "length"}
+        axes[C.cross_value(i)] = {0: "rows", 2: "length"}
+    return DecoderGraph(model), tuple(example), inputs, outputs, axes

@@ -1,0 +1,169 @@
+"""Checkpoint -> engine bundle: load, export each graph, check, validate against torch, write atomically.
+
+The bundle is built in a temporary directory beside the output and moved into place only when every graph
+passed `onnx.checker` and matched the PyTorch model on ONNX Runtime; a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import __version__
+from .. import constants as C
+from ..bundle import Bundle, Manifest, write_manifest
+from ..errors import BundleNotFoundError, ExportError
+from ..generation import GenerationOptions
+from ..modeling.checkpoint import load_checkpoint
+from ..ops import page_combine
+from ..units import PagingOptions
+from .graphs import decoder_spec, encoder_spec
+
+logger = logging.getLogger("locsum_sdk")
+
+OPSET = page_combine.OPSET
+ATOL = 1e-4  # largest |torch - onnxruntime| accepted on the example inputs (float32)
+
+
+def _register_symbolics() -> None:
+    page_combine.torch_op()
+
+    def symbolic(g, hidden, scores, mask):
+        mixed, weights = g.onnxscript_op(page_combine.PageCombine, hidden, scores, mask, outputs=2)
+        mixed.setType(hidden.type().with_sizes([None, None, None]))  # (B, K, D)
+        weights.setType(scores.type())  # (B, U, K)
+        return mixed, weights
+
+    torch.onnx.register_custom_op_symbolic(page_combine.TORCH_NAME, symbolic, OPSET)
+
+
+def _export_graph(spec, path: Path) -> list[np.ndarray]:
+    """Export one graph and return the torch outputs on its example inputs."""
+    module, example, inputs, outputs, axes = spec
+    module.eval()
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(*example)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, example, str(path), input_names=inputs, output_names=outputs, dynamic_axes=axes,
+            opset_version=OPSET, dynamo=False, do_constant_folding=True,
+        )
+    module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
+    return expected
+
+
+def check_graph(path: Path, expect_function: str | None) -> None:
+    """onnx.checker (full) and, for the decoder, the combine op kept as one node with its function body."""
+    import onnx
+
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as err:
+        raise ExportError(f"{path.name} fails onnx.checker: {err}") from None
+    if expect_function:
+        nodes = [n for n in model.graph.node if n.domain == page_combine.DOMAIN and n.op_type == expect_function]
+        functions = [f for f in model.functions if f.domain == page_combine.DOMAIN and f.name == expect_function]
+        if len(nodes) != 1 or len(functions) != 1:
+            raise ExportError(f"{path.name} should hold one {page_combine.DOMAIN}.{expect_function} node and function")
+
+
+def validate(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
+    """Run the graph on ONNX Runtime and compare with the torch outputs; returns the largest difference."""
+    import onnxruntime as ort
+
+    _, example, inputs, outputs, _ = spec
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(outputs, {name: t.numpy() for name, t in zip(inputs, example)})
+    worst = 0.0
+    for name, a, b in zip(outputs, expected, got):
+        if a.shape != b.shape:
+            raise ExportError(f"{path.name}: output {name} has shape {b.shape} on ONNX Runtime, {a.shape} in torch")
+        diff = float(np.abs(a - b).max()) if a.size else 0.0
+        if not diff <= atol:
+            raise ExportError(f"{path.name}: output {name} differs from torch by {diff:.2e} (tolerance {atol:.0e})")
+        worst = max(worst, diff)
+    return worst
+
+
+def export_onnx(
+    checkpoint: str | os.PathLike,
+    output: str | os.PathLike,
+    tokenizer: str | os.PathLike | None = None,
+    config: str | os.PathLike | None = None,
+    paging: PagingOptions | None = None,
+    generation: GenerationOptions | None = None,
+    force: bool = False,
+    atol: float = ATOL,
+) -> Bundle:
+    """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
+
+    Args:
+        checkpoint: checkpoint directory or weights file.
+        output: bundle directory to create.
+        tokenizer: `tokenizer.json`; defaults to the one beside the checkpoint.
+        config: HF `config.json` for a bare research state dict file.
+        paging: unit policy and limits recorded as the bundle's defaults.
+        generation: decoding defaults recorded in the bundle.
+        force: replace an existing output directory.
+        atol: tolerance of the ONNX Runtime vs torch validation.
+    """
+    output = Path(output)
+    if output.exists() and not force:
+        raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
+    loaded = load_checkpoint(checkpoint, config)
+    tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
+    if tokenizer_file is None or not tokenizer_file.is_file():
+        raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
+    paging = paging or PagingOptions(**loaded.settings.get("units", {}))
+    generation = generation or GenerationOptions(**loaded.settings.get("generation", {}))
+    paging.validate()
+    generation.validate()
+    model = loaded.model.float().eval()
+    if paging.page_tokens > model.config.max_positions:
+        raise ExportError(f"page_tokens={paging.page_tokens} exceeds the model's {model.config.max_positions} positions")
+    _register_symbolics()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        graphs: dict[str, dict[str, Any]] = {}
+        torch.manual_seed(0)
+        for name, file, spec, function in (
+            ("encoder", C.ENCODER_FILE, encoder_spec(model), None),
+            ("decoder", C.DECODER_FILE, decoder_spec(model), page_combine.NAME),
+        ):
+            logger.info("exporting %s", file)
+            expected = _export_graph(spec, work / file)
+            check_graph(work / file, function)
+            worst = validate(work / file, spec, expected, atol)
+            logger.info("%s matches torch within %.1e", file, worst)
+            graphs[name] = {"file": file, "inputs": spec[2], "outputs": spec[3], "max_abs_diff": worst}
+        shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
+        cfg = model.config
+        manifest = Manifest(
+            kind=model.kind,
+            model=cfg.to_dict(),
+            units=dataclasses.asdict(paging),
+            special_tokens=cfg.special_tokens(),
+            generation=dataclasses.asdict(generation),
+            graphs=graphs,
+            producer={"locsum": __version__, "torch": torch.__version__, "opset": str(OPSET)},
+        )
+        write_manifest(work, manifest)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(work, output)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Bundle.load(output)

@@ -1,0 +1,192 @@
+"""The decoding loop, the same for every kind and backend: a backend step, logit filters, a search.
+
+Lengths count the decoder start token, as in HF `generate` for encoder-decoders: `max_length=64` yields at
+most 63 generated tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+import numpy as np
+
+from .errors import OptionError
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Decoding options; the same meaning as in HF `generate`."""
+
+    num_beams: int = 4  # 1 is greedy search
+    max_length: int = 128  # longest sequence, decoder start token included
+    min_length: int = 0  # end-of-sequence is forbidden before this length
+    length_penalty: float = 1.0  # beam score = sum log p / generated_length ** length_penalty
+    no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
+    early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
+
+    def validate(self) -> None:
+        if self.num_beams < 1:
+            raise OptionError(f"num_beams={self.num_beams} must be at least 1")
+        if self.max_length < 2:
+            raise OptionError(f"max_length={self.max_length} must be at least 2 (the start token and one more)")
+        if not 0 <= self.min_length <= self.max_length:
+            raise OptionError(f"min_length={self.min_length} must be between 0 and max_length={self.max_length}")
+        if self.no_repeat_ngram_size < 0:
+            raise OptionError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be 0 (off) or positive")
+
+
+OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
+
+
+class StepSession(Protocol):
+    """One batch's decoding state on a backend."""
+
+    def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """tokens (B, K) int64; beam_index (B, K): the previous beam each beam continues (None: the same one).
+        Returns log-probabilities (B, K, V) float32 and unit weights (B, U, K)."""
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    token_ids: list[int]  # generated tokens, without the start token, ending in eos if it was produced
+    score: float  # length-normalised log-probability (greedy: the plain sum)
+    unit_weights: np.ndarray  # (steps, U) the combine weights of each step of this hypothesis
+
+
+def min_length_filter(log_probs: np.ndarray, length: int, options: GenerationOptions, eos: int) -> None:
+    if length < options.min_length:
+        log_probs[..., eos] = -np.inf
+
+
+def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int) -> None:
+    """Forbid tokens that would repeat an n-gram already in the sequence. sequences (B, K, T)."""
+    if size == 0 or sequences.shape[-1] < size:
+        return
+    for b, k in np.ndindex(*sequences.shape[:2]):
+        seq = sequences[b, k].tolist()
+        prefix = tuple(seq[len(seq) - size + 1 :])
+        banned = [seq[i + size - 1] for i in range(len(seq) - size + 1) if tuple(seq[i : i + size - 1]) == prefix]
+        log_probs[b, k, banned] = -np.inf
+
+
+class GreedySearch:
+    def __init__(self, batch: int, start: int, eos: int, pad: int):
+        self.eos, self.pad = eos, pad
+        self.sequences = np.full((batch, 1, 1), start, dtype=np.int64)  # (B, 1, T)
+        self.scores = np.zeros(batch)
+        self.done = np.zeros(batch, dtype=bool)
+        self.weights: list[np.ndarray] = []  # per step (B, U)
+
+    def update(self, log_probs: np.ndarray, unit_weights: np.ndarray, length: int) -> np.ndarray | None:
+        tokens = log_probs[:, 0].argmax(-1)  # (B,)
+        self.scores += np.where(self.done, 0.0, log_probs[np.arange(len(tokens)), 0, tokens])
+        tokens = np.where(self.done, self.pad, tokens)
+        self.weights.append(unit_weights[:, :, 0])
+        self.sequences = np.concatenate([self.sequences, tokens[:, None, None]], axis=-1)
+        self.done |= tokens == self.eos
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.done.all())
+
+    def finalize(self) -> list[Hypothesis]:
+        weights = np.stack(self.weights, axis=1)  # (B, T, U)
+        out = []
+        for b, seq in enumerate(self.sequences[:, 0, 1:].tolist()):
+            n = seq.index(self.eos) + 1 if self.eos in seq else len(seq)
+            out.append(Hypothesis(seq[:n], float(self.scores[b]), weights[b, :n]))
+        return out
+
+
+class BeamSearch:
+    """HF-style beam search: 2K candidates per step, finished hypotheses kept per batch item."""
+
+    def __init__(self, batch: int, start: int, eos: int, options: GenerationOptions):
+        self.k, self.eos, self.options = options.num_beams, eos, options
+        self.sequences = np.full((batch, self.k, 1), start, dtype=np.int64)  # (B, K, T)
+        self.beam_scores = np.full((batch, self.k), -1e9)  # (B, K)
+        self.beam_scores[:, 0] = 0.0
+        self.weights: np.ndarray | None = None  # (B, K, T, U)
+        self.hypotheses: list[list[tuple[float, list[int], np.ndarray]]] = [[] for _ in range(batch)]
+        self.done = np.zeros(batch, dtype=bool)
+
+    def _score(self, total: float, generated: int) -> float:
+        return total / generated**self.options.length_penalty
+
+    def _add(self, b: int, total: float, tokens: list[int], weights: np.ndarray) -> None:
+        hyps = self.hypotheses[b]
+        hyps.append((self._score(total, len(tokens)), tokens, weights))
+        hyps.sort(key=lambda h: -h[0])
+        del hyps[self.k :]
+
+    def update(self, log_probs: np.ndarray, unit_weights: np.ndarray, length: int) -> np.ndarray:
+        batch, k, vocab = log_probs.shape
+        step_weights = unit_weights.transpose(0, 2, 1)[:, :, None, :]  # (B, K, 1, U)
+        history = step_weights if self.weights is None else np.concatenate([self.weights, step_weights], axis=2)
+        scores = (log_probs + self.beam_scores[:, :, None]).reshape(batch, k * vocab)  # (B, K*V)
+        top = np.argpartition(-scores, 2 * k, axis=1)[:, : 2 * k]
+        order = np.take_along_axis(scores, top, 1).argsort(axis=1, kind="stable")[:, ::-1]
+        top = np.take_along_axis(top, order, 1)  # (B, 2K), best first
+        source = np.zeros((batch, k), dtype=np.int64)
+        tokens = np.full((batch, k), self.eos, dtype=np.int64)
+        new_scores = np.full((batch, k), -1e9)
+        for b in range(batch):
+            if self.done[b]:
+                continue
+            filled = 0
+            for rank, flat in enumerate(top[b]):
+                beam, token, total = int(flat // vocab), int(flat % vocab), float(scores[b, flat])
+                if token == self.eos:
+                    if rank < k:
+                        seq = self.sequences[b, beam, 1:].tolist() + [token]
+                        self._add(b, total, seq, history[b, beam])
+                    continue
+                source[b, filled], tokens[b, filled], new_scores[b, filled] = beam, token, total
+                filled += 1
+                if filled == k:
+                    break
+            self.done[b] = self._is_done(b, new_scores[b].max(), length)
+        rows = np.arange(batch)[:, None]
+        self.sequences = np.concatenate([self.sequences[rows, source], tokens[:, :, None]], axis=-1)
+        self.weights = history[rows, source]
+        self.beam_scores = new_scores
+        return source
+
+    def _is_done(self, b: int, best_running: float, length: int) -> bool:
+        hyps = self.hypotheses[b]
+        if len(hyps) < self.k:
+            return False
+        if self.options.early_stopping:
+            return True
+        return hyps[-1][0] >= self._score(best_running, length)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.done.all())
+
+    def finalize(self) -> list[Hypothesis]:
+        for b in np.flatnonzero(~self.done):
+            for beam in range(self.k):
+                self._add(b, float(self.beam_scores[b, beam]), self.sequences[b, beam, 1:].tolist(), self.weights[b, beam])
+        return [Hypothesis(tokens, score, weights) for score, tokens, weights in (h[0] for h in self.hypotheses)]
+
+
+def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int) -> list[Hypothesis]:
+    """Run the decoding loop on one batch and return the best hypothesis of each batch item."""
+    options.validate()
+    if options.num_beams == 1:
+        search = GreedySearch(batch, start, eos, pad)
+    else:
+        search = BeamSearch(batch, start, eos, options)
+    beam_index = None
+    for length in range(1, options.max_length):
+        log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
+        log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
+        min_length_filter(log_probs, length, options, eos)
+        no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
+        beam_index = search.update(log_probs, unit_weights, length)
+        if search.finished:
+            break
+    return search.finalize()

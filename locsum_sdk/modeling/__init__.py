@@ -1,0 +1,7 @@
+"""PyTorch definitions of the model kinds: the one source of truth for their maths (needs torch)."""
+
+from .config import BartConfig
+
+KINDS = ("pagesum",)
+
+__all__ = ["BartConfig", "KINDS"]

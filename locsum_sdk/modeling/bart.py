@@ -1,0 +1,230 @@
+"""A compact BART encoder-decoder, equal to `transformers.BartForConditionalGeneration` (post-LayerNorm).
+
+Parameter names follow HF BART without the `model.` prefix, so HF weights load by name. The decoder takes the
+cross-attention keys/values precomputed once per unit, with keys stored transposed, and serves K beams of one
+unit by stacking them on the query axis: `Q[N, H, K*T, d] @ K[N, H, d, L]`. Nothing is copied per beam.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BartConfig
+
+#: BART's learned positions start at row 2 of the position table.
+POSITION_OFFSET = 2
+
+CrossKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, H, d, L), value (N, H, L, d)
+SelfKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (R, H, S, d), R = N * K rows
+
+
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(N, L) 0/1 mask -> (N, 1, 1, L) additive bias; a fully padded row stays finite (uniform attention)."""
+    return (1.0 - mask.to(dtype))[:, None, None, :] * torch.finfo(dtype).min
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.head_dim, self.dropout = heads, d_model // heads, dropout
+        self.scaling = self.head_dim**-0.5
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        rows, length, _ = x.shape
+        return x.view(rows, length, self.heads, self.head_dim).transpose(1, 2)  # (R, H, T, d)
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        rows, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(rows, length, self.heads * self.head_dim)  # (R, T, D)
+
+    def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(q * self.scaling, k_t) + bias  # (R, H, T, S)
+        probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+        return torch.matmul(probs, v)  # (R, H, T, d)
+
+    def self_attention(
+        self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))  # (R, H, T, d)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (R, H, S, d)
+        out = self.attend(q, k.transpose(2, 3), v, bias)  # (R, H, T, d)
+        return self.out_proj(self.merge(out)), (k, v)
+
+    def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder states (N, L, D) -> key (N, H, d, L), value (N, H, L, d)."""
+        k_t = self.split(self.k_proj(memory)).transpose(2, 3)  # (N, H, d, L)
+        v = self.split(self.v_proj(memory))  # (N, H, L, d)
+        return k_t, v
+
+    def cross_attention(
+        self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor, beams: int
+    ) -> torch.Tensor:
+        """x (N*K, T, D) attends to its unit's memory; the K beams of a unit share one key/value."""
+        k_t, v = kv
+        rows, length, dim = x.shape
+        units = rows // beams
+        q = self.split(self.q_proj(x))  # (N*K, H, T, d)
+        q = q.view(units, beams, self.heads, length, self.head_dim).transpose(1, 2)  # (N, H, K, T, d)
+        q = q.reshape(units, self.heads, beams * length, self.head_dim)  # (N, H, K*T, d)
+        out = self.attend(q, k_t, v, bias)  # (N, H, K*T, d)
+        out = out.view(units, self.heads, beams, length, self.head_dim).permute(0, 2, 3, 1, 4)  # (N, K, T, H, d)
+        return self.out_proj(out.reshape(rows, length, dim))  # (N*K, T, D)
+
+
+class FeedForwardMixin:
+    """fc1 -> activation -> fc2, with the parameter names of HF BART layers."""
+
+    def init_ffn(self, config: BartConfig, ffn_dim: int) -> None:
+        self.fc1, self.fc2 = nn.Linear(config.d_model, ffn_dim), nn.Linear(ffn_dim, config.d_model)
+        self.activation, self.activation_dropout = getattr(F, config.activation), config.activation_dropout
+
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+
+
+class EncoderLayer(FeedForwardMixin, nn.Module):
+    def __init__(self, config: BartConfig):
+        super().__init__()
+        d = config.d_model
+        self.self_attn = Attention(d, config.encoder_heads, config.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d)
+        self.init_ffn(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(d)
+        self.dropout = config.dropout
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        h, _ = self.self_attn.self_attention(x, bias)
+        x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
+        h = self.ffn(x)
+        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))  # (N, L, D)
+
+
+class DecoderLayer(FeedForwardMixin, nn.Module):
+    def __init__(self, config: BartConfig):
+        super().__init__()
+        d = config.d_model
+        self.self_attn = Attention(d, config.decoder_heads, config.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d)
+        self.encoder_attn = Attention(d, config.decoder_heads, config.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(d)
+        self.init_ffn(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(d)
+        self.dropout = config.dropout
+
+    def forward(self, x, self_bias, past, cross, cross_bias, beams):
+        h, present = self.self_attn.self_attention(x, self_bias, past)
+        x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
+        h = self.encoder_attn.cross_attention(x, cross, cross_bias, beams)
+        x = self.encoder_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
+        h = self.ffn(x)
+        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training)), present  # (R, T, D)
+
+
+class Embeddings(nn.Module):
+    """Token embedding (shared, passed in) + learned positions + LayerNorm."""
+
+    def __init__(self, config: BartConfig, shared: nn.Embedding):
+        super().__init__()
+        self.shared = [shared]  # a list, so the shared table is not registered twice
+        self.embed_positions = nn.Embedding(config.max_positions + POSITION_OFFSET, config.d_model)
+        self.layernorm_embedding = nn.LayerNorm(config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.dropout = config.dropout
+
+    def forward(self, input_ids: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
+        length = input_ids.shape[1]
+        positions = torch.arange(length, device=input_ids.device) + start + POSITION_OFFSET  # (T,)
+        x = self.shared[0](input_ids) * self.scale + self.embed_positions(positions)  # (R, T, D)
+        return F.dropout(self.layernorm_embedding(x), self.dropout, self.training)
+
+
+class Encoder(Embeddings):
+    def __init__(self, config: BartConfig, shared: nn.Embedding):
+        super().__init__(config, shared)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x = super().forward(input_ids)  # (N, L, D)
+        bias = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
+        for layer in self.layers:
+            x = layer(x, bias)
+        return x  # (N, L, D)
+
+
+class Decoder(Embeddings):
+    def __init__(self, config: BartConfig, shared: nn.Embedding):
+        super().__init__(config, shared)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cross: CrossKV,
+        cross_bias: torch.Tensor,
+        past: SelfKV | None = None,
+        beams: int = 1,
+    ) -> tuple[torch.Tensor, SelfKV]:
+        """input_ids (N*K, T) -> hidden (N*K, T, D) and the self-attention cache including these T steps."""
+        start = 0 if past is None else past[0][0].shape[2]
+        x = super().forward(input_ids, start)  # (R, T, D)
+        length = input_ids.shape[1]
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
+        self_bias = torch.zeros(length, length, dtype=x.dtype, device=x.device).masked_fill(
+            future, torch.finfo(x.dtype).min
+        )
+        if past is not None:
+            earlier = torch.zeros(length, start, dtype=x.dtype, device=x.device)  # (T, S - T)
+            self_bias = torch.cat([earlier, self_bias], dim=1)  # (T, S)
+        present = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, self_bias, None if past is None else past[i], cross[i], cross_bias, beams)
+            present.append(kv)
+        return x, present
+
+
+class Bart(nn.Module):
+    """BART backbone with the LM head tied to the shared embedding."""
+
+    def __init__(self, config: BartConfig):
+        super().__init__()
+        self.config = config
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.encoder = Encoder(config, self.shared)
+        self.decoder = Decoder(config, self.shared)
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+
+    def cross_kv(self, memory: torch.Tensor) -> CrossKV:
+        """Encoder states (N, L, D) -> every decoder layer's cross-attention key/value, computed once."""
+        return [layer.encoder_attn.cross_kv(memory) for layer in self.decoder.layers]
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.shared.weight) + self.final_logits_bias  # (..., V)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher-forced logits (N, T, V), as `BartForConditionalGeneration(...).logits`."""
+        memory = self.encoder(input_ids, attention_mask)  # (N, L, D)
+        hidden, _ = self.decoder(decoder_input_ids, self.cross_kv(memory), attention_bias(attention_mask, memory.dtype))
+        return self.lm_logits(hidden)
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BART's initialisation: normal(0, std) for linear and embedding weights, zero biases."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=std)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+            with torch.no_grad():
+                m.weight[m.padding_idx].zero_()

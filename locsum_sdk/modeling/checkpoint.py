@@ -1,0 +1,177 @@
+"""Checkpoint loaders: one per source format, each mapping names onto ours and checking every name and shape.
+
+Sources: our own checkpoint directory (`config.json` with a `kind`, `model.safetensors`), an HF BART directory
+(`config.json` + `model.safetensors` or `pytorch_model.bin`), and the PageSum research state dict (HF BART keys
+with `lin.weight [1, d]`, `lin.bias [1]`). Nothing is ever unpickled: `torch.load(weights_only=True)` only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..errors import BundleError, BundleNotFoundError
+from .config import BartConfig
+from .pagesum import KIND, PageSum
+
+logger = logging.getLogger("locsum_sdk")
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+TIED_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model with the settings saved beside it."""
+
+    model: PageSum
+    tokenizer_file: Path | None = None  # tokenizer.json found beside the weights
+    settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Read a safetensors file, or a torch file with `weights_only=True` (never a full unpickle)."""
+    if not path.is_file():
+        raise BundleNotFoundError(f"weights file {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise BundleError(f"{path} is not a state dict of tensors")
+    return state
+
+
+def from_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF BART (+ PageSum research `lin.*`) names -> PageSum names. Tied copies must equal the shared table."""
+    state = dict(state)
+    if "model.shared.weight" not in state:
+        for name in TIED_COPIES:
+            if name in state:
+                state["model.shared.weight"] = state[name]
+                break
+    shared = state.get("model.shared.weight")
+    for name in TIED_COPIES:
+        copy = state.pop(name, None)
+        if copy is not None and shared is not None and not torch.equal(copy, shared):
+            raise BundleError(f"{name} differs from model.shared.weight; untied BART heads are not supported")
+    out = {}
+    for name, tensor in state.items():
+        if name == "final_logits_bias":
+            out["model.final_logits_bias"] = tensor
+        elif name.startswith("lin."):
+            out["page_conf." + name[4:]] = tensor
+        else:
+            out[name] = tensor
+    return out
+
+
+def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Copy `state` into `model`, refusing missing, unexpected or mis-shaped tensors."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise BundleError(f"{source}: missing tensors {missing[:8]}, unexpected tensors {unexpected[:8]}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise BundleError(f"{source}: {name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
+
+
+def build(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> PageSum:
+    model = PageSum(config)
+    if "page_conf.weight" not in state:
+        logger.warning("%s has no page confidence layer (lin.*): page_conf starts at zero, pages weigh equally", source)
+        state = {**state, "page_conf.weight": torch.zeros(1, config.d_model), "page_conf.bias": torch.zeros(1)}
+    load_into(model, state, source)
+    return model.eval()
+
+
+def load_locsum(directory: Path) -> Checkpoint:
+    config = json.loads((directory / CONFIG_FILE).read_text())
+    if config.get("kind") != KIND:
+        raise BundleError(f"{directory} holds a {config.get('kind')!r} checkpoint; this build supports {KIND!r}")
+    model = build(BartConfig.from_dict(config["model"]), read_state_dict(directory / WEIGHTS_FILE), str(directory))
+    settings = {k: config[k] for k in ("units", "generation") if k in config}
+    return Checkpoint(model, _tokenizer_beside(directory), settings)
+
+
+def load_hf_bart(directory: Path) -> Checkpoint:
+    config = BartConfig.from_hf(json.loads((directory / CONFIG_FILE).read_text()))
+    for name in (WEIGHTS_FILE, "pytorch_model.bin"):
+        if (directory / name).is_file():
+            state = from_hf_names(read_state_dict(directory / name))
+            return Checkpoint(build(config, state, str(directory)), _tokenizer_beside(directory))
+    raise BundleNotFoundError(f"{directory} has a config.json but neither {WEIGHTS_FILE} nor pytorch_model.bin")
+
+
+def load_research_state_dict(path: Path, config_path: Path | None = None) -> Checkpoint:
+    """A PageSum research state dict file; its BART config.json is `config_path` or sits beside the file."""
+    config_path = config_path or path.parent / CONFIG_FILE
+    if not config_path.is_file():
+        raise BundleNotFoundError(f"{path} needs an HF BART config.json: pass one, or put it beside the file")
+    config = BartConfig.from_hf(json.loads(config_path.read_text()))
+    model = build(config, from_hf_names(read_state_dict(path)), str(path))
+    return Checkpoint(model, _tokenizer_beside(path.parent))
+
+
+def _tokenizer_beside(directory: Path) -> Path | None:
+    path = directory / TOKENIZER_FILE
+    return path if path.is_file() else None
+
+
+LOADERS: dict[str, Callable[..., Checkpoint]] = {
+    "locsum": load_locsum,
+    "hf-bart": load_hf_bart,
+    "pagesum-research": load_research_state_dict,
+}
+
+
+def detect_format(path: Path) -> str:
+    """Name the loader for `path` (a directory or a weights file)."""
+    if path.is_file():
+        return "pagesum-research"
+    if not (path / CONFIG_FILE).is_file():
+        raise BundleNotFoundError(f"{path} is neither a weights file nor a directory with {CONFIG_FILE}")
+    config = json.loads((path / CONFIG_FILE).read_text())
+    return "locsum" if "kind" in config else "hf-bart"
+
+
+def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None) -> Checkpoint:
+    """Load any supported checkpoint into a `PageSum` model in eval mode."""
+    path = Path(path)
+    if not path.exists():
+        raise BundleNotFoundError(f"checkpoint {path} does not exist")
+    source = detect_format(path)
+    if source == "pagesum-research":
+        return load_research_state_dict(path, Path(config) if config else None)
+    return LOADERS[source](path)
+
+
+def save_checkpoint(
+    model: PageSum, directory: str | os.PathLike, tokenizer_file: str | os.PathLike | None = None, **settings: Any
+) -> Path:
+    """Write our checkpoint format: config.json (kind, model config, settings) + model.safetensors."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE))
+    config = {"kind": model.kind, "model": model.config.to_dict(), **settings}
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    if tokenizer_file is not None:
+        (directory / TOKENIZER_FILE).write_bytes(Path(tokenizer_file).read_bytes())
+    return directory

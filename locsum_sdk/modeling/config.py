@@ -1,0 +1,92 @@
+"""Model configuration: a plain dataclass saved with the weights (no torch needed to read it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BundleError
+
+#: HF BART config keys and the fields they map to.
+_HF_KEYS = {
+    "vocab_size": "vocab_size",
+    "d_model": "d_model",
+    "encoder_layers": "encoder_layers",
+    "decoder_layers": "decoder_layers",
+    "encoder_attention_heads": "encoder_heads",
+    "decoder_attention_heads": "decoder_heads",
+    "encoder_ffn_dim": "encoder_ffn_dim",
+    "decoder_ffn_dim": "decoder_ffn_dim",
+    "max_position_embeddings": "max_positions",
+    "activation_function": "activation",
+    "scale_embedding": "scale_embedding",
+    "dropout": "dropout",
+    "attention_dropout": "attention_dropout",
+    "activation_dropout": "activation_dropout",
+    "pad_token_id": "pad_token_id",
+    "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id",
+    "decoder_start_token_id": "decoder_start_token_id",
+}
+
+ACTIVATIONS = ("gelu", "relu")
+
+
+@dataclass(frozen=True)
+class BartConfig:
+    """Shape and special tokens of a BART encoder-decoder (the backbone of every kind)."""
+
+    vocab_size: int = 50265  # size of the shared token embedding and LM head
+    d_model: int = 768  # hidden size
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_heads: int = 12
+    decoder_heads: int = 12
+    encoder_ffn_dim: int = 3072
+    decoder_ffn_dim: int = 3072
+    max_positions: int = 1024  # learned positions (the table has 2 more rows, BART's offset)
+    activation: str = "gelu"  # one of ACTIVATIONS
+    scale_embedding: bool = False  # multiply token embeddings by sqrt(d_model)
+    dropout: float = 0.1  # training only
+    attention_dropout: float = 0.0  # training only
+    activation_dropout: float = 0.0  # training only
+    pad_token_id: int = 1
+    bos_token_id: int = 0
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 2
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads:
+            raise BundleError(f"d_model={self.d_model} must be divisible by the number of heads")
+        if self.activation not in ACTIVATIONS:
+            raise BundleError(f"activation {self.activation!r} is not supported; use one of {ACTIVATIONS}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.decoder_heads
+
+    def special_tokens(self) -> dict[str, int]:
+        """The ids the runtime needs, keyed as `units.SpecialTokens`."""
+        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
+                "decoder_start": self.decoder_start_token_id}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "BartConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise BundleError(f"unknown model config keys {unknown}; accepted keys are {sorted(known)}")
+        return cls(**values)
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> "BartConfig":
+        """Read an HF `config.json` of model_type `bart`."""
+        if hf.get("model_type", "bart") != "bart":
+            raise BundleError(f"expected an HF BART config, got model_type={hf.get('model_type')!r}")
+        if hf.get("normalize_before") or hf.get("add_final_layer_norm"):
+            raise BundleError("pre-LayerNorm BART variants (mBART) are not supported")
+        return cls(**{ours: hf[theirs] for theirs, ours in _HF_KEYS.items() if hf.get(theirs) is not None})

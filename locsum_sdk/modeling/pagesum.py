@@ -1,0 +1,85 @@
+"""PageSum: pages encoded alone, the decoder run per page, pages mixed in hidden space at every step.
+
+    h[u]  = decoder state of page u          (B, U, K, D)
+    c[u]  = page_conf(h[u])                   (B, U, K)
+    w     = softmax over real pages of c      (B, U, K)   padding pages get exactly 0
+    y     = LM head(sum_u w[u] h[u])          (B, K, V)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops import page_combine
+from .bart import Bart, CrossKV, SelfKV, attention_bias, init_weights
+from .config import BartConfig
+
+KIND = "pagesum"
+
+
+class PageSum(nn.Module):
+    kind = KIND
+
+    def __init__(self, config: BartConfig):
+        super().__init__()
+        self.config = config
+        self.model = Bart(config)
+        self.page_conf = nn.Linear(config.d_model, 1)
+        self.combine = page_combine.torch_op()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        init_weights(self, std)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
+        """Pages (N, L) -> encoder states (N, L, D) and every layer's cross key/value."""
+        memory = self.model.encoder(input_ids, attention_mask)  # (N, L, D)
+        return memory, self.model.cross_kv(memory)
+
+    def mix(self, hidden: torch.Tensor, page_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden (B, U, K, D) -> log-probabilities (B, K, V) and page weights (B, U, K)."""
+        scores = self.page_conf(hidden).squeeze(-1)  # (B, U, K)
+        mixed, weights = self.combine(hidden, scores, page_mask)  # (B, K, D), (B, U, K)
+        return torch.log_softmax(self.model.lm_logits(mixed), dim=-1), weights
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        page_mask: torch.Tensor,
+        decoder_input_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing. input_ids (B, U, L), page_mask (B, U), decoder_input_ids (B, T)
+        -> log-probabilities (B, T, V) and page weights (B, U, T)."""
+        batch, units, length = input_ids.shape
+        flat_mask = attention_mask.reshape(batch * units, length)
+        memory, cross = self.encode(input_ids.reshape(batch * units, length), flat_mask)
+        steps = decoder_input_ids.shape[1]
+        tokens = decoder_input_ids[:, None, :].expand(batch, units, steps).reshape(batch * units, steps)
+        hidden, _ = self.model.decoder(tokens, cross, attention_bias(flat_mask, memory.dtype))  # (B*U, T, D)
+        return self.mix(hidden.view(batch, units, steps, -1), page_mask)
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        page_mask: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        beam_index: torch.Tensor,
+        past: SelfKV | None,
+        cross: CrossKV,
+    ) -> tuple[torch.Tensor, torch.Tensor, SelfKV]:
+        """One decoding step for K beams of B documents of U pages (N = B*U rows of cross key/value).
+
+        input_ids (B, K) last token of each beam; encoder_attention_mask (N, L); beam_index (N*K,) the row of
+        the previous cache that each row continues (ignored when past is None); past per layer (N*K, H, S, d).
+        Returns log-probabilities (B, K, V), page weights (B, U, K) and the cache grown by one step.
+        """
+        batch, beams = input_ids.shape
+        units = page_mask.shape[1]
+        tokens = input_ids[:, None, :].expand(batch, units, beams).reshape(batch * units * beams, 1)  # (N*K, 1)
+        if past is not None:
+            past = [(k.index_select(0, beam_index), v.index_select(0, beam_index)) for k, v in past]
+        bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
+        hidden, present = self.model.decoder(tokens, cross, bias, past, beams)  # (N*K, 1, D)
+        log_probs, weights = self.mix(hidden.view(batch, units, beams, -1), page_mask)
+        return log_probs, weights, present

@@ -1,0 +1,93 @@
+"""Shared fixtures: a tokenizer, a tiny random PageSum checkpoint and its exported bundle, made per session."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+WORDS = (
+    "the committee budget report meeting project design team market sales quarter remote control battery "
+    "user interface button speech recognition cost price plan decision agreed discussed proposed review "
+    "data results model system customer product feature evaluation schedule risk delivery network energy "
+    "policy government city school students research paper method analysis growth revenue target".split()
+)
+
+
+def sentence(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(4, 16))]
+    return " ".join(words).capitalize() + rng.choice([".", ".", ".", "?", "!"])
+
+
+def document(rng: random.Random, sentences: int) -> str:
+    """Random text with paragraphs and line breaks."""
+    paragraphs = []
+    while sentences > 0:
+        n = min(sentences, rng.randint(2, 6))
+        paragraphs.append(" ".join(sentence(rng) for _ in range(n)))
+        sentences -= n
+    return "\n\n".join(paragraphs)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_file(tmp_path_factory) -> Path:
+    from train.tokenizer import save_tokenizer, train_tokenizer
+
+    rng = random.Random(0)
+    corpus = [document(rng, 8) for _ in range(200)]
+    return save_tokenizer(train_tokenizer(corpus, vocab_size=400), tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_file):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(tokenizer_file))
+
+
+def tiny_config(vocab_size: int, **changes):
+    from locsum_sdk.modeling.config import BartConfig
+
+    values = dict(
+        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_heads=4, decoder_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, max_positions=128,
+    )
+    return BartConfig(**{**values, **changes})
+
+
+def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
+    """A tiny PageSum with weights large enough that greedy choices are not near-ties."""
+    import torch
+
+    from locsum_sdk.modeling.pagesum import PageSum
+
+    torch.manual_seed(seed)
+    model = PageSum(tiny_config(vocab_size))
+    model.reset_parameters(std)
+    return model.eval()
+
+
+TINY_UNITS = {"policy": "spatial", "max_pages": 64, "page_tokens": 64}
+TINY_GENERATION = {"num_beams": 1, "max_length": 24}
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory, tokenizer, tokenizer_file) -> Path:
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    model = random_pagesum(tokenizer.get_vocab_size())
+    return save_checkpoint(
+        model, tmp_path_factory.mktemp("ckpt"), tokenizer_file, units=TINY_UNITS, generation=TINY_GENERATION
+    )
+
+
+@pytest.fixture(scope="session")
+def bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    output = tmp_path_factory.mktemp("bundles") / "tiny"
+    export_onnx(checkpoint_dir, output)
+    return output
