@@ -107,10 +107,14 @@ def as_documents(text_or_documents: str | bytes | Sequence[str | bytes]) -> list
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences of `text`; every line break also ends a sentence."""
+    """Character spans of the sentences of `text`; every line break also ends a sentence, and a heading line
+    ("2. Methods") is one sentence."""
     spans = []
     for line in _LINE.finditer(text):
         start = line.start()
+        if _HEADING.match(line.group().strip()):
+            spans.append((start, line.end()))
+            continue
         for end_mark in _SENTENCE_END.finditer(line.group()):
             spans.append((start, line.start() + end_mark.end()))
             start = line.start() + end_mark.end()

@@ -1,0 +1,30 @@
+"""`locsum summarize` prints a summary (or JSON with pages and weights); errors exit 2 with one line."""
+
+import json
+import random
+
+from conftest import document
+from locsum_sdk.cli import main
+
+
+def test_summarize_files_as_documents_json(bundle_dir, tmp_path, capsys):
+    rng = random.Random(0)
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(document(rng, 8))
+    code = main(["summarize", *map(str, files), "--bundle", str(bundle_dir), "--json", "--num-beams", "2",
+                 "--policy", "document", "--query", "What was decided?"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {u["document"] for u in out["units"]} == {0, 1}
+    assert len(out["unit_weights"]) == len(out["token_ids"])
+    assert set(out["timings"]) == {"paging", "encode", "decode", "total"}
+
+
+def test_errors_are_one_line_and_exit_2(bundle_dir, tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9".encode("latin-1"))
+    assert main(["summarize", str(bad), "--bundle", str(bundle_dir)]) == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
+    assert main(["summarize", str(tmp_path / "absent.txt"), "--bundle", str(bundle_dir)]) == 2

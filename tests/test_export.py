@@ -1,0 +1,118 @@
+"""The exported bundle: files, manifest, graph structure, per-step parity with torch, atomic writes."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from locsum_sdk import constants as C
+from locsum_sdk.backends.base import UnitBatch
+from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
+from locsum_sdk.backends.torch import TorchBackend
+from locsum_sdk.bundle import Bundle
+from locsum_sdk.errors import ExportError
+from locsum_sdk.exporters import onnx as exporter
+from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.units import Unit
+
+STEP_ATOL = 1e-4
+
+
+def test_bundle_files_and_manifest(bundle_dir):
+    bundle = Bundle.load(bundle_dir)
+    m = bundle.manifest
+    assert sorted(m.files) == sorted([C.ENCODER_FILE, C.DECODER_FILE, C.TOKENIZER_FILE])
+    assert m.kind == "pagesum" and m.format_version == C.FORMAT_VERSION
+    assert m.special_tokens == {"bos": 0, "pad": 1, "eos": 2, "decoder_start": 2}
+    assert m.units["page_tokens"] == 64 and m.generation["max_length"] == 24
+    assert m.graphs["decoder"]["inputs"] == C.decoder_inputs(2)
+    assert all(len(digest) == 64 for digest in m.files.values())
+
+
+def test_decoder_keeps_page_combine_as_one_function_node(bundle_dir):
+    model = onnx.load(str(bundle_dir / C.DECODER_FILE))
+    onnx.checker.check_model(model, full_check=True)
+    assert [f.name for f in model.functions] == ["PageCombine"]
+    nodes = [n for n in model.graph.node if n.domain == "locsum"]
+    assert [n.op_type for n in nodes] == ["PageCombine"]
+    assert {(o.domain, o.version) for o in model.opset_import} >= {("", 17), ("locsum", 1)}
+    onnx.checker.check_model(onnx.load(str(bundle_dir / C.ENCODER_FILE)), full_check=True)
+
+
+def test_cross_attention_keys_are_not_copied_per_beam(bundle_dir):
+    """The decoder must not expand, tile or gather the cross keys/values (beams ride on the query axis)."""
+    graph = onnx.load(str(bundle_dir / C.DECODER_FILE)).graph
+    cross = {C.cross_key(i) for i in range(2)} | {C.cross_value(i) for i in range(2)}
+    consumers = [n.op_type for n in graph.node for name in n.input if name in cross]
+    assert consumers and set(consumers) == {"MatMul"}
+
+
+def random_units(rng, count, length, vocab):
+    units = []
+    for _ in range(count):
+        n = int(rng.integers(length // 2, length + 1))
+        ids = (0, *rng.integers(5, vocab, n - 2).tolist(), 2)
+        units.append(Unit(0, 0, 0, "", ids))
+    return units
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_every_step_matches_torch(bundle_dir, checkpoint_dir, tokenizer, beams):
+    """Per-step log-probabilities and page weights of ORT and torch on the same weights, beams reordered."""
+    rng = np.random.default_rng(beams)
+    vocab = tokenizer.get_vocab_size()
+    batch = UnitBatch.from_units([random_units(rng, 5, 60, vocab), random_units(rng, 2, 60, vocab)], pad=1)
+    ort_session = OnnxRuntimeBackend(Bundle.load(bundle_dir), threads=1).start(batch, beams, unit_batch_size=2)
+    torch_session = TorchBackend(load_checkpoint(checkpoint_dir).model).start(batch, beams, unit_batch_size=3)
+    tokens = np.full((2, beams), 2, dtype=np.int64)
+    beam_index = None
+    for _ in range(12):
+        a_lp, a_w = (x.copy() for x in ort_session.step(tokens, beam_index))
+        b_lp, b_w = torch_session.step(tokens, beam_index)
+        assert np.abs(a_lp - b_lp).max() <= STEP_ATOL
+        assert np.abs(a_w - b_w).max() <= STEP_ATOL
+        assert np.all(a_w[1, 2:] == 0)  # the second item's padding pages
+        tokens = rng.integers(5, vocab, (2, beams))
+        beam_index = rng.integers(0, beams, (2, beams))
+
+
+def test_export_refuses_to_overwrite_and_is_atomic(tmp_path, checkpoint_dir, monkeypatch):
+    target = tmp_path / "bundle"
+    target.mkdir()
+    with pytest.raises(ExportError, match="already exists"):
+        exporter.export_onnx(checkpoint_dir, target)
+
+    def failing_validate(*args, **kwargs):
+        raise ExportError("simulated mismatch")
+
+    monkeypatch.setattr(exporter, "validate", failing_validate)
+    with pytest.raises(ExportError, match="simulated"):
+        exporter.export_onnx(checkpoint_dir, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_export_from_hf_bart_directory_through_the_script(tmp_path, tokenizer_file):
+    """export/to_onnx.py on a plain HF BART directory: page_conf starts at zero, so pages weigh equally."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=400, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+    )
+    transformers.BartForConditionalGeneration(config).save_pretrained(tmp_path / "hf")
+    script = Path(__file__).resolve().parents[1] / "export" / "to_onnx.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--kind", "pagesum", "--checkpoint", str(tmp_path / "hf"), "--output",
+         str(tmp_path / "b"), "--tokenizer", str(tokenizer_file), "--page-tokens", "64"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "page_conf starts at zero" in result.stderr
+    manifest = json.loads((tmp_path / "b" / C.MANIFEST_FILE).read_text())
+    assert manifest["model"]["d_model"] == 16 and manifest["units"]["page_tokens"] == 64

@@ -1,0 +1,127 @@
+"""The decoding loop: token-exact ORT == torch on long random inputs, HF `generate` semantics, filters."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import document
+from locsum_sdk import Summarizer
+from locsum_sdk.backends.base import UnitBatch
+from locsum_sdk.backends.torch import TorchBackend
+from locsum_sdk.generation import GenerationOptions, generate, no_repeat_ngram_filter
+from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.units import Unit
+
+
+@pytest.fixture(scope="module")
+def summarizers(bundle_dir, checkpoint_dir):
+    return (
+        Summarizer.from_pretrained(bundle_dir, threads=1),
+        Summarizer.from_pretrained(checkpoint_dir, backend="torch", threads=1),
+    )
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_onnxruntime_and_torch_generate_the_same_tokens(summarizers, num_beams):
+    """20 random long inputs (1 to about 40 pages): identical tokens and page weights on both backends."""
+    ort, ref = summarizers
+    rng = random.Random(num_beams)
+    options = dict(num_beams=num_beams, max_length=20, no_repeat_ngram_size=3, min_length=4)
+    pages = []
+    for case in range(20):
+        text = document(rng, 1 if case == 0 else rng.randint(2, 50))
+        query = "What did the committee decide?" if case % 3 == 0 else None
+        a, b = ort.summarize(text, query=query, **options), ref.summarize(text, query=query, **options)
+        assert a.token_ids == b.token_ids, f"case {case}"
+        assert a.text == b.text
+        assert len(a.units) == len(b.units) and a.unit_weights.shape == (len(a.token_ids), len(a.units))
+        np.testing.assert_allclose(a.unit_weights, b.unit_weights, atol=1e-4)
+        np.testing.assert_allclose(a.unit_weights.sum(axis=1), 1, atol=1e-5)
+        pages.append(len(a.units))
+    assert min(pages) <= 3 and max(pages) >= 20
+
+
+def test_batch_padding_pages_change_nothing(summarizers):
+    """A short input batched with a long one gets padding pages; its summary must not change."""
+    ort, _ = summarizers
+    rng = random.Random(11)
+    short, long = document(rng, 6), document(rng, 60)
+    for num_beams in (1, 3):
+        alone = ort.summarize(short, num_beams=num_beams)
+        together = ort.summarize_batch([short, long], num_beams=num_beams)
+        assert len(together[1].units) > len(together[0].units)
+        assert together[0].token_ids == alone.token_ids
+        np.testing.assert_allclose(together[0].unit_weights, alone.unit_weights, atol=1e-6)
+
+
+class ScriptedSession:
+    """A backend session that returns fixed log-probabilities: the same row for every step and beam."""
+
+    def __init__(self, row):
+        self.row = np.log(np.asarray(row, dtype=np.float32))
+
+    def step(self, tokens, beam_index):
+        batch, beams = tokens.shape
+        return np.broadcast_to(self.row, (batch, beams, len(self.row))).copy(), np.ones((batch, 1, beams))
+
+
+def test_min_length_forbids_eos():
+    session = ScriptedSession([0.05, 0.05, 0.8, 0.1])  # eos (2) is the most likely token
+    greedy = generate(session, 1, GenerationOptions(num_beams=1, max_length=10, min_length=4), 0, 2, 1)[0]
+    assert greedy.token_ids == [3, 3, 3, 2]
+
+
+def test_no_repeat_ngram_filter_bans_completions():
+    log_probs = np.zeros((1, 1, 6))
+    no_repeat_ngram_filter(log_probs, np.array([[[2, 4, 5, 4]]]), 2)
+    assert np.isneginf(log_probs[0, 0, 5]) and np.isfinite(log_probs[0, 0, [0, 1, 2, 3, 4]]).all()
+
+
+@pytest.mark.parametrize("option", [dict(num_beams=0), dict(max_length=1), dict(min_length=200), dict(no_repeat_ngram_size=-1)])
+def test_bad_generation_options(option):
+    from locsum_sdk.errors import OptionError
+
+    with pytest.raises(OptionError):
+        GenerationOptions(**option).validate()
+
+
+HF_CASES = [
+    dict(num_beams=1, max_length=16),
+    dict(num_beams=1, max_length=16, min_length=10, no_repeat_ngram_size=2),
+    dict(num_beams=4, max_length=16),
+    dict(num_beams=3, max_length=14, length_penalty=2.0, no_repeat_ngram_size=3, min_length=5),
+    dict(num_beams=3, max_length=14, length_penalty=0.5, early_stopping=False),
+]
+
+
+@pytest.mark.parametrize("options", HF_CASES)
+def test_one_page_matches_hf_generate(tmp_path_factory, options):
+    """PageSum with one page is BART: our loop must produce what HF `generate` produces."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        forced_eos_token_id=None, attn_implementation="eager",
+    )
+    hf = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.3)
+        hf.final_logits_bias.zero_()
+    hf.tie_weights()
+    directory = tmp_path_factory.mktemp("hf")
+    hf.save_pretrained(directory)
+    backend = TorchBackend(load_checkpoint(directory).model)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        ids = [0, *rng.integers(5, 60, 30).tolist(), 2]
+        expected = hf.generate(torch.tensor([ids]), do_sample=False, **options)[0, 1:].tolist()
+        if 2 in expected:
+            expected = expected[: expected.index(2) + 1]
+        batch = UnitBatch.from_units([[Unit(0, 0, 0, "", tuple(ids))]], pad=1)
+        session = backend.start(batch, options["num_beams"], unit_batch_size=1)
+        got = generate(session, 1, GenerationOptions(**options), start=2, eos=2, pad=1)[0]
+        assert got.token_ids == expected
