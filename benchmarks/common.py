@@ -1,0 +1,83 @@
+"""Shared pieces of the benchmarks: the bart-base-shaped random PageSum, inputs of a given token length."""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+from pathlib import Path
+
+CACHE = Path.home() / ".cache" / "locsum" / "bench"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+WORDS = (
+    "the committee budget report meeting project design team market sales quarter remote control battery user "
+    "interface button speech cost price plan decision agreed discussed proposed review data results model system "
+    "customer product feature evaluation schedule risk delivery network energy policy city school research growth"
+).split()
+
+BART_BASE = dict(
+    d_model=768, encoder_layers=6, decoder_layers=6, encoder_heads=12, decoder_heads=12,
+    encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_positions=1024, vocab_size=50265,
+)
+
+
+def text(seed: int, sentences: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))).capitalize() + "." for _ in range(sentences)
+    )
+
+
+def text_of_tokens(tokenizer, tokens: int, seed: int = 0) -> str:
+    """Random sentences totalling about `tokens` tokens (as the paging code counts them)."""
+    per_sentence = len(tokenizer.encode(" " + text(seed, 200), add_special_tokens=False).ids) / 200
+    return text(seed, max(1, round(tokens / per_sentence)))
+
+
+def bart_base_pagesum() -> tuple[Path, Path]:
+    """A bart-base-shaped PageSum with random weights: (checkpoint dir, bundle dir), built once in CACHE."""
+    checkpoint, bundle = CACHE / "checkpoint", CACHE / "bundle"
+    if (bundle / "manifest.json").is_file() and (checkpoint / "model.safetensors").is_file():
+        return checkpoint, bundle
+    import torch
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.modeling.pagesum import PageSum
+    from train.tokenizer import save_tokenizer, train_tokenizer
+
+    tokenizer_file = save_tokenizer(train_tokenizer([text(i, 20) for i in range(100)], 500), CACHE / "tokenizer.json")
+    torch.manual_seed(0)
+    model = PageSum(BartConfig(**BART_BASE))
+    model.reset_parameters(0.02)
+    save_checkpoint(
+        model.eval(), checkpoint, tokenizer_file,
+        units={"policy": "spatial", "max_pages": 128, "page_tokens": 1024},
+        generation={"num_beams": 1, "max_length": 33},
+    )
+    export_onnx(checkpoint, bundle, force=True)
+    return checkpoint, bundle
+
+
+def environment() -> dict:
+    import numpy
+    import onnxruntime
+
+    info = {"python": platform.python_version(), "machine": platform.machine(), "numpy": numpy.__version__,
+            "onnxruntime": onnxruntime.__version__}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({**payload, "environment": environment()}, indent=2))
+    return path

@@ -1,0 +1,77 @@
+"""Time per decoding step: ONNX Runtime vs the torch reference backend on the same weights.
+
+bart-base-shaped random PageSum, 8 pages of 1024 tokens, 4 beams, 2 threads each. The two backends run
+interleaved, after a warm-up, on the same encoded document; tokens must be identical. Target: ORT >= 2x.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from benchmarks.common import text_of_tokens, write_result
+from locsum_sdk import Summarizer
+from locsum_sdk.backends.base import UnitBatch
+from locsum_sdk.generation import GenerationOptions, generate
+
+
+class TimedSession:
+    """Wraps a backend session and records the wall time of every step."""
+
+    def __init__(self, session):
+        self.session, self.times = session, []
+
+    def step(self, tokens, beam_index):
+        start = time.perf_counter()
+        out = self.session.step(tokens, beam_index)
+        self.times.append(time.perf_counter() - start)
+        return out
+
+
+def decode(summarizer: Summarizer, batch: UnitBatch, options: GenerationOptions) -> tuple[list[int], list[float]]:
+    session = TimedSession(summarizer.backend.start(batch, options.num_beams, summarizer.unit_batch_size))
+    try:
+        hyp = generate(session, 1, options, summarizer.special.decoder_start, summarizer.special.eos, summarizer.special.pad)[0]
+    finally:
+        session.session.close()
+    return hyp.token_ids, session.times
+
+
+def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
+    checkpoint, bundle = bart_base
+    pages, rounds = (4, 1) if quick else (8, 3)
+    ort = Summarizer.from_pretrained(bundle, threads=2, verify=False)
+    ref = Summarizer.from_pretrained(checkpoint, backend="torch", threads=2)
+    text = text_of_tokens(ort.tokenizer, 1022 * pages)
+    paging, _ = ort.options(num_pages=pages, max_pages=pages, truncate=True)
+    from locsum_sdk.units import Pager, as_documents
+
+    units = Pager(ort.tokenizer, ort.special, paging)(as_documents(text))
+    batch = UnitBatch.from_units([units], ort.special.pad)
+    options = GenerationOptions(num_beams=4, max_length=17, min_length=17)
+    decode(ort, batch, GenerationOptions(num_beams=4, max_length=3))  # warm-up
+    decode(ref, batch, GenerationOptions(num_beams=4, max_length=3))
+    ort_times, ref_times, same = [], [], True
+
+    def run():
+        nonlocal same
+        for _ in range(rounds):
+            a_tokens, a_times = decode(ort, batch, options)
+            b_tokens, b_times = decode(ref, batch, options)
+            ort_times.extend(a_times)
+            ref_times.extend(b_times)
+            same &= a_tokens == b_tokens
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    ort_ms, ref_ms = 1000 * np.median(ort_times), 1000 * np.median(ref_times)
+    ratio = ref_ms / ort_ms
+    print(f"\n{len(units)} pages x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
+          f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ratio:.2f}x faster; "
+          f"identical tokens: {same}")
+    info = {"pages": len(units), "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
+            "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
+            "speedup": ratio, "identical_tokens": same}
+    benchmark.extra_info.update(info)
+    write_result("step_speed", info)
+    assert same
