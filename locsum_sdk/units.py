@@ -185,12 +185,19 @@ class Pager:
             if len(ids) <= budget:
                 spans.append(Span(document, start, end, tuple(ids)))
                 continue
-            offsets = enc.offsets
-            for first in range(0, len(ids), budget):
-                last = min(first + budget, len(ids)) - 1
-                piece_start = start + max(offsets[first][0] - 1, 0)
-                piece_end = end if last == len(ids) - 1 else start + max(offsets[last][1] - 1, 0)
-                spans.append(Span(document, piece_start, piece_end, tuple(ids[first : last + 1])))
+            piece = " " + text[start:end]
+            starts = [max(a - 1, 0) for a, _ in enc.offsets]  # char offset of each token in the sentence
+            first = 0
+            while first < len(ids):
+                stop = min(first + budget, len(ids))
+                if stop < len(ids):  # cut before a token that starts a word, if one is in reach
+                    words = [j for j in range(first + 1, stop + 1)
+                             if piece[enc.offsets[j][0]].isspace() or piece[enc.offsets[j][0] - 1].isspace()]
+                    stop = words[-1] if words else stop
+                piece_end = end if stop == len(ids) else start + starts[stop]
+                piece_start, piece_end = _strip(text, start + starts[first], piece_end) or (piece_end, piece_end)
+                spans.append(Span(document, piece_start, piece_end, tuple(ids[first:stop])))
+                first = stop
         return spans
 
     @staticmethod

@@ -1,0 +1,46 @@
+"""Paging and summarizing real long inputs from ../shared/data (skipped where that folder does not exist)."""
+
+import json
+import random
+
+import pytest
+
+from conftest import SHARED_DATA
+from locsum_sdk.units import Pager, PagingOptions, SpecialTokens, as_documents
+
+pytestmark = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
+
+
+def examples(name: str, count: int, seed: int = 0) -> list[dict]:
+    lines = (SHARED_DATA / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in random.Random(seed).sample(lines, count)]
+
+
+def test_qmsum_transcripts_page_by_turns_within_budget(tokenizer):
+    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(page_tokens=512, max_pages=512))
+    for example in examples("qmsum/test.jsonl", 3):
+        (transcript,) = example["documents"]
+        units = pager(as_documents(example["documents"]), example["query"])
+        assert all(len(u.token_ids) <= 512 for u in units)
+        assert all(u.text == transcript[u.start : u.end] for u in units)
+        assert " ".join(u.text for u in units).split() == transcript.split()
+
+
+def test_multinews_clusters_page_by_document(tokenizer):
+    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(policy="document", page_tokens=1024, max_pages=512))
+    for example in examples("multinews/test.jsonl", 5):
+        units = pager(as_documents(example["documents"]))
+        assert sorted({u.document for u in units}) == list(range(len(example["documents"])))
+
+
+def test_summarize_a_real_meeting_on_both_backends(bundle_dir, checkpoint_dir):
+    from locsum_sdk import Summarizer
+
+    (example,) = examples("qmsum/test.jsonl", 1, seed=3)
+    options = dict(num_beams=2, max_length=12, page_tokens=128, max_pages=1024)
+    ort = Summarizer.from_pretrained(bundle_dir, threads=1).summarize(example["documents"], example["query"], **options)
+    ref = Summarizer.from_pretrained(checkpoint_dir, backend="torch").summarize(
+        example["documents"], example["query"], **options
+    )
+    assert len(ort.units) > 50
+    assert ort.token_ids == ref.token_ids
