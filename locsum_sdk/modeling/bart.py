@@ -207,7 +207,11 @@ class Bart(nn.Module):
         return [layer.encoder_attn.cross_kv(memory) for layer in self.decoder.layers]
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.shared.weight) + self.final_logits_bias  # (..., V)
+        """hidden (..., D) -> logits (..., V). Rows are flattened so the export is one Gemm on the shared table
+        (transB), not a MatMul on a transposed copy of it."""
+        rows = hidden.reshape(-1, hidden.shape[-1])  # (R, D)
+        logits = F.linear(rows, self.shared.weight, self.final_logits_bias[0])  # (R, V)
+        return logits.view(*hidden.shape[:-1], -1)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor
