@@ -47,5 +47,9 @@ class BackendUnavailableError(LocsumError, ImportError):
     """The requested backend's package is not installed."""
 
 
+class BackendError(LocsumError, RuntimeError):
+    """The inference engine failed while running a graph (for example, out of memory)."""
+
+
 class ExportError(LocsumError):
     """An export failed or its output did not match the PyTorch model."""

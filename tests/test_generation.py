@@ -43,6 +43,17 @@ def test_onnxruntime_and_torch_generate_the_same_tokens(summarizers, num_beams):
     assert min(pages) <= 3 and max(pages) >= 20
 
 
+def test_reference_generate_in_torch_matches_the_summarizer(summarizers, checkpoint_dir):
+    from locsum_sdk.modeling.pagesum import generate as reference_generate
+
+    ort, _ = summarizers
+    text = document(random.Random(21), 30)
+    summary = ort.summarize(text, num_beams=3, max_length=16)
+    model = load_checkpoint(checkpoint_dir).model
+    (hyp,) = reference_generate(model, [[u.token_ids for u in summary.units]], GenerationOptions(num_beams=3, max_length=16))
+    assert hyp.token_ids == summary.token_ids
+
+
 def test_batch_padding_pages_change_nothing(summarizers):
     """A short input batched with a long one gets padding pages; its summary must not change."""
     ort, _ = summarizers

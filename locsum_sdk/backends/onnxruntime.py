@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import constants as C
 from ..bundle import Bundle
-from ..errors import BackendUnavailableError, BundleError
+from ..errors import BackendError, BackendUnavailableError, BundleError
 from .base import UnitBatch, flat_beam_index
 
 logger = logging.getLogger("locsum_sdk")
@@ -28,6 +28,16 @@ def _import_ort():
             "the onnxruntime backend needs onnxruntime: pip install 'locsum[cpu]' (or 'locsum[gpu]' on NVIDIA)"
         ) from None
     return onnxruntime
+
+
+def _run(session, binding, graph: str) -> None:
+    try:
+        session.run_with_iobinding(binding)
+    except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
+        raise BackendError(
+            f"onnxruntime failed running the {graph} ({err}); if memory ran out, lower unit_batch_size, "
+            "num_beams or max_pages"
+        ) from None
 
 
 class OnnxRuntimeBackend:
@@ -113,7 +123,7 @@ class OnnxRuntimeSession:
             for name, buffer in self.cross.items():
                 target = buffer[row : row + end - first]
                 binding.bind_output(name, "cpu", 0, np.float32, list(target.shape), target.ctypes.data)
-            encoder.run_with_iobinding(binding)
+            _run(encoder, binding, "encoder")
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         self.tokens[...] = tokens
@@ -122,7 +132,7 @@ class OnnxRuntimeSession:
             self.binding.bind_ortvalue_input(name, value)
         for name in self.present_names:  # the cache grows every step: let ORT allocate it anew
             self.binding.bind_output(name, "cpu")
-        self.backend.decoder.run_with_iobinding(self.binding)
+        _run(self.backend.decoder, self.binding, "decoder")
         presents = self.binding.get_outputs()[2:]
         self.past = {
             name.replace("present", "past"): value for name, value in zip(self.present_names, presents)
