@@ -1,0 +1,100 @@
+"""Training: data streaming and paging, denoising noise, label smoothing, exact resume."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY_UNITS, document, tiny_config
+from train.batching import IGNORE, collate, label_smoothed_nll
+from train.config import TrainConfig
+from train.data import JsonlIndex, Sample, read_jsonl, segments, unique_documents
+from train.noise import NoiseOptions, corrupt
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory):
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    shared = document(rng, 30)
+    rows = [{"id": f"x-{i}", "documents": [shared if i % 2 else document(rng, rng.randint(5, 40))],
+             "query": "What was decided?" if i % 3 == 0 else None, "summary": document(rng, 2), "source": "test"}
+            for i in range(12)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_index_and_unique_documents(jsonl):
+    rows = list(read_jsonl(jsonl))
+    index = JsonlIndex([jsonl])
+    assert len(index) == 12 and index[7] == rows[7]
+    assert len(list(unique_documents([jsonl]))) == 7  # the shared document counted once
+
+
+def test_segments_and_corruption(jsonl, tokenizer):
+    segs = segments(unique_documents([jsonl]), tokenizer, 64)
+    assert all(len(s[s != -1]) <= 64 for s in segs)
+    rng = np.random.default_rng(0)
+    original = segs[0][segs[0] != -1].tolist()
+    noised = corrupt(segs[0], rng, mask_id=4, options=NoiseOptions())
+    assert 4 in noised and len(noised) < len(original)
+    assert sorted(t for t in noised if t != 4) != sorted(original)  # spans were removed
+
+
+def test_collate_shifts_targets_and_masks_padding():
+    batch = collate([Sample([[0, 5, 2], [0, 6, 7, 2]], [8, 9, 2]), Sample([[0, 5, 2]], [8, 2])], pad=1, decoder_start=2)
+    assert batch.input_ids.shape == (2, 2, 4) and batch.unit_mask.tolist() == [[True, True], [True, False]]
+    assert batch.decoder_input_ids.tolist() == [[2, 8, 9], [2, 8, 1]]
+    assert batch.labels.tolist() == [[8, 9, 2], [8, 2, IGNORE]]
+
+
+def test_label_smoothing():
+    log_probs = torch.log_softmax(torch.randn(2, 3, 11), -1)
+    labels = torch.tensor([[1, 2, IGNORE], [3, IGNORE, IGNORE]])
+    plain, nll = label_smoothed_nll(log_probs, labels, 0.0)
+    expected = -(log_probs[0, 0, 1] + log_probs[0, 1, 2] + log_probs[1, 0, 3]) / 3
+    assert torch.allclose(plain, expected) and torch.allclose(nll, expected)
+    smoothed, _ = label_smoothed_nll(log_probs, labels, 0.1)
+    uniform = -(log_probs[0, 0].mean() + log_probs[0, 1].mean() + log_probs[1, 0].mean()) / 3
+    assert torch.allclose(smoothed, 0.9 * expected + 0.1 * uniform)
+
+
+def run_config(tmp_path, jsonl, tokenizer_file, objective, name):
+    cfg = tiny_config(400)
+    return TrainConfig(
+        name=name, objective=objective, tokenizer=str(tokenizer_file), train_files=[str(jsonl)],
+        val_files=[str(jsonl)], model={k: v for k, v in cfg.to_dict().items() if k != "vocab_size"},
+        output=str(tmp_path), units=TINY_UNITS, batch_size=2, grad_accum=2, max_steps=6, lr=1e-3,
+        warmup_steps=2, segment_tokens=48, max_target_tokens=24, log_every=1, eval_every=3, save_every=2,
+        bf16=False, val_examples=2,
+    )
+
+
+@pytest.mark.parametrize("objective", ["summarize", "denoise"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, jsonl, tokenizer_file, objective):
+    from train.__main__ import build
+
+    straight = build(run_config(tmp_path, jsonl, tokenizer_file, objective, "straight"), progress=False).train()
+    first = build(run_config(tmp_path, jsonl, tokenizer_file, objective, "resumed"), progress=False).train(max_steps=3)
+    second = build(run_config(tmp_path, jsonl, tokenizer_file, objective, "resumed"), progress=False).train()
+    assert [r["step"] for r in second] == [4, 5, 6]  # resumed from the step-3 checkpoint, not from scratch
+    keys = ("loss", "grad_norm", "val_nll")
+    resumed_log = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed_log] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(straight, resumed_log):
+        assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
+    assert first[0]["loss"] == straight[0]["loss"]
+
+
+def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.__main__ import build
+
+    trainer = build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "export"), progress=False)
+    trainer.train(max_steps=2)
+    bundle = export_onnx(trainer.latest(), tmp_path / "bundle")
+    summary = Summarizer.from_pretrained(bundle.path).summarize(document(random.Random(1), 10), max_length=8)
+    assert summary.token_ids

@@ -1,0 +1,89 @@
+"""python -m train --config train/configs/NAME.toml [--max-steps N] [--quiet]
+
+Trains (or resumes) the run the config describes; checkpoints and metrics.jsonl go to <output>/<name>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.modeling.config import BartConfig
+from locsum_sdk.modeling.pagesum import PageSum
+from locsum_sdk.units import Pager, PagingOptions, SpecialTokens
+
+from .config import TrainConfig
+from .data import SummarizationSet, read_jsonl, segments, unique_documents
+from .noise import DenoisingSet
+from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
+from .trainer import Trainer
+
+logger = logging.getLogger("locsum_sdk.train")
+
+
+def tokenizer_texts(files: list[Path]):
+    """Train documents, summaries and queries (train splits only)."""
+    yield from unique_documents(files)
+    for path in files:
+        for example in read_jsonl(path):
+            yield example.summary
+            if example.query:
+                yield example.query
+
+
+def prepare_tokenizer(config: TrainConfig, files: list[Path]):
+    from tokenizers import Tokenizer
+
+    path = config.resolve(config.tokenizer)
+    if not path.is_file():
+        logger.info("training a %d-token tokenizer on %s", config.vocab_size, [f.name for f in files])
+        save_tokenizer(train_tokenizer(tokenizer_texts(files), config.vocab_size), path)
+    return path, Tokenizer.from_file(str(path))
+
+
+def build(config: TrainConfig, progress: bool = True) -> Trainer:
+    files = [config.resolve(f) for f in config.train_files]
+    tokenizer_file, tokenizer = prepare_tokenizer(config, files)
+    torch.manual_seed(config.seed)
+    if config.init_from:
+        model = load_checkpoint(config.resolve(config.init_from)).model
+    else:
+        model = PageSum(BartConfig(**{**config.model, "vocab_size": tokenizer.get_vocab_size()}))
+        model.reset_parameters(0.02)
+    cfg = model.config
+    special = SpecialTokens(**cfg.special_tokens())
+    if config.objective == "denoise":
+        mask_id = tokenizer.token_to_id(SPECIAL_TOKENS[-1])
+        train_set = DenoisingSet(segments(unique_documents(files), tokenizer, config.segment_tokens),
+                                 special.bos, special.eos, mask_id, config.seed)
+        val_files = [config.resolve(f) for f in config.val_files]
+        val_set = DenoisingSet(segments(unique_documents(val_files), tokenizer, config.segment_tokens),
+                               special.bos, special.eos, mask_id, config.seed + 1) if val_files else None
+    else:
+        pager = Pager(tokenizer, special, PagingOptions(**{**config.units, "truncate": True}))
+        train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens)
+        val_set = (SummarizationSet([config.resolve(f) for f in config.val_files], pager, tokenizer,
+                                    config.max_target_tokens) if config.val_files else None)
+    return Trainer(config, model, train_set, val_set, tokenizer_file, progress)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--max-steps", type=int, help="stop (resumably) after this many steps in all")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = TrainConfig.load(args.config)
+    trainer = build(config, progress=not args.quiet)
+    logger.info("%s: %d training samples, %.1fM parameters", config.name, len(trainer.train_set),
+                sum(p.numel() for p in trainer.model.parameters()) / 1e6)
+    trainer.train(args.max_steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Samples -> padded tensors for PageSum: units on a (B, U, L) grid, decoder inputs shifted right."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .data import Sample
+
+IGNORE = -100  # label of padding positions
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, U, L)
+    attention_mask: torch.Tensor  # (B, U, L)
+    unit_mask: torch.Tensor  # (B, U) bool
+    decoder_input_ids: torch.Tensor  # (B, T)
+    labels: torch.Tensor  # (B, T), IGNORE on padding
+
+    @property
+    def tokens(self) -> int:
+        """Real source + target tokens (for throughput)."""
+        return int(self.attention_mask.sum() + (self.labels != IGNORE).sum())
+
+
+def collate(samples: list[Sample], pad: int, decoder_start: int) -> Batch:
+    units = max(len(s.units) for s in samples)
+    length = max(len(u) for s in samples for u in s.units)
+    steps = max(len(s.target) for s in samples)
+    batch = len(samples)
+    input_ids = torch.full((batch, units, length), pad, dtype=torch.long)
+    attention_mask = torch.zeros((batch, units, length), dtype=torch.long)
+    unit_mask = torch.zeros((batch, units), dtype=torch.bool)
+    decoder_input_ids = torch.full((batch, steps), pad, dtype=torch.long)
+    labels = torch.full((batch, steps), IGNORE, dtype=torch.long)
+    for b, sample in enumerate(samples):
+        for u, ids in enumerate(sample.units):
+            input_ids[b, u, : len(ids)] = torch.tensor(ids)
+            attention_mask[b, u, : len(ids)] = 1
+        unit_mask[b, : len(sample.units)] = True
+        target = torch.tensor(sample.target)
+        labels[b, : len(target)] = target
+        decoder_input_ids[b, 0] = decoder_start
+        decoder_input_ids[b, 1 : len(target)] = target[:-1]
+    return Batch(input_ids, attention_mask, unit_mask, decoder_input_ids, labels)
+
+
+def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_probs (B, T, V), labels (B, T) -> (smoothed loss, plain NLL), both averaged over real tokens."""
+    mask = labels != IGNORE
+    safe = labels.clamp_min(0)
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    smooth = -log_probs.mean(-1)  # (B, T)
+    count = mask.sum().clamp_min(1)
+    nll = (nll * mask).sum() / count
+    smooth = (smooth * mask).sum() / count
+    return (1 - epsilon) * nll + epsilon * smooth, nll

@@ -1,0 +1,131 @@
+"""Training data: the JSON Lines schema of ../shared/data, read lazily, paged by `locsum_sdk.units`.
+
+Files are indexed by byte offset and each example is parsed and paged only when it is used, so a 70 MB file
+is never held as token tensors. Pages come from the same `Pager` the runtime uses, so training and serving
+see identical inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from locsum_sdk.units import Pager, split_sentences
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    documents: list[str]
+    query: str | None
+    summary: str
+    source: str
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[Example]:
+    """Stream the examples of one file."""
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                yield Example(row["id"], row["documents"], row.get("query"), row["summary"], row.get("source", ""))
+
+
+def unique_documents(paths: Sequence[str | os.PathLike]) -> Iterator[str]:
+    """Every distinct source document of the files (QMSum repeats a meeting once per query)."""
+    seen: set[bytes] = set()
+    for path in paths:
+        for example in read_jsonl(path):
+            for document in example.documents:
+                key = hashlib.sha1(document.encode()).digest()
+                if key not in seen:
+                    seen.add(key)
+                    yield document
+
+
+class JsonlIndex:
+    """Random access to the lines of JSON Lines files by byte offset."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike]):
+        self.entries: list[tuple[Path, int]] = []
+        for path in map(Path, paths):
+            offset = 0
+            with open(path, "rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        self.entries.append((path, offset))
+                    offset += len(line)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, index: int) -> Example:
+        path, offset = self.entries[index]
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            row = json.loads(handle.readline())
+        return Example(row["id"], row["documents"], row.get("query"), row["summary"], row.get("source", ""))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training pair: the units (token ids, special tokens included) and the target ids (ending in eos)."""
+
+    units: list[list[int]]
+    target: list[int]
+
+
+class SummarizationSet:
+    """Examples -> (pages, summary ids); over-long inputs keep their first `max_pages` pages."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, max_target_tokens: int):
+        self.index, self.pager, self.tokenizer = JsonlIndex(paths), pager, tokenizer
+        self.max_target_tokens = max_target_tokens
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def example(self, index: int) -> Example:
+        return self.index[index]
+
+    def get(self, index: int, epoch: int = 0) -> Sample:
+        example = self.index[index]
+        units = self.pager(example.documents, example.query)
+        eos = self.pager.special.eos
+        target = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
+        return Sample([list(u.token_ids) for u in units], target[: self.max_target_tokens - 1] + [eos])
+
+
+def segments(documents: Iterator[str], tokenizer, max_tokens: int) -> list[np.ndarray]:
+    """Documents -> runs of whole sentences of at most `max_tokens` ids each (for denoising pretraining)."""
+    out: list[np.ndarray] = []
+    for document in documents:
+        spans = split_sentences(document)
+        encodings = tokenizer.encode_batch([" " + document[s:e] for s, e in spans], add_special_tokens=False)
+        current: list[list[int]] = []
+        size = 0
+        for enc in encodings:
+            ids = enc.ids[:max_tokens]
+            if current and size + len(ids) > max_tokens:
+                out.append(_pack(current))
+                current, size = [], 0
+            current.append(ids)
+            size += len(ids)
+        if current:
+            out.append(_pack(current))
+    return out
+
+
+def _pack(sentences: list[list[int]]) -> np.ndarray:
+    """Sentences as one int32 array with -1 between sentences (kept for sentence permutation)."""
+    joined: list[int] = []
+    for ids in sentences:
+        joined.extend(ids)
+        joined.append(-1)
+    return np.array(joined[:-1], dtype=np.int32)
