@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import LocsumError
+from .errors import LocsumError, OptionError
 
 
 def _summarize(args: argparse.Namespace) -> int:
@@ -22,6 +22,34 @@ def _summarize(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(summary.text)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline
+    from .summarizer import Summarizer
+
+    examples = read_examples(args.data, args.limit)
+    systems: dict[str, list[str]] = {}
+    if args.bundle:
+        summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
+        overrides = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
+        overrides.setdefault("truncate", True)
+        systems["model"] = [
+            summarizer.summarize(ex.documents, query=ex.query, **overrides).text
+            for ex in tqdm(examples, desc="summarizing", disable=args.quiet)
+        ]
+    for name in filter(None, args.baselines.split(",")):
+        if name not in BASELINES:
+            raise OptionError(f"unknown baseline {name!r}; use some of {BASELINES}")
+        systems[name] = run_baseline(name, examples)
+    report = evaluate(systems, examples, args.output)
+    print(f"{len(examples)} examples of {args.data} (F1, 95% bootstrap interval)")
+    print(format_report(report))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2))
     return 0
 
 
@@ -48,6 +76,22 @@ _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "no_
                  "policy", "max_pages", "page_tokens", "num_pages", "truncate")
 
 
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    """Decoding and paging overrides (unset ones keep the bundle's defaults)."""
+    parser.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--num-beams", dest="num_beams", type=int)
+    parser.add_argument("--max-length", dest="max_length", type=int)
+    parser.add_argument("--min-length", dest="min_length", type=int)
+    parser.add_argument("--length-penalty", dest="length_penalty", type=float)
+    parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
+    parser.add_argument("--policy", choices=("spatial", "discourse", "document"))
+    parser.add_argument("--max-pages", dest="max_pages", type=int)
+    parser.add_argument("--page-tokens", dest="page_tokens", type=int)
+    parser.add_argument("--num-pages", dest="num_pages", type=int)
+    parser.add_argument("--truncate", action="store_true", default=None, help="keep the first pages of a too long input")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="locsum", description="Locality-aware long-input summarization.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -57,20 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", help="UTF-8 text files")
     s.add_argument("--query", help="question for query-focused summarization")
     s.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
-    s.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
-    s.add_argument("--threads", type=int)
     s.add_argument("--json", action="store_true", help="print text, pages, page weights and timings as JSON")
-    s.add_argument("--num-beams", dest="num_beams", type=int)
-    s.add_argument("--max-length", dest="max_length", type=int)
-    s.add_argument("--min-length", dest="min_length", type=int)
-    s.add_argument("--length-penalty", dest="length_penalty", type=float)
-    s.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
-    s.add_argument("--policy", choices=("spatial", "discourse", "document"))
-    s.add_argument("--max-pages", dest="max_pages", type=int)
-    s.add_argument("--page-tokens", dest="page_tokens", type=int)
-    s.add_argument("--num-pages", dest="num_pages", type=int)
-    s.add_argument("--truncate", action="store_true", default=None, help="keep the first pages of a too long input")
+    _add_options(s)
     s.set_defaults(run=_summarize)
+
+    v = commands.add_parser("eval", help="ROUGE of a bundle and of baselines on a JSON Lines file")
+    v.add_argument("--bundle", help="bundle or checkpoint directory (omit to score baselines only)")
+    v.add_argument("--data", required=True, help="JSON Lines with documents, query, summary")
+    v.add_argument("--limit", type=int, help="first N examples only")
+    v.add_argument("--baselines", default="lead,random,oracle", help="comma-separated: lead, random, oracle")
+    v.add_argument("--output", help="per-example outputs and scores (JSONL)")
+    v.add_argument("--report", help="write the ROUGE table as JSON")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_options(v)
+    v.set_defaults(run=_eval)
 
     e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle")
     e.add_argument("--kind", default="pagesum", choices=("pagesum",))

@@ -1,0 +1,165 @@
+"""ROUGE evaluation as the papers report it, with bootstrap intervals, and the extractive baselines.
+
+ROUGE-1/2/L and ROUGE-Lsum F1 from `rouge-score` with stemming; Lsum sees one sentence per line. Intervals are
+95% percentile bootstrap over examples. Baselines: lead (the first N source words, N = the reference's length),
+random sentences (up to N words), and the greedy extractive oracle (sentences added while ROUGE-1 + ROUGE-2
+against the reference still improves; an upper bound for extraction).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .errors import BackendUnavailableError
+from .units import split_sentences
+
+logger = logging.getLogger("locsum_sdk")
+
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+BASELINES = ("lead", "random", "oracle")
+
+
+@dataclass(frozen=True)
+class EvalExample:
+    id: str
+    documents: list[str]
+    query: str | None
+    reference: str
+
+
+def read_examples(path: str | Path, limit: int | None = None) -> list[EvalExample]:
+    """Examples of a JSON Lines file with the schema of ../shared/data (`documents`, `query`, `summary`)."""
+    out = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                out.append(EvalExample(row["id"], row["documents"], row.get("query"), row["summary"]))
+                if limit and len(out) >= limit:
+                    break
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in split_sentences(text)]
+
+
+def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> list[dict[str, float]]:
+    """Per-example F1 (in percent) of every metric."""
+    try:
+        from rouge_score import rouge_scorer
+    except ImportError:
+        raise BackendUnavailableError("ROUGE needs rouge-score: pip install 'locsum[eval]'") from None
+    scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True)
+    rows = []
+    for prediction, reference in zip(predictions, references):
+        scores = scorer.score("\n".join(_sentences(reference)), "\n".join(_sentences(prediction)))
+        rows.append({m: 100 * scores[m].fmeasure for m in METRICS})
+    return rows
+
+
+def bootstrap(rows: list[dict[str, float]], samples: int = 1000, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Mean and 95% percentile-bootstrap interval of every metric."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for metric in METRICS:
+        values = np.array([r[metric] for r in rows])
+        means = values[rng.integers(0, len(values), (samples, len(values)))].mean(axis=1)
+        out[metric] = {"mean": float(values.mean()), "low": float(np.percentile(means, 2.5)),
+                       "high": float(np.percentile(means, 97.5))}
+    return out
+
+
+def lead(example: EvalExample, words: int, rng: random.Random) -> str:
+    return " ".join(" ".join(example.documents).split()[:words])
+
+
+def random_sentences(example: EvalExample, words: int, rng: random.Random) -> str:
+    sentences = [s for doc in example.documents for s in _sentences(doc)]
+    rng.shuffle(sentences)
+    chosen, count = [], 0
+    for sentence in sentences:
+        if count >= words:
+            break
+        chosen.append(sentence)
+        count += len(sentence.split())
+    return "\n".join(chosen)
+
+
+def _grams(tokens: list[str], n: int) -> Counter:
+    return Counter(zip(*(tokens[i:] for i in range(n))))
+
+
+def _f1(candidate: Counter, reference: Counter) -> float:
+    overlap = sum((candidate & reference).values())
+    if not overlap:
+        return 0.0
+    precision, recall = overlap / sum(candidate.values()), overlap / sum(reference.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def oracle(example: EvalExample, words: int, rng: random.Random) -> str:
+    """Greedy extractive oracle on lower-cased unigrams + bigrams (the usual approximation of ROUGE-1 + 2)."""
+    sentences = [s for doc in example.documents for s in _sentences(doc)]
+    tokens = [s.lower().split() for s in sentences]
+    ref = example.reference.lower().split()
+    ref1, ref2 = _grams(ref, 1), _grams(ref, 2)
+    chosen: list[int] = []
+    have1, have2, best = Counter(), Counter(), 0.0
+    while True:
+        gains = [(_f1(have1 + _grams(t, 1), ref1) + _f1(have2 + _grams(t, 2), ref2), i)
+                 for i, t in enumerate(tokens) if i not in chosen and t]
+        if not gains:
+            break
+        score, index = max(gains)
+        if score <= best:
+            break
+        best = score
+        chosen.append(index)
+        have1 += _grams(tokens[index], 1)
+        have2 += _grams(tokens[index], 2)
+    return "\n".join(sentences[i] for i in sorted(chosen))
+
+
+BASELINE_FUNCTIONS: dict[str, Callable[[EvalExample, int, random.Random], str]] = {
+    "lead": lead, "random": random_sentences, "oracle": oracle,
+}
+
+
+def run_baseline(name: str, examples: Iterable[EvalExample], seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [BASELINE_FUNCTIONS[name](ex, len(ex.reference.split()), rng) for ex in examples]
+
+
+def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
+             samples: int = 1000) -> dict[str, dict[str, dict[str, float]]]:
+    """ROUGE with intervals for every system; per-example rows (outputs and scores) to `output` as JSONL."""
+    references = [ex.reference for ex in examples]
+    report, per_example = {}, {}
+    for name, predictions in systems.items():
+        rows = rouge_scores(predictions, references)
+        report[name] = bootstrap(rows, samples)
+        per_example[name] = rows
+    if output is not None:
+        with open(output, "w", encoding="utf-8") as handle:
+            for i, ex in enumerate(examples):
+                row = {"id": ex.id, "reference": ex.reference,
+                       **{name: {"output": systems[name][i], **per_example[name][i]} for name in systems}}
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return report
+
+
+def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = [f"{'system':14s}" + "".join(f"{m:>22s}" for m in METRICS)]
+    for name, metrics in report.items():
+        cells = "".join(f"{v['mean']:8.2f} [{v['low']:5.2f},{v['high']:6.2f}]" for v in metrics.values())
+        lines.append(f"{name:14s}{cells}")
+    return "\n".join(lines)

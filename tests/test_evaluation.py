@@ -1,0 +1,63 @@
+"""ROUGE, bootstrap intervals, baselines and `locsum eval`."""
+
+import json
+import random
+
+import pytest
+
+pytest.importorskip("rouge_score")
+
+from conftest import SHARED_DATA, document  # noqa: E402
+from locsum_sdk.cli import main  # noqa: E402
+from locsum_sdk.evaluation import EvalExample, bootstrap, evaluate, oracle, rouge_scores, run_baseline  # noqa: E402
+
+
+def examples(n=12, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        doc = document(rng, 20)
+        reference = " ".join(doc.split(". ")[3:5])
+        out.append(EvalExample(f"e{i}", [doc], None, reference))
+    return out
+
+
+def test_rouge_is_100_for_the_reference_and_lsum_uses_sentences():
+    (row,) = rouge_scores(["The cat sat. The dog ran."], ["The cat sat. The dog ran."])
+    assert all(v == pytest.approx(100) for v in row.values())
+    (row,) = rouge_scores(["The dog ran. The cat sat."], ["The cat sat. The dog ran."])
+    assert row["rougeLsum"] == pytest.approx(100) and row["rougeL"] < 100
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    rows = [{m: float(v) for m in ("rouge1", "rouge2", "rougeL", "rougeLsum")} for v in range(0, 100, 5)]
+    ci = bootstrap(rows)["rouge1"]
+    assert ci["low"] < ci["mean"] < ci["high"] and ci["mean"] == pytest.approx(47.5)
+
+
+def test_oracle_beats_lead_and_random():
+    data = examples()
+    report = evaluate({name: run_baseline(name, data) for name in ("lead", "random", "oracle")}, data)
+    assert report["oracle"]["rouge2"]["mean"] > report["lead"]["rouge2"]["mean"]
+    assert report["oracle"]["rouge1"]["mean"] > report["random"]["rouge1"]["mean"]
+    assert oracle(data[0], 10, random.Random(0))
+
+
+def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": e.id, "documents": e.documents, "query": "What?", "summary": e.reference})
+                            + "\n" for e in examples(4)))
+    code = main(["eval", "--bundle", str(bundle_dir), "--data", str(data), "--baselines", "lead", "--quiet",
+                 "--output", str(tmp_path / "out.jsonl"), "--report", str(tmp_path / "report.json"), "--max-length", "8"])
+    assert code == 0
+    assert "rougeLsum" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and set(rows[0]) >= {"id", "reference", "model", "lead"}
+    assert set(json.loads((tmp_path / "report.json").read_text())) == {"model", "lead"}
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
+def test_baselines_on_real_qmsum(capsys):
+    assert main(["eval", "--data", str(SHARED_DATA / "qmsum" / "test.jsonl"), "--limit", "3", "--baselines",
+                 "lead,oracle"]) == 0
+    assert "oracle" in capsys.readouterr().out
