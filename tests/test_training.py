@@ -68,7 +68,7 @@ def run_config(tmp_path, jsonl, tokenizer_file, objective, name):
         val_files=[str(jsonl)], model={k: v for k, v in cfg.to_dict().items() if k != "vocab_size"},
         output=str(tmp_path), units=TINY_UNITS, batch_size=2, grad_accum=2, max_steps=6, lr=1e-3,
         warmup_steps=2, segment_tokens=48, max_target_tokens=24, log_every=1, eval_every=3, save_every=2,
-        bf16=False, val_examples=2,
+        bf16=False, val_examples=2, generation={"num_beams": 2, "max_length": 6},
     )
 
 
@@ -80,12 +80,14 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, jsonl, tokenizer_file
     first = build(run_config(tmp_path, jsonl, tokenizer_file, objective, "resumed"), progress=False).train(max_steps=3)
     second = build(run_config(tmp_path, jsonl, tokenizer_file, objective, "resumed"), progress=False).train()
     assert [r["step"] for r in second] == [4, 5, 6]  # resumed from the step-3 checkpoint, not from scratch
-    keys = ("loss", "grad_norm", "val_nll")
+    keys = ("loss", "grad_norm", "val_nll", "val_rouge1")
     resumed_log = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in resumed_log] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(straight, resumed_log):
         assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
     assert first[0]["loss"] == straight[0]["loss"]
+    if objective == "summarize":
+        assert 0 <= straight[2]["val_rouge1"] <= 100
 
 
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):

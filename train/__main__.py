@@ -68,7 +68,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens)
         val_set = (SummarizationSet([config.resolve(f) for f in config.val_files], pager, tokenizer,
                                     config.max_target_tokens) if config.val_files else None)
-    return Trainer(config, model, train_set, val_set, tokenizer_file, progress)
+    return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -62,9 +62,9 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 
 class Trainer:
     def __init__(self, config: TrainConfig, model: PageSum, train_set, val_set=None, tokenizer_file: Path | None = None,
-                 progress: bool = True):
+                 progress: bool = True, tokenizer=None):
         self.config, self.model, self.train_set, self.val_set = config, model, train_set, val_set
-        self.tokenizer_file, self.progress = tokenizer_file, progress
+        self.tokenizer_file, self.progress, self.tokenizer = tokenizer_file, progress, tokenizer
         self.optimizer = optimizer_for(model, config)
         self.position = Position()
         self.run_dir = config.run_dir()
@@ -124,7 +124,7 @@ class Trainer:
                 record["tokens_per_s"] = window_tokens / elapsed
                 window_tokens, window_start = 0, time.perf_counter()
             if self.val_set is not None and config.eval_every and (step + 1) % config.eval_every == 0:
-                record["val_nll"] = self.validate()
+                record.update(self.validate())
                 self.model.train()
             self._log(record)
             records.append(record)
@@ -136,16 +136,25 @@ class Trainer:
         return records
 
     @torch.no_grad()
-    def validate(self) -> float:
-        """Mean token NLL on the first `val_examples` validation samples."""
+    def validate(self) -> dict[str, float]:
+        """Mean token NLL on the first `val_examples` validation samples; for summarization also their ROUGE
+        (generation with the config's decoding options, torch reference backend)."""
         self.model.eval()
-        total, count = 0.0, 0
-        for index in range(min(self.config.val_examples, len(self.val_set))):
-            batch = collate([self.val_set.get(index)], self.pad, self.start)
-            _, nll = self.loss(batch)
-            total += nll.item()
-            count += 1
-        return total / max(1, count)
+        count = min(self.config.val_examples, len(self.val_set))
+        samples = [self.val_set.get(index) for index in range(count)]
+        nll = float(np.mean([self.loss(collate([s], self.pad, self.start))[1].item() for s in samples]))
+        if self.config.objective != "summarize" or self.tokenizer is None:
+            return {"val_nll": nll}
+        from locsum_sdk.evaluation import rouge_scores
+        from locsum_sdk.generation import GenerationOptions
+        from locsum_sdk.modeling.pagesum import generate
+
+        options = GenerationOptions(**self.config.generation)
+        hypotheses = [generate(self.model, [s.units], options)[0] for s in samples]
+        predictions = [self.tokenizer.decode(h.token_ids, skip_special_tokens=True) for h in hypotheses]
+        references = [self.val_set.example(index).summary for index in range(count)]
+        rows = rouge_scores(predictions, references)
+        return {"val_nll": nll, **{f"val_{m}": float(np.mean([r[m] for r in rows])) for m in rows[0]}}
 
     # ---- checkpoints ------------------------------------------------------------------------------------
     def _log(self, record: dict) -> None:
