@@ -1,0 +1,56 @@
+"""PageSum maths in torch: cached steps == teacher forcing, padding pages change nothing, one page == BART."""
+
+import torch
+
+from conftest import random_pagesum
+from locsum_sdk.modeling.bart import attention_bias
+
+VOCAB = 400
+
+
+def inputs(seed=0, batch=2, units=3, length=20, steps=7):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (batch, units, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, -1, 12:] = 0
+    unit_mask = torch.ones(batch, units, dtype=torch.bool)
+    unit_mask[1, -1] = units == 1
+    return ids, mask, unit_mask, torch.randint(5, VOCAB, (batch, steps), generator=g)
+
+
+def test_cached_steps_equal_teacher_forcing():
+    model = random_pagesum(VOCAB)
+    ids, mask, unit_mask, dec = inputs()
+    batch, units, length = ids.shape
+    with torch.no_grad():
+        expected, expected_w = model(ids, mask, unit_mask, dec)
+        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
+        past, rows = None, torch.arange(batch * units)
+        for t in range(dec.shape[1]):
+            log_probs, weights, past = model.step(dec[:, t : t + 1], unit_mask, mask.view(-1, length), rows, past, cross)
+            assert torch.allclose(log_probs[:, 0], expected[:, t], atol=1e-5)
+            assert torch.allclose(weights[..., 0], expected_w[..., t], atol=1e-6)
+
+
+def test_a_padding_page_changes_nothing():
+    model = random_pagesum(VOCAB)
+    ids, mask, unit_mask, dec = inputs(1)
+    garbage = torch.randint(5, VOCAB, (2, 1, ids.shape[2]))
+    padded = (torch.cat([ids, garbage], 1), torch.cat([mask, torch.ones_like(garbage)], 1),
+              torch.cat([unit_mask, torch.zeros(2, 1, dtype=torch.bool)], 1))
+    with torch.no_grad():
+        expected, weights = model(ids, mask, unit_mask, dec)
+        got, padded_weights = model(*padded, dec)
+    assert torch.equal(got, expected)
+    assert torch.equal(padded_weights[:, :3], weights) and torch.all(padded_weights[:, 3] == 0)
+
+
+def test_one_page_is_plain_bart():
+    model = random_pagesum(VOCAB)
+    ids, mask, _, dec = inputs(2, units=1)
+    with torch.no_grad():
+        got, weights = model(ids, mask, torch.ones(2, 1, dtype=torch.bool), dec)
+        memory = model.model.encoder(ids[:, 0], mask[:, 0])
+        hidden, _ = model.model.decoder(dec, model.model.cross_kv(memory), attention_bias(mask[:, 0], memory.dtype))
+        expected = torch.log_softmax(model.model.lm_logits(hidden), -1)
+    assert torch.allclose(got, expected, atol=1e-6) and torch.all(weights == 1)
