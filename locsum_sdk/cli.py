@@ -66,7 +66,8 @@ def _export(args: argparse.Namespace) -> int:
             page_tokens=args.page_tokens or defaults.page_tokens,
         )
     bundle = export_onnx(
-        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, paging=paging, force=args.force
+        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, paging=paging, force=args.force,
+        quantize=args.quantize,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--policy", choices=("spatial", "discourse", "document"))
     e.add_argument("--max-pages", dest="max_pages", type=int)
     e.add_argument("--page-tokens", dest="page_tokens", type=int)
+    e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     e.set_defaults(run=_export)
     return parser

@@ -116,3 +116,21 @@ def test_export_from_hf_bart_directory_through_the_script(tmp_path, tokenizer_fi
     assert "page_conf starts at zero" in result.stderr
     manifest = json.loads((tmp_path / "b" / C.MANIFEST_FILE).read_text())
     assert manifest["model"]["d_model"] == 16 and manifest["units"]["page_tokens"] == 64
+
+
+def test_int8_export_quantizes_linear_layers_only(tmp_path, checkpoint_dir):
+    from locsum_sdk import Summarizer
+
+    bundle = exporter.export_onnx(checkpoint_dir, tmp_path / "int8", quantize="int8")
+    assert bundle.manifest.dtype == "int8"
+    decoder = onnx.load(str(bundle.path / C.DECODER_FILE))
+    ops = {n.op_type for n in decoder.graph.node}
+    assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
+    assert [f.name for f in decoder.functions] == ["PageCombine"]
+    for graph in bundle.manifest.graphs.values():
+        assert np.isfinite(graph["int8_max_abs_diff"])
+    summary = Summarizer.from_pretrained(bundle.path).summarize("The committee approved the budget. " * 20,
+                                                                 max_length=8)
+    assert summary.token_ids
+    with pytest.raises(ExportError, match="quantize"):
+        exporter.export_onnx(checkpoint_dir, tmp_path / "fp8", quantize="fp8")

@@ -32,6 +32,36 @@ logger = logging.getLogger("locsum_sdk")
 
 OPSET = page_combine.OPSET
 ATOL = 1e-4  # largest |torch - onnxruntime| accepted on the example inputs (float32)
+QUANTIZATIONS = ("int8",)
+
+
+def quantize_int8(path: Path) -> None:
+    """ONNX Runtime dynamic quantization of the linear layers: int8 weights, activations quantized per run.
+
+    Only MatMul/Gemm with a constant weight are touched; attention, LayerNorm, softmax and the combine op stay
+    float32. The LM head shares its weight with the embedding lookup; it gets its own copy first, since the
+    quantizer rewrites a Gemm's weight in place."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(path))
+    initializers = {init.name: init for init in model.graph.initializer}
+    users: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users[name] = users.get(name, 0) + 1
+    for node in model.graph.node:
+        if node.op_type == "Gemm" and users.get(node.input[1], 0) > 1 and node.input[1] in initializers:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(initializers[node.input[1]])
+            copy.name = node.input[1] + ".lm_head"
+            model.graph.initializer.append(copy)
+            node.input[1] = copy.name
+    onnx.save(model, str(path))
+    target = path.with_name(path.stem + ".int8.onnx")
+    quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
+                     extra_options={"MatMulConstBOnly": True})
+    os.replace(target, path)
 
 
 def _register_symbolics() -> None:
@@ -105,6 +135,7 @@ def export_onnx(
     generation: GenerationOptions | None = None,
     force: bool = False,
     atol: float = ATOL,
+    quantize: str | None = None,
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -116,8 +147,12 @@ def export_onnx(
         paging: unit policy and limits recorded as the bundle's defaults.
         generation: decoding defaults recorded in the bundle.
         force: replace an existing output directory.
-        atol: tolerance of the ONNX Runtime vs torch validation.
+        atol: tolerance of the ONNX Runtime vs torch validation (of the float32 graphs).
+        quantize: None (float32) or "int8" (dynamic quantization of the linear layers, after the float32
+            graphs passed validation; the int8 difference from torch is recorded in the manifest).
     """
+    if quantize not in (None, *QUANTIZATIONS):
+        raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
@@ -148,6 +183,10 @@ def export_onnx(
             worst = validate(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
             graphs[name] = {"file": file, "inputs": spec[2], "outputs": spec[3], "max_abs_diff": worst}
+            if quantize == "int8":
+                quantize_int8(work / file)
+                check_graph(work / file, function)
+                graphs[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         cfg = model.config
         manifest = Manifest(
@@ -157,6 +196,7 @@ def export_onnx(
             special_tokens=cfg.special_tokens(),
             generation=dataclasses.asdict(generation),
             graphs=graphs,
+            dtype=quantize or "float32",
             producer={"locsum": __version__, "torch": torch.__version__, "opset": str(OPSET)},
         )
         write_manifest(work, manifest)
