@@ -2,6 +2,7 @@
 
 bart-base-shaped random PageSum, 8 pages of 1024 tokens, 4 beams, 2 threads each. The two backends run
 interleaved, after a warm-up, on the same encoded document; tokens must be identical. Target: ORT >= 2x.
+Also prints the step as a multiple of its roofline bound, measured on this machine in the same run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 import numpy as np
 
 from benchmarks.common import text_of_tokens, write_result
+from benchmarks.roofline import bandwidth_gbs, matmul_gflops, step_bound
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.generation import GenerationOptions, generate
@@ -66,12 +68,19 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
     benchmark.pedantic(run, rounds=1, iterations=1)
     ort_ms, ref_ms = 1000 * np.median(ort_times), 1000 * np.median(ref_times)
     ratio = ref_ms / ort_ms
+    bandwidth, gflops = bandwidth_gbs(), matmul_gflops()
+    weights = (bundle / "decoder.onnx").stat().st_size  # every weight of the step graph, read once per step
+    bound = step_bound(ort.backend.config, weights, len(units), batch.input_ids.shape[1], 4, 8, bandwidth, gflops)
+    print(f"\nmachine: {bandwidth:.1f} GB/s read, {gflops:.0f} GFLOP/s float32 matmul (2 threads); step bound "
+          f"{1000 * bound.seconds:.1f} ms ({bound.bytes / 1e6:.0f} MB, {bound.flops / 1e9:.2f} GFLOP): onnxruntime at "
+          f"{ort_ms / (1000 * bound.seconds):.2f}x the bound, torch at {ref_ms / (1000 * bound.seconds):.2f}x")
     print(f"\n{len(units)} pages x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
           f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ratio:.2f}x faster; "
           f"identical tokens: {same}")
     info = {"pages": len(units), "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
             "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
-            "speedup": ratio, "identical_tokens": same}
+            "speedup": ratio, "identical_tokens": same, "bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
+            "bound_ms": 1000 * bound.seconds}
     benchmark.extra_info.update(info)
     write_result("step_speed", info)
     assert same

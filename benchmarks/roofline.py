@@ -1,0 +1,75 @@
+"""This machine's limits, measured inside the run, and the lower bound of one decoding step.
+
+Bandwidth: ONNX Runtime summing a 512 MB float32 tensor. Matmul throughput: ONNX Runtime multiplying two
+1024 x 1024 float32 matrices. A step must at least read the decoder's weights once (the LM head reads the
+whole embedding table) and the cross keys/values of every unit; its bound is that many bytes over the
+bandwidth, or its FLOPs over the matmul throughput, whichever is larger.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _session(nodes, inputs, threads: int):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _best(run, repeats: int) -> float:
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def bandwidth_gbs(threads: int = 2, megabytes: int = 512) -> float:
+    from onnx import helper
+
+    data = np.ones(megabytes * 2**20 // 4, dtype=np.float32)
+    session = _session([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [("x", [data.size])], threads)
+    return data.nbytes / _best(lambda: session.run(None, {"x": data}), 5) / 1e9
+
+
+def matmul_gflops(threads: int = 2, size: int = 1024) -> float:
+    from onnx import helper
+
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    session = _session([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [size, size]), ("b", [size, size])],
+                       threads)
+    return 2 * size**3 / _best(lambda: session.run(None, {"a": a, "b": a}), 5) / 1e9
+
+
+@dataclass(frozen=True)
+class StepBound:
+    bytes: float  # bytes a step must read
+    flops: float  # multiply-adds x 2 of a step
+    seconds: float  # the larger of bytes / bandwidth and flops / throughput
+
+
+def step_bound(config: dict, weight_bytes: int, units: int, length: int, beams: int, past: int,
+               bandwidth: float, gflops: float) -> StepBound:
+    """Lower bound of one decoding step of PageSum with `units` units of `length` tokens and `beams` beams."""
+    d, layers, ffn, vocab = config["d_model"], config["decoder_layers"], config["decoder_ffn_dim"], config["vocab_size"]
+    rows = units * beams
+    cross = units * layers * 2 * d * length * 4  # keys and values, float32
+    cache = rows * layers * 2 * d * past * 4
+    flops = 2 * rows * layers * (6 * d * d + 2 * d * ffn)  # self q,k,v,out + cross q,out + FFN on every row
+    flops += 2 * rows * layers * 2 * d * (length + past)  # attention scores and mixing
+    flops += 2 * beams * d * vocab  # LM head on the mixed rows only
+    total = weight_bytes + cross + cache
+    return StepBound(total, flops, max(total / (bandwidth * 1e9), flops / (gflops * 1e9)))
