@@ -57,7 +57,6 @@ class OnnxRuntimeBackend:
         self.providers = providers or ["CPUExecutionProvider"]
         self.encoder = self._session("encoder", options)
         self.decoder = self._session("decoder", options)
-        self.device = "cpu"
 
     def _session(self, graph: str, options):
         spec = self.bundle.graph(graph)
@@ -102,13 +101,15 @@ class OnnxRuntimeSession:
             **{name: to_ort(buffer) for name, buffer in self.cross.items()},
         }
         empty = np.zeros((self.rows * beams, heads, 0, dim), dtype=np.float32)
-        self.past = {name(i): to_ort(empty) for i in range(backend.layers) for name in (C.past_key, C.past_value)}
+        layers = range(backend.layers)
+        self.past_names = [name(i) for i in layers for name in (C.past_key, C.past_value)]
+        self.present_names = [name(i) for i in layers for name in (C.present_key, C.present_value)]
+        self.past = {name: to_ort(empty) for name in self.past_names}
         self.binding = backend.decoder.io_binding()
         for name, value in self.fixed.items():
             self.binding.bind_ortvalue_input(name, value)
         for name, buffer in ((C.LOG_PROBS, self.log_probs), (C.UNIT_WEIGHTS, self.unit_weights)):
             self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
-        self.present_names = [name(i) for i in range(backend.layers) for name in (C.present_key, C.present_value)]
 
     def _encode(self, unit_batch_size: int) -> None:
         """Run the encoder micro-batch by micro-batch, writing cross K/V straight into the grid buffers."""
@@ -133,10 +134,7 @@ class OnnxRuntimeSession:
         for name in self.present_names:  # the cache grows every step: let ORT allocate it anew
             self.binding.bind_output(name, "cpu")
         _run(self.backend.decoder, self.binding, "decoder")
-        presents = self.binding.get_outputs()[2:]
-        self.past = {
-            name.replace("present", "past"): value for name, value in zip(self.present_names, presents)
-        }
+        self.past = dict(zip(self.past_names, self.binding.get_outputs()[2:]))  # presents become the next pasts
         return self.log_probs, self.unit_weights
 
     def close(self) -> None:
