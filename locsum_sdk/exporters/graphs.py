@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from .. import constants as C
 from ..modeling.pagesum import PageSum
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """Everything the exporter needs to know about one graph."""
+
+    module: nn.Module  # the wrapper whose forward is the graph
+    example: tuple[torch.Tensor, ...]  # example inputs (dynamic axes must not be 1 here)
+    inputs: list[str]  # input names, in forward order
+    outputs: list[str]  # output names
+    axes: dict[str, dict[int, str]]  # dynamic axes by tensor name
 
 
 class EncoderGraph(nn.Module):
@@ -36,8 +49,8 @@ class DecoderGraph(nn.Module):
         return (log_probs, weights, *[t for kv in present for t in kv])
 
 
-def encoder_spec(model: PageSum, units: int = 3, length: int = 12):
-    """(module, example inputs, input names, output names, dynamic axes) of encoder.onnx."""
+def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
+    """encoder.onnx."""
     cfg = model.config
     input_ids = torch.randint(3, cfg.vocab_size, (units, length))
     attention_mask = torch.ones(units, length, dtype=torch.int64)
@@ -48,11 +61,13 @@ def encoder_spec(model: PageSum, units: int = 3, length: int = 12):
     for i in range(cfg.decoder_layers):
         axes[C.cross_key(i)] = {0: "units", 3: "length"}
         axes[C.cross_value(i)] = {0: "units", 2: "length"}
-    return EncoderGraph(model), (input_ids, attention_mask), inputs, outputs, axes
+    return GraphSpec(EncoderGraph(model), (input_ids, attention_mask), inputs, outputs, axes)
 
 
-def decoder_spec(model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, past: int = 3):
-    """(module, example inputs, input names, output names, dynamic axes) of decoder.onnx."""
+def decoder_spec(
+    model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, past: int = 3
+) -> GraphSpec:
+    """decoder.onnx."""
     cfg = model.config
     heads, dim, rows = cfg.decoder_heads, cfg.head_dim, batch * units
     unit_mask = torch.ones(batch, units, dtype=torch.bool)
@@ -83,4 +98,4 @@ def decoder_spec(model: PageSum, batch: int = 2, units: int = 3, beams: int = 2,
         axes[C.present_key(i)] = axes[C.present_value(i)] = {0: "beam_rows", 2: "steps"}
         axes[C.cross_key(i)] = {0: "rows", 3: "length"}
         axes[C.cross_value(i)] = {0: "rows", 2: "length"}
-    return DecoderGraph(model), tuple(example), inputs, outputs, axes
+    return GraphSpec(DecoderGraph(model), tuple(example), inputs, outputs, axes)

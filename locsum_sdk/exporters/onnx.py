@@ -26,7 +26,7 @@ from ..generation import GenerationOptions
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..units import PagingOptions
-from .graphs import decoder_spec, encoder_spec
+from .graphs import GraphSpec, decoder_spec, encoder_spec
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -76,19 +76,18 @@ def _register_symbolics() -> None:
     torch.onnx.register_custom_op_symbolic(page_combine.TORCH_NAME, symbolic, OPSET)
 
 
-def _export_graph(spec, path: Path) -> list[np.ndarray]:
+def _export_graph(spec: GraphSpec, path: Path) -> list[np.ndarray]:
     """Export one graph and return the torch outputs on its example inputs."""
-    module, example, inputs, outputs, axes = spec
-    module.eval()
+    spec.module.eval()
     with torch.no_grad():
-        expected = [t.numpy() for t in module(*example)]
+        expected = [t.numpy() for t in spec.module(*spec.example)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module, example, str(path), input_names=inputs, output_names=outputs, dynamic_axes=axes,
-            opset_version=OPSET, dynamo=False, do_constant_folding=True,
+            spec.module, spec.example, str(path), input_names=spec.inputs, output_names=spec.outputs,
+            dynamic_axes=spec.axes, opset_version=OPSET, dynamo=False, do_constant_folding=True,
         )
-    module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
+    spec.module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
     return expected
 
 
@@ -108,15 +107,14 @@ def check_graph(path: Path, expect_function: str | None) -> None:
             raise ExportError(f"{path.name} should hold one {page_combine.DOMAIN}.{expect_function} node and function")
 
 
-def validate(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
+def validate(path: Path, spec: GraphSpec, expected: list[np.ndarray], atol: float) -> float:
     """Run the graph on ONNX Runtime and compare with the torch outputs; returns the largest difference."""
     import onnxruntime as ort
 
-    _, example, inputs, outputs, _ = spec
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(outputs, {name: t.numpy() for name, t in zip(inputs, example)})
+    got = session.run(spec.outputs, {name: t.numpy() for name, t in zip(spec.inputs, spec.example)})
     worst = 0.0
-    for name, a, b in zip(outputs, expected, got):
+    for name, a, b in zip(spec.outputs, expected, got):
         if a.shape != b.shape:
             raise ExportError(f"{path.name}: output {name} has shape {b.shape} on ONNX Runtime, {a.shape} in torch")
         diff = float(np.abs(a - b).max()) if a.size else 0.0
@@ -182,7 +180,7 @@ def export_onnx(
             check_graph(work / file, function)
             worst = validate(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
-            graphs[name] = {"file": file, "inputs": spec[2], "outputs": spec[3], "max_abs_diff": worst}
+            graphs[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
             if quantize == "int8":
                 quantize_int8(work / file)
                 check_graph(work / file, function)
