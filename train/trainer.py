@@ -102,7 +102,7 @@ class Trainer:
         bar = tqdm(total=stop, initial=self.position.step, disable=not self.progress, desc=config.name, unit="step")
         self.model.train()
         while self.position.step < stop:
-            step = self.position.step
+            step, started = self.position.step, time.perf_counter()
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
             losses, nlls = [], []
@@ -118,7 +118,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.position = Position(step + 1, epoch, cursor)
             record = {"step": step + 1, "epoch": epoch, "loss": float(np.mean(losses)), "nll": float(np.mean(nlls)),
-                      "lr": learning_rate(config, step), "grad_norm": float(grad_norm)}
+                      "lr": learning_rate(config, step), "grad_norm": float(grad_norm),
+                      "seconds": time.perf_counter() - started}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
                 record["tokens_per_s"] = window_tokens / elapsed
