@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_UNITS, document, tiny_config
+from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config
 from train.batching import IGNORE, collate, label_smoothed_nll
 from train.config import TrainConfig
 from train.data import JsonlIndex, Sample, read_jsonl, segments, unique_documents
@@ -100,3 +100,23 @@ def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
     bundle = export_onnx(trainer.latest(), tmp_path / "bundle")
     summary = Summarizer.from_pretrained(bundle.path).summarize(document(random.Random(1), 10), max_length=8)
     assert summary.token_ids
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
+def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file):
+    from locsum_sdk.bundle import Bundle
+    from train.__main__ import build
+    from train.release import main as release
+
+    import dataclasses
+
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
+    config = dataclasses.replace(config, units={**TINY_UNITS, "page_tokens": 128})
+    trainer = build(config, progress=False)
+    trainer.train(max_steps=2)
+    release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
+             "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work")])
+    card = (tmp_path / "default" / "README.md").read_text()
+    assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card
+    assert "of 2 summaries identical" in card
+    Bundle.load(tmp_path / "default")
