@@ -98,6 +98,11 @@ class Summarizer:
         """
         if backend not in BACKENDS:
             raise OptionError(f"backend={backend!r} is not known; use one of {BACKENDS}")
+        if path is None and not DEFAULT_BUNDLE.exists():
+            raise BundleNotFoundError(
+                f"no default bundle at {DEFAULT_BUNDLE}; pass the path of a bundle or checkpoint directory "
+                "(or set LOCSUM_BUNDLE)"
+            )
         path = Path(path) if path is not None else DEFAULT_BUNDLE
         if not path.exists():
             raise BundleNotFoundError(f"{path} does not exist; pass the path of a bundle or checkpoint directory")

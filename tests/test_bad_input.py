@@ -71,6 +71,16 @@ def test_empty_query_and_bad_batches(summarizer):
         summarizer.summarize_batch(["a text.", "another."], queries=["only one"])
 
 
+def test_default_bundle_comes_from_the_environment(bundle_dir, tmp_path, monkeypatch):
+    from locsum_sdk import summarizer as module
+
+    monkeypatch.setattr(module, "DEFAULT_BUNDLE", bundle_dir)
+    assert Summarizer.from_pretrained().summarize("The board met on Monday.", max_length=4).token_ids
+    monkeypatch.setattr(module, "DEFAULT_BUNDLE", tmp_path / "absent")
+    with pytest.raises(BundleNotFoundError, match="no default bundle"):
+        Summarizer.from_pretrained()
+
+
 def test_missing_bundle_and_unknown_backend(tmp_path, bundle_dir):
     with pytest.raises(BundleNotFoundError):
         Summarizer.from_pretrained(tmp_path / "nothing")
