@@ -261,7 +261,7 @@ class Pager:
         if not self.options.truncate:
             raise InputTooLongError(
                 f"the input ({tokens} tokens) needs {len(pages)} pages of at most {self.options.page_tokens} tokens, "
-                f"but max_pages={limit}; raise max_pages (up to what the bundle allows) or pass truncate=True "
+                f"but max_pages={limit}; raise max_pages (up to what memory allows) or pass truncate=True (--truncate) "
                 f"to keep the first {limit} pages"
             )
         kept = sum(len(s.token_ids) for p in pages[:limit] for s in p)
