@@ -1,4 +1,10 @@
-"""One memory point in a fresh process: load, summarize an input of N tokens, report the peak RSS as JSON."""
+"""One memory point in a fresh process: load a system, summarize an input of N tokens (greedy, a fixed number
+of steps), report the process's peak RSS as JSON.
+
+Systems: `onnxruntime` / `torch` (locsum PageSum, `path` is its bundle / checkpoint), `led` (HF LED, sliding
+window attention, LED-base shape) and `bart-full` (HF BART with full eager attention over the whole input and
+its 1024 learned positions copied to cover it: the quadratic baseline). HF systems use random weights.
+"""
 
 import argparse
 import json
@@ -8,8 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import text_of_tokens  # noqa: E402
-from locsum_sdk import Summarizer  # noqa: E402
+from benchmarks.common import BART_BASE, text_of_tokens  # noqa: E402
+
+HF_SYSTEMS = ("led", "bart-full")
 
 
 def rss_mb() -> float:
@@ -17,24 +24,74 @@ def rss_mb() -> float:
         return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
 
 
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def locsum_point(path: str, backend: str, tokens: int, steps: int, threads: int) -> dict:
+    from locsum_sdk import Summarizer
+
+    summarizer = Summarizer.from_pretrained(path, backend=backend, threads=threads, verify=False)
+    text = text_of_tokens(summarizer.tokenizer, tokens)
+    loaded = rss_mb()
+    summary = summarizer.summarize(text, num_beams=1, max_length=steps + 1, min_length=steps + 1, max_pages=1024)
+    return {"tokens": sum(len(u.token_ids) for u in summary.units), "pages": len(summary.units),
+            "steps": len(summary.token_ids), "rss_loaded_mb": loaded, "peak_rss_mb": peak_mb(),
+            "token_ids": summary.token_ids, "seconds": summary.timings["total"]}
+
+
+def hf_model(system: str, tokens: int):
+    import torch
+    import transformers
+
+    shape = dict(vocab_size=BART_BASE["vocab_size"], d_model=768, encoder_layers=6, decoder_layers=6,
+                 encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)
+    torch.manual_seed(0)
+    if system == "led":
+        config = transformers.LEDConfig(max_encoder_position_embeddings=max(tokens, 1024),
+                                        max_decoder_position_embeddings=1024, attention_window=1024, **shape)
+        return transformers.LEDForConditionalGeneration(config).eval()
+    config = transformers.BartConfig(max_position_embeddings=max(tokens, 1024), attn_implementation="eager", **shape)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():  # extend 1024 learned positions by copying them, as long-input BART variants do
+        for positions in (model.model.encoder.embed_positions, model.model.decoder.embed_positions):
+            table = positions.weight
+            table[2:] = table[2:1026].repeat((table.shape[0] - 2) // 1024 + 1, 1)[: table.shape[0] - 2]
+    return model
+
+
+def hf_point(system: str, tokens: int, steps: int, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    model = hf_model(system, tokens)
+    ids = torch.randint(5, BART_BASE["vocab_size"], (1, tokens))
+    ids[0, 0], ids[0, -1] = 0, 2
+    extra = {}
+    if system == "led":
+        extra["global_attention_mask"] = torch.zeros_like(ids)
+        extra["global_attention_mask"][0, 0] = 1
+    loaded = rss_mb()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=1, do_sample=False,
+                             max_length=steps + 1, min_length=steps + 1, **extra)
+    return {"tokens": tokens, "pages": 1, "steps": out.shape[1] - 1, "rss_loaded_mb": loaded,
+            "peak_rss_mb": peak_mb(), "token_ids": out[0, 1:].tolist()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("path")
-    parser.add_argument("--backend", default="onnxruntime")
+    parser.add_argument("path", help="bundle or checkpoint (locsum systems); ignored by HF systems")
+    parser.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "torch", *HF_SYSTEMS))
     parser.add_argument("--tokens", type=int, required=True)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    summarizer = Summarizer.from_pretrained(args.path, backend=args.backend, threads=args.threads, verify=False)
-    text = text_of_tokens(summarizer.tokenizer, args.tokens)
-    loaded = rss_mb()
-    summary = summarizer.summarize(text, num_beams=1, max_length=args.steps + 1, min_length=args.steps + 1)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({
-        "tokens": sum(len(u.token_ids) for u in summary.units), "pages": len(summary.units),
-        "steps": len(summary.token_ids), "rss_loaded_mb": loaded, "peak_rss_mb": peak,
-        "token_ids": summary.token_ids, "seconds": summary.timings["total"],
-    }))
+    if args.backend in HF_SYSTEMS:
+        point = hf_point(args.backend, args.tokens, args.steps, args.threads)
+    else:
+        point = locsum_point(args.path, args.backend, args.tokens, args.steps, args.threads)
+    print(json.dumps(point))
 
 
 if __name__ == "__main__":

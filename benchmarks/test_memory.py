@@ -1,9 +1,11 @@
-"""Peak memory of `summarize()` against input length (bart-base-shaped random PageSum, greedy, 32 steps).
+"""Peak memory of summarizing against input length (bart-base shape, random weights, greedy, 32 steps).
 
-Each point runs in a fresh process and reports that process's peak RSS. The ONNX Runtime backend and the torch
-reference backend run the same document; the table gives both, with linear and quadratic fits of the ONNX
-Runtime curve from 8k tokens on. Target: the quadratic term explains under 5% of the memory at 64k tokens, and
-64k tokens run in under 6 GB.
+Each point runs in a fresh process and reports that process's peak RSS. Systems: locsum PageSum on ONNX
+Runtime and on the torch reference backend (same document, same tokens), HF LED (sliding-window attention)
+and HF BART with full attention over the whole input (the quadratic baseline; points predicted to need more
+than 16 GB are skipped, not run). Printed: the table, linear and quadratic fits of the ONNX Runtime curve from
+8k tokens on, and each system's fitted exponent (log-log slope). Targets: PageSum's quadratic term under 5% of
+its memory at 64k and 64k under 6 GB; exponent at most 1.1 from 8k to 128k, the full-attention baseline near 2.
 """
 
 from __future__ import annotations
@@ -17,14 +19,21 @@ import numpy as np
 
 from benchmarks.common import RESULTS, write_result
 
-FULL = [2048, 4096, 8192, 16384, 32768, 65536]
+FULL = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 QUICK = [2048, 4096, 8192]
+SYSTEMS = ("onnxruntime", "torch", "led", "bart-full")
+LIMIT_MB = 16 * 1024
 
 
-def measure(path: Path, backend: str, tokens: int) -> dict:
+def predicted_full_attention_mb(tokens: int) -> float:
+    """Eager full attention keeps scores and probabilities (12 heads, float32) of one layer at a time."""
+    return 1500 + 2 * 12 * tokens**2 * 4 / 2**20
+
+
+def measure(path: Path, system: str, tokens: int) -> dict:
     child = Path(__file__).resolve().parent / "memory_child.py"
     out = subprocess.run(
-        [sys.executable, str(child), str(path), "--backend", backend, "--tokens", str(tokens)],
+        [sys.executable, str(child), str(path), "--backend", system, "--tokens", str(tokens)],
         capture_output=True, text=True, check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -39,21 +48,26 @@ def fits(tokens: np.ndarray, memory: np.ndarray) -> dict:
             "quadratic_coefficients": quadratic.tolist(), "quadratic_share_at_max": float(share)}
 
 
+def exponent(tokens: list[float], memory: list[float]) -> float | None:
+    return float(np.polyfit(np.log(tokens), np.log(memory), 1)[0]) if len(tokens) >= 2 else None
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for backend in ("onnxruntime", "torch"):
-        points = [(r["tokens"], r[backend]["peak_rss_mb"]) for r in rows if backend in r]
-        ax.plot(*zip(*points), marker="o", label=backend)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for system in SYSTEMS:
+        points = [(r["target_tokens"], r[system]["peak_rss_mb"]) for r in rows if "peak_rss_mb" in r.get(system, {})]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=system)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("input tokens")
     ax.set_ylabel("peak RSS (MB)")
-    ax.set_title("PageSum (bart-base shape), greedy, 32 steps")
+    ax.set_title("bart-base shape, greedy, 32 steps (fresh process per point)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -64,15 +78,21 @@ def plot(rows: list[dict], path: Path) -> None:
 def test_peak_memory_vs_length(benchmark, bart_base, quick):
     checkpoint, bundle = bart_base
     lengths = QUICK if quick else FULL
+    paths = {"onnxruntime": bundle, "torch": checkpoint, "led": bundle, "bart-full": bundle}
 
     def sweep():
         rows = []
         for tokens in lengths:
             row = {"target_tokens": tokens}
-            for backend, path in (("onnxruntime", bundle), ("torch", checkpoint)):
-                row[backend] = measure(path, backend, tokens)
+            for system in SYSTEMS:
+                if system == "bart-full" and predicted_full_attention_mb(tokens) > LIMIT_MB:
+                    row[system] = {"skipped": f"predicted {predicted_full_attention_mb(tokens):.0f} MB > 16 GB"}
+                    continue
+                row[system] = measure(paths[system], system, tokens)
             row["tokens"] = row["onnxruntime"]["tokens"]
             row["same_tokens"] = row["onnxruntime"].pop("token_ids") == row["torch"].pop("token_ids")
+            for system in ("led", "bart-full"):
+                row[system].pop("token_ids", None)
             rows.append(row)
         return rows
 
@@ -81,16 +101,23 @@ def test_peak_memory_vs_length(benchmark, bart_base, quick):
     ort_mb = np.array([r["onnxruntime"]["peak_rss_mb"] for r in rows])
     fitted = tokens >= 8000
     fit = fits(tokens[fitted], ort_mb[fitted]) if fitted.sum() >= 3 else None
-    print("\n tokens  pages  ORT peak MB  torch peak MB  torch/ORT  same tokens")
+    exponents = {}
+    for system in SYSTEMS:
+        points = [(r["target_tokens"], r[system]["peak_rss_mb"]) for r in rows
+                  if r["target_tokens"] >= 8192 and "peak_rss_mb" in r[system]]
+        exponents[system] = exponent(*zip(*points)) if len(points) >= 2 else None
+    print("\n tokens  pages" + "".join(f"  {s + ' MB':>15s}" for s in SYSTEMS) + "  same tokens")
     for r in rows:
-        o, t = r["onnxruntime"], r["torch"]
-        print(f"{r['tokens']:7d}  {o['pages']:5d}  {o['peak_rss_mb']:11.0f}  {t['peak_rss_mb']:13.0f}  "
-              f"{t['peak_rss_mb'] / o['peak_rss_mb']:9.2f}  {r['same_tokens']}")
+        cells = "".join(f"  {r[s]['peak_rss_mb']:15.0f}" if "peak_rss_mb" in r[s] else f"  {'skipped':>15s}"
+                        for s in SYSTEMS)
+        print(f"{r['tokens']:7d}  {r['onnxruntime']['pages']:5d}{cells}  {r['same_tokens']}")
+    print("fitted exponent from 8k:", {s: None if e is None else round(e, 3) for s, e in exponents.items()})
     if fit:
         print(f"ORT fit from 8k: {fit['linear_mb_per_1k_tokens']:.1f} MB per 1k tokens + "
               f"{fit['linear_intercept_mb']:.0f} MB; quadratic share at {int(tokens.max())} tokens: "
               f"{100 * fit['quadratic_share_at_max']:.1f}%")
-    benchmark.extra_info.update({"rows": rows, "fit": fit, "threads": 2, "steps": 32, "beams": 1, "dtype": "float32"})
-    write_result("memory_vs_length", {"rows": rows, "fit": fit, "threads": 2, "steps": 32, "beams": 1})
+    settings = {"threads": 2, "steps": 32, "beams": 1, "dtype": "float32", "limit_mb": LIMIT_MB}
+    benchmark.extra_info.update({"rows": rows, "fit": fit, "exponents": exponents, **settings})
+    write_result("memory_vs_length", {"rows": rows, "fit": fit, "exponents": exponents, **settings})
     plot(rows, RESULTS / "memory_vs_length.png")
     assert all(r["same_tokens"] for r in rows)
