@@ -3,6 +3,7 @@ import pytest
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true", help="fewer and shorter points (a few minutes)")
+    parser.addoption("--skip-anchors", action="store_true", help="no optimum / CTranslate2 (their environment)")
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,20 @@
 """Speed against what users would run instead, on plain BART (one page, where PageSum reduces to BART).
 
 bart-base-shaped random weights, a 1024-token input, greedy and 4-beam decoding of exactly 64 (and, in full
-mode, 256) tokens, the same options everywhere, 2 threads: our ONNX Runtime backend against HF `generate`
-(torch). Runs are interleaved after a warm-up; tokens/s and the ratio are printed and written to
-benchmarks/results/anchors.json. Tokens must be identical (greedy and beam search have HF's semantics).
+mode, 256) new tokens, the same options everywhere, 2 threads. Systems: our ONNX Runtime backend (float32 and
+int8 bundles exported from the same HF directory), HF `generate` (torch), and, from their own environment
+(benchmarks/anchors/env.py), optimum's `ORTModelForSeq2SeqLM` with IO binding and CTranslate2 float32 and int8
+converted from the same weights. Runs are interleaved after a warm-up; tokens/s and ratios are printed and
+written to benchmarks/results/anchors.json.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,78 +24,147 @@ from benchmarks.common import BART_BASE, CACHE, write_result
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+HF_DIR = CACHE / "hf-bart-base"
 
-def hf_bart_base():
-    """A bart-base-shaped HF BART with random weights and our bundle exported from the same directory."""
-    directory, bundle = CACHE / "hf-bart-base", CACHE / "hf-bart-base-bundle"
-    if not (directory / "config.json").is_file():
+
+def hf_bart_base() -> Path:
+    """A bart-base-shaped HF BART with random weights and a word-level tokenizer (CTranslate2 needs one)."""
+    if not (HF_DIR / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer, models
+
         config = transformers.BartConfig(
             vocab_size=BART_BASE["vocab_size"], d_model=768, encoder_layers=6, decoder_layers=6,
             encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
             max_position_embeddings=1024, forced_eos_token_id=None,
         )
         torch.manual_seed(0)
-        transformers.BartForConditionalGeneration(config).save_pretrained(directory)
-    if not (bundle / "manifest.json").is_file():
-        from locsum_sdk.exporters.onnx import export_onnx
+        transformers.BartForConditionalGeneration(config).save_pretrained(HF_DIR)
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{f"t{i}": i for i in range(4, config.vocab_size)}}
+        fast = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+            bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+        )
+        fast.save_pretrained(HF_DIR)
+    return HF_DIR
 
-        export_onnx(directory, bundle, tokenizer=CACHE / "tokenizer.json", force=True)
-    model = transformers.BartForConditionalGeneration.from_pretrained(directory).eval()
-    return model, bundle
+
+def bundle(quantize: str | None) -> Path:
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    path = CACHE / f"hf-bart-base-bundle-{quantize or 'float32'}"
+    if not (path / "manifest.json").is_file():
+        export_onnx(hf_bart_base(), path, tokenizer=HF_DIR / "tokenizer.json", quantize=quantize, force=True)
+    return path
 
 
-def ours(backend, ids: list[int], options) -> list[int]:
+def locsum_system(path: Path):
     from locsum_sdk.backends.base import UnitBatch
-    from locsum_sdk.generation import generate
-    from locsum_sdk.units import Unit
-
-    batch = UnitBatch.from_units([[Unit(0, 0, 0, "", tuple(ids))]], pad=1)
-    session = backend.start(batch, options.num_beams, unit_batch_size=1)
-    try:
-        return generate(session, 1, options, start=2, eos=2, pad=1)[0].token_ids
-    finally:
-        session.close()
-
-
-def test_plain_bart_vs_hf_generate(benchmark, bart_base, quick):
     from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
     from locsum_sdk.bundle import Bundle
-    from locsum_sdk.generation import GenerationOptions
+    from locsum_sdk.generation import GenerationOptions, generate
+    from locsum_sdk.units import Unit
 
+    backend = OnnxRuntimeBackend(Bundle.load(path, verify=False), threads=2)
+
+    def run(ids, beams, new):
+        start = time.perf_counter()
+        batch = UnitBatch.from_units([[Unit(0, 0, 0, "", tuple(ids))]], pad=1)
+        session = backend.start(batch, beams, unit_batch_size=1)
+        try:
+            options = GenerationOptions(num_beams=beams, max_length=new + 1, min_length=new + 1)
+            tokens = generate(session, 1, options, start=2, eos=2, pad=1)[0].token_ids
+        finally:
+            session.close()
+        return time.perf_counter() - start, tokens
+
+    return run
+
+
+def hf_system():
+    model = transformers.BartForConditionalGeneration.from_pretrained(hf_bart_base()).eval()
+
+    def run(ids, beams, new):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), num_beams=beams, max_length=new + 1, min_length=new + 1,
+                                 do_sample=False)
+        return time.perf_counter() - start, out[0, 1:].tolist()
+
+    return run
+
+
+class AnchorProcess:
+    """A system served by benchmarks/anchors/serve.py in the anchors environment."""
+
+    def __init__(self, system: str, ids: list[int]):
+        from benchmarks.anchors import env
+
+        ids_file = CACHE / "anchor-ids.json"
+        ids_file.write_text(json.dumps(ids))
+        serve = Path(__file__).resolve().parent / "anchors" / "serve.py"
+        self.process = subprocess.Popen(
+            [str(env.python()), str(serve), "--system", system, "--model-dir", str(hf_bart_base()),
+             "--work", str(CACHE / "anchors"), "--ids", str(ids_file)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert json.loads(self.process.stdout.readline())["ready"]
+
+    def __call__(self, ids, beams, new):
+        self.process.stdin.write(f"{beams} {new}\n")
+        self.process.stdin.flush()
+        answer = json.loads(self.process.stdout.readline())
+        return answer["seconds"], answer["token_ids"]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def test_plain_bart_vs_anchors(benchmark, request, quick):
     torch.set_num_threads(2)
-    hf, bundle = hf_bart_base()
-    backend = OnnxRuntimeBackend(Bundle.load(bundle, verify=False), threads=2)
     rng = np.random.default_rng(0)
     ids = [0, *rng.integers(5, BART_BASE["vocab_size"], 1022).tolist(), 2]
+    systems = {"locsum-ort": locsum_system(bundle(None)), "locsum-ort-int8": locsum_system(bundle("int8")),
+               "hf-generate": hf_system()}
+    anchors = [] if request.config.getoption("--skip-anchors") else ["optimum", "ct2-float32", "ct2-int8"]
+    for name in anchors:
+        systems[name] = AnchorProcess(name, ids)
     cases = [(beams, new) for new in ((64,) if quick else (64, 256)) for beams in (1, 4)]
     rows = []
 
     def run():
         for beams, new in cases:
-            options = GenerationOptions(num_beams=beams, max_length=new + 1, min_length=new + 1)
-            hf_kwargs = dict(num_beams=beams, max_length=new + 1, min_length=new + 1, do_sample=False)
-            ours(backend, ids, GenerationOptions(num_beams=beams, max_length=3))  # warm-up
-            hf.generate(torch.tensor([ids]), **{**hf_kwargs, "max_length": 3, "min_length": 3})
-            times = {"locsum-onnxruntime": [], "hf-generate": []}
+            for system in systems.values():
+                system(ids, beams, 2)  # warm-up
+            seconds = {name: [] for name in systems}
+            tokens = {}
             for _ in range(1 if quick else 2):
-                start = time.perf_counter()
-                mine = ours(backend, ids, options)
-                times["locsum-onnxruntime"].append(time.perf_counter() - start)
-                start = time.perf_counter()
-                with torch.inference_mode():
-                    theirs = hf.generate(torch.tensor([ids]), **hf_kwargs)[0, 1:].tolist()
-                times["hf-generate"].append(time.perf_counter() - start)
-            best = {k: min(v) for k, v in times.items()}
-            rows.append({"beams": beams, "new_tokens": new, "identical_tokens": mine == theirs,
-                         **{f"{k}_tokens_per_s": new / v for k, v in best.items()},
-                         "ratio_vs_hf": best["hf-generate"] / best["locsum-onnxruntime"]})
+                for name, system in systems.items():
+                    elapsed, tokens[name] = system(ids, beams, new)
+                    seconds[name].append(elapsed)
+            best = {name: min(v) for name, v in seconds.items()}
+            row = {"beams": beams, "new_tokens": new, **{f"{n}_tokens_per_s": new / s for n, s in best.items()},
+                   "identical_to_hf": {n: t == tokens["hf-generate"] for n, t in tokens.items()}}
+            for other in systems:
+                if other != "locsum-ort":
+                    row[f"locsum-ort_speedup_vs_{other}"] = best[other] / best["locsum-ort"]
+            if "ct2-int8" in best:
+                row["locsum-ort-int8_time_over_ct2-int8"] = best["locsum-ort-int8"] / best["ct2-int8"]
+            rows.append(row)
 
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    print("\nbeams  tokens  locsum-ORT tok/s  HF generate tok/s  ratio  identical")
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        for system in systems.values():
+            if isinstance(system, AnchorProcess):
+                system.close()
+    print()
     for r in rows:
-        print(f"{r['beams']:5d}  {r['new_tokens']:6d}  {r['locsum-onnxruntime_tokens_per_s']:16.1f}  "
-              f"{r['hf-generate_tokens_per_s']:17.1f}  {r['ratio_vs_hf']:5.2f}  {r['identical_tokens']}")
-    settings = {"threads": 2, "input_tokens": len(ids), "dtype": "float32", "model": "bart-base shape, random"}
+        speeds = ", ".join(f"{n} {r[f'{n}_tokens_per_s']:.1f}" for n in systems)
+        ratios = ", ".join(f"{k.split('_vs_')[-1]} {v:.2f}x" for k, v in r.items() if "_speedup_vs_" in k)
+        print(f"{r['beams']} beam(s), {r['new_tokens']} tokens: tok/s {speeds}; locsum-ort speed-up vs {ratios}; "
+              f"identical to HF: {r['identical_to_hf']}")
+    settings = {"threads": 2, "input_tokens": len(ids), "model": "bart-base shape, random weights"}
     benchmark.extra_info.update({"rows": rows, **settings})
     write_result("anchors", {"rows": rows, **settings})
-    assert all(r["identical_tokens"] for r in rows)
+    assert all(r["identical_to_hf"]["locsum-ort"] for r in rows)
