@@ -45,6 +45,16 @@ def hf_bart_base() -> Path:
             bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
         )
         fast.save_pretrained(HF_DIR)
+        config_file = HF_DIR / "config.json"  # the anchors run transformers 4.x, which takes torch_dtype
+        values = json.loads(config_file.read_text())
+        values["torch_dtype"] = values.pop("dtype", None) or "float32"
+        values.update(normalize_before=False, add_final_layer_norm=False, normalize_embedding=True,
+                      static_position_embeddings=False, add_bias_logits=False)  # BART's legacy keys (CTranslate2)
+        config_file.write_text(json.dumps(values, indent=2))
+        tokenizer_config = HF_DIR / "tokenizer_config.json"  # and knows the fast tokenizer by its 4.x name
+        values = json.loads(tokenizer_config.read_text())
+        values["tokenizer_class"] = "PreTrainedTokenizerFast"
+        tokenizer_config.write_text(json.dumps(values, indent=2))
     return HF_DIR
 
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ENV = Path.home() / ".cache" / "locsum" / "bench-anchors-env"
-REQUIREMENTS = ["torch==2.13.0", "optimum[onnxruntime]==1.27.0", "ctranslate2==4.8.5", "transformers<4.58"]
+REQUIREMENTS = ["torch==2.13.0", "optimum==2.1.0", "optimum-onnx[onnxruntime]==0.1.0", "ctranslate2==4.8.5",
+                "transformers>=4.56,<4.58"]  # CTranslate2 4.8 passes dtype=; optimum-onnx needs <4.58
 
 
 def python() -> Path:
