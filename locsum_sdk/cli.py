@@ -15,9 +15,8 @@ def _summarize(args: argparse.Namespace) -> int:
     from .summarizer import Summarizer
 
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
-    overrides = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
     documents = [Path(f).read_bytes() for f in args.files]
-    summary = summarizer.summarize(documents, query=args.query, **overrides)
+    summary = summarizer.summarize(documents, query=args.query, **_overrides(args))
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -35,8 +34,7 @@ def _eval(args: argparse.Namespace) -> int:
     systems: dict[str, list[str]] = {}
     if args.bundle:
         summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
-        overrides = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
-        overrides.setdefault("truncate", True)
+        overrides = {"truncate": True, **_overrides(args)}
         systems["model"] = [
             summarizer.summarize(ex.documents, query=ex.query, **overrides).text
             for ex in tqdm(examples, desc="summarizing", disable=args.quiet)
@@ -71,6 +69,11 @@ def _export(args: argparse.Namespace) -> int:
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    """The decoding and paging options given on the command line."""
+    return {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "no_repeat_ngram_size",
