@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import random
+import time
 from pathlib import Path
 
 CACHE = Path.home() / ".cache" / "locsum" / "bench"
@@ -81,3 +82,40 @@ def write_result(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({**payload, "environment": environment()}, indent=2))
     return path
+
+
+def page_batch(summarizer, pages: int, page_tokens: int = 1024):
+    """One document of `pages` full pages, paged by the summarizer's own pager."""
+    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.units import Pager, as_documents
+
+    text = text_of_tokens(summarizer.tokenizer, (page_tokens - 2) * pages)
+    paging, _ = summarizer.options(num_pages=pages, max_pages=pages, page_tokens=page_tokens, truncate=True)
+    units = Pager(summarizer.tokenizer, summarizer.special, paging)(as_documents(text))
+    return UnitBatch.from_units([units], summarizer.special.pad)
+
+
+class TimedSession:
+    """Wraps a backend session and records the wall time of every step."""
+
+    def __init__(self, session):
+        self.session, self.times = session, []
+
+    def step(self, tokens, beam_index):
+        start = time.perf_counter()
+        out = self.session.step(tokens, beam_index)
+        self.times.append(time.perf_counter() - start)
+        return out
+
+
+def decode(summarizer, batch, options) -> tuple[list[int], list[float]]:
+    """Generate for one encoded batch; returns the tokens and the wall time of every decoder step."""
+    from locsum_sdk.generation import generate
+
+    special = summarizer.special
+    session = TimedSession(summarizer.backend.start(batch, options.num_beams, summarizer.unit_batch_size))
+    try:
+        hyp = generate(session, 1, options, special.decoder_start, special.eos, special.pad)[0]
+    finally:
+        session.session.close()
+    return hyp.token_ids, session.times

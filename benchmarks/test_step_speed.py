@@ -7,37 +7,12 @@ Also prints the step as a multiple of its roofline bound, measured on this machi
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from benchmarks.common import text_of_tokens, write_result
+from benchmarks.common import decode, page_batch, write_result
 from benchmarks.roofline import bandwidth_gbs, matmul_gflops, step_bound
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import UnitBatch
-from locsum_sdk.generation import GenerationOptions, generate
-
-
-class TimedSession:
-    """Wraps a backend session and records the wall time of every step."""
-
-    def __init__(self, session):
-        self.session, self.times = session, []
-
-    def step(self, tokens, beam_index):
-        start = time.perf_counter()
-        out = self.session.step(tokens, beam_index)
-        self.times.append(time.perf_counter() - start)
-        return out
-
-
-def decode(summarizer: Summarizer, batch: UnitBatch, options: GenerationOptions) -> tuple[list[int], list[float]]:
-    session = TimedSession(summarizer.backend.start(batch, options.num_beams, summarizer.unit_batch_size))
-    try:
-        hyp = generate(session, 1, options, summarizer.special.decoder_start, summarizer.special.eos, summarizer.special.pad)[0]
-    finally:
-        session.session.close()
-    return hyp.token_ids, session.times
+from locsum_sdk.generation import GenerationOptions
 
 
 def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
@@ -45,12 +20,7 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
     pages, rounds = (4, 1) if quick else (8, 3)
     ort = Summarizer.from_pretrained(bundle, threads=2, verify=False)
     ref = Summarizer.from_pretrained(checkpoint, backend="torch", threads=2)
-    text = text_of_tokens(ort.tokenizer, 1022 * pages)
-    paging, _ = ort.options(num_pages=pages, max_pages=pages, truncate=True)
-    from locsum_sdk.units import Pager, as_documents
-
-    units = Pager(ort.tokenizer, ort.special, paging)(as_documents(text))
-    batch = UnitBatch.from_units([units], ort.special.pad)
+    batch = page_batch(ort, pages)
     options = GenerationOptions(num_beams=4, max_length=17, min_length=17)
     decode(ort, batch, GenerationOptions(num_beams=4, max_length=3))  # warm-up
     decode(ref, batch, GenerationOptions(num_beams=4, max_length=3))
@@ -70,14 +40,14 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
     ratio = ref_ms / ort_ms
     bandwidth, gflops = bandwidth_gbs(), matmul_gflops()
     weights = (bundle / "decoder.onnx").stat().st_size  # every weight of the step graph, read once per step
-    bound = step_bound(ort.backend.config, weights, len(units), batch.input_ids.shape[1], 4, 8, bandwidth, gflops)
+    bound = step_bound(ort.backend.config, weights, batch.width, batch.input_ids.shape[1], 4, 8, bandwidth, gflops)
     print(f"\nmachine: {bandwidth:.1f} GB/s read, {gflops:.0f} GFLOP/s float32 matmul (2 threads); step bound "
           f"{1000 * bound.seconds:.1f} ms ({bound.bytes / 1e6:.0f} MB, {bound.flops / 1e9:.2f} GFLOP): onnxruntime at "
           f"{ort_ms / (1000 * bound.seconds):.2f}x the bound, torch at {ref_ms / (1000 * bound.seconds):.2f}x")
-    print(f"\n{len(units)} pages x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
+    print(f"\n{batch.width} pages x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
           f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ratio:.2f}x faster; "
           f"identical tokens: {same}")
-    info = {"pages": len(units), "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
+    info = {"pages": batch.width, "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
             "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
             "speedup": ratio, "identical_tokens": same, "bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
             "bound_ms": 1000 * bound.seconds}

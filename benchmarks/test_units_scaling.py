@@ -1,0 +1,64 @@
+"""Per-step cost against the number of units: PageSum (bart-base shape) with 1 to 32 pages of 1024 tokens,
+4 beams, ONNX Runtime and the torch reference interleaved on the same encoded pages. Prints median step time,
+the marginal cost of one more page and the ORT/torch ratio; writes a PNG of step time vs pages."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.common import RESULTS, decode, page_batch, write_result
+from locsum_sdk import Summarizer
+from locsum_sdk.generation import GenerationOptions
+
+FULL = [1, 2, 4, 8, 16, 32]
+QUICK = [1, 4]
+
+
+def plot(rows: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for backend in ("onnxruntime", "torch"):
+        ax.plot([r["pages"] for r in rows], [r[f"{backend}_ms"] for r in rows], marker="o", label=backend)
+    ax.set_xlabel("pages (1024 tokens each)")
+    ax.set_ylabel("median decoding step (ms), 4 beams")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def test_step_cost_vs_units(benchmark, bart_base, quick):
+    checkpoint, bundle = bart_base
+    ort = Summarizer.from_pretrained(bundle, threads=2, verify=False)
+    ref = Summarizer.from_pretrained(checkpoint, backend="torch", threads=2)
+    options = GenerationOptions(num_beams=4, max_length=9, min_length=9)
+    rows = []
+
+    def run():
+        for pages in QUICK if quick else FULL:
+            batch = page_batch(ort, pages)
+            decode(ort, batch, GenerationOptions(num_beams=4, max_length=2))  # warm-up
+            decode(ref, batch, GenerationOptions(num_beams=4, max_length=2))
+            a_tokens, a_times = decode(ort, batch, options)
+            b_tokens, b_times = decode(ref, batch, options)
+            rows.append({"pages": batch.width, "onnxruntime_ms": 1000 * float(np.median(a_times)),
+                         "torch_ms": 1000 * float(np.median(b_times)), "identical_tokens": a_tokens == b_tokens})
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    pages = np.array([r["pages"] for r in rows], dtype=float)
+    slopes = {b: float(np.polyfit(pages, [r[f"{b}_ms"] for r in rows], 1)[0]) for b in ("onnxruntime", "torch")}
+    print("\npages  ORT step ms  torch step ms  torch/ORT  identical")
+    for r in rows:
+        print(f"{r['pages']:5d}  {r['onnxruntime_ms']:11.1f}  {r['torch_ms']:13.1f}  "
+              f"{r['torch_ms'] / r['onnxruntime_ms']:9.2f}  {r['identical_tokens']}")
+    print(f"marginal cost of one more page: onnxruntime {slopes['onnxruntime']:.1f} ms, torch {slopes['torch']:.1f} ms")
+    info = {"rows": rows, "ms_per_page": slopes, "beams": 4, "threads": 2, "page_tokens": 1024}
+    benchmark.extra_info.update(info)
+    write_result("units_scaling", info)
+    plot(rows, RESULTS / "units_scaling.png")
+    assert all(r["identical_tokens"] for r in rows)
