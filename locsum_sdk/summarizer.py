@@ -15,7 +15,7 @@ import numpy as np
 from . import constants as C
 from .backends import BACKENDS, Backend, UnitBatch
 from .bundle import Bundle
-from .errors import BundleNotFoundError, InputError, OptionError
+from .errors import BundleError, BundleNotFoundError, InputError, OptionError
 from .generation import OPTION_NAMES, GenerationOptions, generate
 from .units import Pager, PagingOptions, SpecialTokens, Unit, as_documents
 
@@ -120,9 +120,15 @@ class Summarizer:
         from tokenizers import Tokenizer
 
         special = SpecialTokens(**settings["special_tokens"])
+        tokenizer = Tokenizer.from_file(str(settings["tokenizer"]))
+        if tokenizer.get_vocab_size() > settings["model"]["vocab_size"]:
+            raise BundleError(
+                f"{settings['tokenizer']} has {tokenizer.get_vocab_size()} tokens but the model only "
+                f"{settings['model']['vocab_size']}: it belongs to another model; export with the model's tokenizer"
+            )
         return cls(
             runner,
-            Tokenizer.from_file(str(settings["tokenizer"])),
+            tokenizer,
             special,
             PagingOptions(**settings["units"]),
             GenerationOptions(**settings["generation"]),

@@ -9,6 +9,7 @@ from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import (
+    BundleError,
     BundleIntegrityError,
     BundleNotFoundError,
     BundleVersionError,
@@ -117,6 +118,15 @@ def test_manifest_for_another_version_or_kind(bundle_copy, change, error, messag
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.raises(error, match=message):
         Bundle.load(bundle_copy)
+
+
+def test_tokenizer_of_another_model(bundle_copy):
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(5000)}
+    Tokenizer(models.WordLevel(vocab, unk_token="w3")).save(str(bundle_copy / C.TOKENIZER_FILE))
+    with pytest.raises(BundleError, match="another model"):
+        Summarizer.from_pretrained(bundle_copy, verify=False)
 
 
 def test_manifest_that_is_not_json(bundle_copy):

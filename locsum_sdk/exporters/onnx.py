@@ -163,6 +163,11 @@ def export_onnx(
     paging.validate()
     generation.validate()
     model = loaded.model.float().eval()
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()
+    if vocab > model.config.vocab_size:
+        raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
     if paging.page_tokens > model.config.max_positions:
         raise ExportError(f"page_tokens={paging.page_tokens} exceeds the model's {model.config.max_positions} positions")
     _register_symbolics()
