@@ -11,12 +11,10 @@ import logging
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .. import __version__
 from .. import constants as C
@@ -26,7 +24,6 @@ from ..generation import GenerationOptions
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..units import PagingOptions
-from .graphs import GraphSpec, decoder_spec, encoder_spec
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -64,33 +61,6 @@ def quantize_int8(path: Path) -> None:
     os.replace(target, path)
 
 
-def _register_symbolics() -> None:
-    page_combine.torch_op()
-
-    def symbolic(g, hidden, scores, mask):
-        mixed, weights = g.onnxscript_op(page_combine.PageCombine, hidden, scores, mask, outputs=2)
-        mixed.setType(hidden.type().with_sizes([None, None, None]))  # (B, K, D)
-        weights.setType(scores.type())  # (B, U, K)
-        return mixed, weights
-
-    torch.onnx.register_custom_op_symbolic(page_combine.TORCH_NAME, symbolic, OPSET)
-
-
-def _export_graph(spec: GraphSpec, path: Path) -> list[np.ndarray]:
-    """Export one graph and return the torch outputs on its example inputs."""
-    spec.module.eval()
-    with torch.no_grad():
-        expected = [t.numpy() for t in spec.module(*spec.example)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            spec.module, spec.example, str(path), input_names=spec.inputs, output_names=spec.outputs,
-            dynamic_axes=spec.axes, opset_version=OPSET, dynamo=False, do_constant_folding=True,
-        )
-    spec.module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
-    return expected
-
-
 def check_graph(path: Path, expect_function: str | None) -> None:
     """onnx.checker (full) and, for the decoder, the combine op kept as one node with its function body."""
     import onnx
@@ -107,7 +77,7 @@ def check_graph(path: Path, expect_function: str | None) -> None:
             raise ExportError(f"{path.name} should hold one {page_combine.DOMAIN}.{expect_function} node and function")
 
 
-def validate(path: Path, spec: GraphSpec, expected: list[np.ndarray], atol: float) -> float:
+def validate(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
     """Run the graph on ONNX Runtime and compare with the torch outputs; returns the largest difference."""
     import onnxruntime as ort
 
@@ -151,6 +121,8 @@ def export_onnx(
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
+    from ..modeling import graphs
+
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
@@ -170,26 +142,25 @@ def export_onnx(
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
     if paging.page_tokens > model.config.max_positions:
         raise ExportError(f"page_tokens={paging.page_tokens} exceeds the model's {model.config.max_positions} positions")
-    _register_symbolics()
+    graphs.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        graphs: dict[str, dict[str, Any]] = {}
-        torch.manual_seed(0)
+        declared: dict[str, dict[str, Any]] = {}
         for name, file, spec, function in (
-            ("encoder", C.ENCODER_FILE, encoder_spec(model), None),
-            ("decoder", C.DECODER_FILE, decoder_spec(model), page_combine.NAME),
+            ("encoder", C.ENCODER_FILE, graphs.encoder_spec(model), None),
+            ("decoder", C.DECODER_FILE, graphs.decoder_spec(model), page_combine.NAME),
         ):
             logger.info("exporting %s", file)
-            expected = _export_graph(spec, work / file)
+            expected = graphs.export_graph(spec, work / file, OPSET)
             check_graph(work / file, function)
             worst = validate(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
-            graphs[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
+            declared[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
             if quantize == "int8":
                 quantize_int8(work / file)
                 check_graph(work / file, function)
-                graphs[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
+                declared[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         cfg = model.config
         manifest = Manifest(
@@ -198,9 +169,9 @@ def export_onnx(
             units=dataclasses.asdict(paging),
             special_tokens=cfg.special_tokens(),
             generation=dataclasses.asdict(generation),
-            graphs=graphs,
+            graphs=declared,
             dtype=quantize or "float32",
-            producer={"locsum": __version__, "torch": torch.__version__, "opset": str(OPSET)},
+            producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
         )
         write_manifest(work, manifest)
         if output.exists():

@@ -1,14 +1,18 @@
-"""The exported graphs, declared in one place: wrapper modules, example inputs and dynamic axes."""
+"""The graphs the exporters write, declared in one place: wrapper modules, example inputs and dynamic axes."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from .. import constants as C
-from ..modeling.pagesum import PageSum
+from ..ops import page_combine
+from .pagesum import PageSum
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,38 @@ class GraphSpec:
     inputs: list[str]  # input names, in forward order
     outputs: list[str]  # output names
     axes: dict[str, dict[int, str]]  # dynamic axes by tensor name
+
+
+def torch_version() -> str:
+    return torch.__version__
+
+
+def register_symbolics(opset: int) -> None:
+    """Export `locsum::page_combine` as one `locsum.PageCombine` node whose body is the onnxscript function."""
+    page_combine.torch_op()
+
+    def symbolic(g, hidden, scores, mask):
+        mixed, weights = g.onnxscript_op(page_combine.PageCombine, hidden, scores, mask, outputs=2)
+        mixed.setType(hidden.type().with_sizes([None, None, None]))  # (B, K, D)
+        weights.setType(scores.type())  # (B, U, K)
+        return mixed, weights
+
+    torch.onnx.register_custom_op_symbolic(page_combine.TORCH_NAME, symbolic, opset)
+
+
+def export_graph(spec: "GraphSpec", path: Path, opset: int) -> list[np.ndarray]:
+    """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
+    spec.module.eval()
+    with torch.no_grad():
+        expected = [t.numpy() for t in spec.module(*spec.example)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            spec.module, spec.example, str(path), input_names=spec.inputs, output_names=spec.outputs,
+            dynamic_axes=spec.axes, opset_version=opset, dynamo=False, do_constant_folding=True,
+        )
+    spec.module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
+    return expected
 
 
 class EncoderGraph(nn.Module):
@@ -52,7 +88,8 @@ class DecoderGraph(nn.Module):
 def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
     """encoder.onnx."""
     cfg = model.config
-    input_ids = torch.randint(3, cfg.vocab_size, (units, length))
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, cfg.vocab_size, (units, length), generator=g)
     attention_mask = torch.ones(units, length, dtype=torch.int64)
     attention_mask[1, length // 2 :] = 0
     inputs, outputs = [C.INPUT_IDS, C.ATTENTION_MASK], C.encoder_outputs(cfg.decoder_layers)
@@ -74,16 +111,18 @@ def decoder_spec(
     unit_mask[1, units - 1] = False
     encoder_attention_mask = torch.ones(rows, length, dtype=torch.int64)
     encoder_attention_mask[1, length // 2 :] = 0
+    g = torch.Generator().manual_seed(1)
     example = [
-        torch.randint(3, cfg.vocab_size, (batch, beams)),
+        torch.randint(3, cfg.vocab_size, (batch, beams), generator=g),
         unit_mask,
         encoder_attention_mask,
         torch.arange(rows * beams).roll(1),
     ]
     for _ in range(cfg.decoder_layers):
-        example += [torch.randn(rows * beams, heads, past, dim), torch.randn(rows * beams, heads, past, dim)]
+        example += [torch.randn(rows * beams, heads, past, dim, generator=g) for _ in range(2)]
     for _ in range(cfg.decoder_layers):
-        example += [torch.randn(rows, heads, dim, length), torch.randn(rows, heads, length, dim)]
+        example += [torch.randn(rows, heads, dim, length, generator=g),
+                    torch.randn(rows, heads, length, dim, generator=g)]
     inputs, outputs = C.decoder_inputs(cfg.decoder_layers), C.decoder_outputs(cfg.decoder_layers)
     axes = {
         C.INPUT_IDS: {0: "batch", 1: "beams"},
