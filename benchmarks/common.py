@@ -119,3 +119,28 @@ def decode(summarizer, batch, options) -> tuple[list[int], list[float]]:
     finally:
         session.session.close()
     return hyp.token_ids, session.times
+
+
+def line_plot(series: dict[str, list[tuple[float, float]]], path: Path, xlabel: str, ylabel: str, title: str = "",
+              log: bool = False) -> None:
+    """One line per series of (x, y) points, written as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, points in series.items():
+        if points:
+            ax.plot(*zip(*points), marker="o", label=name)
+    if log:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS, write_result
+from benchmarks.common import RESULTS, line_plot, write_result
 
 FULL = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 QUICK = [1024, 4096]  # keeps the quick suite within minutes; fits need the full sweep
@@ -50,29 +50,6 @@ def fits(tokens: np.ndarray, memory: np.ndarray) -> dict:
 
 def exponent(tokens: list[float], memory: list[float]) -> float | None:
     return float(np.polyfit(np.log(tokens), np.log(memory), 1)[0]) if len(tokens) >= 2 else None
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for system in SYSTEMS:
-        points = [(r["target_tokens"], r[system]["peak_rss_mb"]) for r in rows if "peak_rss_mb" in r.get(system, {})]
-        if points:
-            ax.plot(*zip(*points), marker="o", label=system)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("input tokens")
-    ax.set_ylabel("peak RSS (MB)")
-    ax.set_title("bart-base shape, greedy, 32 steps (fresh process per point)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def test_peak_memory_vs_length(benchmark, bart_base, quick):
@@ -119,5 +96,7 @@ def test_peak_memory_vs_length(benchmark, bart_base, quick):
     settings = {"threads": 2, "steps": 32, "beams": 1, "dtype": "float32", "limit_mb": LIMIT_MB}
     benchmark.extra_info.update({"rows": rows, "fit": fit, "exponents": exponents, **settings})
     write_result("memory_vs_length", {"rows": rows, "fit": fit, "exponents": exponents, **settings})
-    plot(rows, RESULTS / "memory_vs_length.png")
+    series = {s: [(r["target_tokens"], r[s]["peak_rss_mb"]) for r in rows if "peak_rss_mb" in r[s]] for s in SYSTEMS}
+    line_plot(series, RESULTS / "memory_vs_length.png", "input tokens", "peak RSS (MB)",
+              "bart-base shape, greedy, 32 steps (fresh process per point)", log=True)
     assert all(r["same_tokens"] for r in rows)

@@ -6,30 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import RESULTS, decode, page_batch, write_result
+from benchmarks.common import RESULTS, decode, line_plot, page_batch, write_result
 from locsum_sdk import Summarizer
 from locsum_sdk.generation import GenerationOptions
 
 FULL = [1, 2, 4, 8, 16, 32]
 QUICK = [1, 4]
-
-
-def plot(rows: list[dict], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for backend in ("onnxruntime", "torch"):
-        ax.plot([r["pages"] for r in rows], [r[f"{backend}_ms"] for r in rows], marker="o", label=backend)
-    ax.set_xlabel("pages (1024 tokens each)")
-    ax.set_ylabel("median decoding step (ms), 4 beams")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def test_step_cost_vs_units(benchmark, bart_base, quick):
@@ -60,5 +42,6 @@ def test_step_cost_vs_units(benchmark, bart_base, quick):
     info = {"rows": rows, "ms_per_page": slopes, "beams": 4, "threads": 2, "page_tokens": 1024}
     benchmark.extra_info.update(info)
     write_result("units_scaling", info)
-    plot(rows, RESULTS / "units_scaling.png")
+    series = {b: [(r["pages"], r[f"{b}_ms"]) for r in rows] for b in ("onnxruntime", "torch")}
+    line_plot(series, RESULTS / "units_scaling.png", "pages (1024 tokens each)", "median decoding step (ms), 4 beams")
     assert all(r["identical_tokens"] for r in rows)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from locsum_sdk.modeling.config import unknown_fields
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -51,10 +53,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training config keys {unknown}; accepted: {sorted(known)}")
+        problem = unknown_fields(cls, values)
+        if problem:
+            raise ValueError(f"training config: {problem}")
         config = cls(**values)
         if config.objective not in ("denoise", "summarize"):
             raise ValueError(f"objective={config.objective!r}: use 'denoise' or 'summarize'")

@@ -33,6 +33,13 @@ _HF_KEYS = {
 ACTIVATIONS = ("gelu", "relu")
 
 
+def unknown_fields(cls, values: dict[str, Any]) -> str | None:
+    """None when every key of `values` is a field of dataclass `cls`; otherwise a message naming both."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    return f"unknown keys {unknown}; accepted keys are {sorted(known)}" if unknown else None
+
+
 @dataclass(frozen=True)
 class BartConfig:
     """Shape and special tokens of a BART encoder-decoder (the backbone of every kind)."""
@@ -76,10 +83,9 @@ class BartConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "BartConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise BundleError(f"unknown model config keys {unknown}; accepted keys are {sorted(known)}")
+        problem = unknown_fields(cls, values)
+        if problem:
+            raise BundleError(f"model config: {problem}")
         return cls(**values)
 
     @classmethod
