@@ -120,3 +120,19 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card
     assert "of 2 summaries identical" in card
     Bundle.load(tmp_path / "default")
+
+
+def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir):
+    from locsum_sdk.evaluation import EvalExample
+    from train.release import cached
+
+    examples = [EvalExample(id="0", documents=["a b c."], query=None, reference="a.")]
+    calls = []
+
+    def make():
+        calls.append(1)
+        return ["summary"]
+
+    assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
+    assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
+    assert len(calls) == 1 and not list((tmp_path / "summaries").glob("*.partial"))

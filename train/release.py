@@ -6,12 +6,14 @@
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
 to the lead / random / oracle baselines (and the truncated single-page model when given), float32 against int8,
 ONNX Runtime against the torch checkpoint (greedy, token for token), and the training budget read from the
-runs' metrics.jsonl.
+runs' metrics.jsonl. Summaries are kept under --work by bundle content and data set, so a release that was
+stopped picks up where it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import shutil
@@ -40,6 +42,21 @@ MAX_BUNDLE_MB = 60
 def summaries(summarizer: Summarizer, examples: list[EvalExample], **options) -> list[str]:
     return [summarizer.summarize(ex.documents, query=ex.query, truncate=True, **options).text
             for ex in tqdm(examples, desc="summarizing", leave=False)]
+
+
+def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], make) -> list[str]:
+    """`make()`'s summaries, kept under `work` by bundle content and data, so an interrupted release resumes."""
+    files = json.loads((bundle / "manifest.json").read_text())["files"]
+    key = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    texts = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(texts))
+    partial.replace(path)
+    return texts
 
 
 def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]) -> tuple[dict[str, list[str]], dict[str, float]]:
@@ -162,10 +179,12 @@ def main(argv: list[str] | None = None) -> None:
     reports = {}
     for dataset in filter(None, args.sets.split(",")):
         examples = qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
-        ours = texts["float32"] if dataset == "qmsum" else summaries(Summarizer.from_pretrained(fp32), examples)
+        ours = texts["float32"] if dataset == "qmsum" else cached(
+            work, fp32, dataset, examples, lambda: summaries(Summarizer.from_pretrained(fp32), examples))
         systems = {"locsum (this bundle)": ours}
         if truncated:
-            systems["truncated to 1 page, same budget"] = summaries(Summarizer.from_pretrained(truncated), examples)
+            systems["truncated to 1 page, same budget"] = cached(
+                work, truncated, dataset, examples, lambda: summaries(Summarizer.from_pretrained(truncated), examples))
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
         reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")
