@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import random
 import time
@@ -62,11 +63,21 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
 def environment() -> dict:
+    """Versions and machine facts recorded with every result; a high load average means a contended run."""
     import numpy
     import onnxruntime
 
-    info = {"python": platform.python_version(), "machine": platform.machine(), "numpy": numpy.__version__,
+    info = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_model(),
+            "logical_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0], "numpy": numpy.__version__,
             "onnxruntime": onnxruntime.__version__}
     try:
         import torch

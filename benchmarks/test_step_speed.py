@@ -48,7 +48,7 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
           f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ratio:.2f}x faster; "
           f"identical tokens: {same}")
     info = {"pages": batch.width, "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
-            "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
+            "dtype": "float32", "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
             "speedup": ratio, "identical_tokens": same, "bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
             "bound_ms": 1000 * bound.seconds}
     benchmark.extra_info.update(info)

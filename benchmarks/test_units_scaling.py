@@ -39,7 +39,8 @@ def test_step_cost_vs_units(benchmark, bart_base, quick):
         print(f"{r['pages']:5d}  {r['onnxruntime_ms']:11.1f}  {r['torch_ms']:13.1f}  "
               f"{r['torch_ms'] / r['onnxruntime_ms']:9.2f}  {r['identical_tokens']}")
     print(f"marginal cost of one more page: onnxruntime {slopes['onnxruntime']:.1f} ms, torch {slopes['torch']:.1f} ms")
-    info = {"rows": rows, "ms_per_page": slopes, "beams": 4, "threads": 2, "page_tokens": 1024}
+    info = {"rows": rows, "ms_per_page": slopes, "beams": 4, "threads": 2, "page_tokens": 1024,
+            "dtype": "float32"}
     benchmark.extra_info.update(info)
     write_result("units_scaling", info)
     series = {b: [(r["pages"], r[f"{b}_ms"]) for r in rows] for b in ("onnxruntime", "torch")}
