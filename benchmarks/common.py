@@ -5,36 +5,18 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
 import time
 from pathlib import Path
 
+from locsum_sdk.profiling import filler_text, text_of_tokens
+
 CACHE = Path.home() / ".cache" / "locsum" / "bench"
 RESULTS = Path(__file__).resolve().parent / "results"
-
-WORDS = (
-    "the committee budget report meeting project design team market sales quarter remote control battery user "
-    "interface button speech cost price plan decision agreed discussed proposed review data results model system "
-    "customer product feature evaluation schedule risk delivery network energy policy city school research growth"
-).split()
 
 BART_BASE = dict(
     d_model=768, encoder_layers=6, decoder_layers=6, encoder_heads=12, decoder_heads=12,
     encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_positions=1024, vocab_size=50265,
 )
-
-
-def text(seed: int, sentences: int) -> str:
-    rng = random.Random(seed)
-    return " ".join(
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))).capitalize() + "." for _ in range(sentences)
-    )
-
-
-def text_of_tokens(tokenizer, tokens: int, seed: int = 0) -> str:
-    """Random sentences totalling about `tokens` tokens (as the paging code counts them)."""
-    per_sentence = len(tokenizer.encode(" " + text(seed, 200), add_special_tokens=False).ids) / 200
-    return text(seed, max(1, round(tokens / per_sentence)))
 
 
 def bart_base_pagesum() -> tuple[Path, Path]:
@@ -50,7 +32,7 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     from locsum_sdk.modeling.pagesum import PageSum
     from train.tokenizer import save_tokenizer, train_tokenizer
 
-    tokenizer_file = save_tokenizer(train_tokenizer([text(i, 20) for i in range(100)], 500), CACHE / "tokenizer.json")
+    tokenizer_file = save_tokenizer(train_tokenizer([filler_text(i, 20) for i in range(100)], 500), CACHE / "tokenizer.json")
     torch.manual_seed(0)
     model = PageSum(BartConfig(**BART_BASE))
     model.reset_parameters(0.02)

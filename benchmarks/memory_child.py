@@ -1,43 +1,22 @@
-"""One memory point in a fresh process: load a system, summarize an input of N tokens (greedy, a fixed number
-of steps), report the process's peak RSS as JSON.
+"""One memory point of an HF baseline in a fresh process: generate from an input of N tokens (greedy, a fixed
+number of steps), report the process's peak RSS as JSON. (locsum's own points are `locsum_sdk.profiling`.)
 
-Systems: `onnxruntime` / `torch` (locsum PageSum, `path` is its bundle / checkpoint), `led` (HF LED, sliding
-window attention, LED-base shape) and `bart-full` (HF BART with full eager attention over the whole input and
-its 1024 learned positions copied to cover it: the quadratic baseline). HF systems use random weights.
+Systems: `led` (HF LED, sliding window attention, LED-base shape) and `bart-full` (HF BART with full eager
+attention over the whole input and its 1024 learned positions copied to cover it: the quadratic baseline).
+Random weights.
 """
 
 import argparse
 import json
-import resource
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import BART_BASE, text_of_tokens  # noqa: E402
+from benchmarks.common import BART_BASE  # noqa: E402
+from locsum_sdk.profiling import peak_rss_mb  # noqa: E402
 
 HF_SYSTEMS = ("led", "bart-full")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def locsum_point(path: str, backend: str, tokens: int, steps: int, threads: int) -> dict:
-    from locsum_sdk import Summarizer
-
-    summarizer = Summarizer.from_pretrained(path, backend=backend, threads=threads, verify=False)
-    text = text_of_tokens(summarizer.tokenizer, tokens)
-    loaded = rss_mb()
-    summary = summarizer.summarize(text, num_beams=1, max_length=steps + 1, min_length=steps + 1, max_pages=1024)
-    return {"tokens": sum(len(u.token_ids) for u in summary.units), "pages": len(summary.units),
-            "steps": len(summary.token_ids), "rss_loaded_mb": loaded, "peak_rss_mb": peak_mb(),
-            "token_ids": summary.token_ids, "seconds": summary.timings["total"]}
 
 
 def hf_model(system: str, tokens: int):
@@ -71,27 +50,21 @@ def hf_point(system: str, tokens: int, steps: int, threads: int) -> dict:
     if system == "led":
         extra["global_attention_mask"] = torch.zeros_like(ids)
         extra["global_attention_mask"][0, 0] = 1
-    loaded = rss_mb()
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=1, do_sample=False,
                              max_length=steps + 1, min_length=steps + 1, **extra)
-    return {"tokens": tokens, "pages": 1, "steps": out.shape[1] - 1, "rss_loaded_mb": loaded,
-            "peak_rss_mb": peak_mb(), "token_ids": out[0, 1:].tolist()}
+    return {"tokens": tokens, "pages": 1, "steps": out.shape[1] - 1, "peak_rss_mb": peak_rss_mb(),
+            "token_ids": out[0, 1:].tolist()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("path", help="bundle or checkpoint (locsum systems); ignored by HF systems")
-    parser.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "torch", *HF_SYSTEMS))
+    parser.add_argument("--system", required=True, choices=HF_SYSTEMS)
     parser.add_argument("--tokens", type=int, required=True)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    if args.backend in HF_SYSTEMS:
-        point = hf_point(args.backend, args.tokens, args.steps, args.threads)
-    else:
-        point = locsum_point(args.path, args.backend, args.tokens, args.steps, args.threads)
-    print(json.dumps(point))
+    print(json.dumps(hf_point(args.system, args.tokens, args.steps, args.threads)))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ its memory at 64k and 64k under 6 GB; exponent at most 1.1 from 8k to 128k, the 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import RESULTS, line_plot, write_result
+from locsum_sdk.profiling import measure_in_fresh_process
 
 FULL = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 QUICK = [1024, 4096]  # keeps the quick suite within minutes; fits need the full sweep
@@ -31,10 +33,12 @@ def predicted_full_attention_mb(tokens: int) -> float:
 
 
 def measure(path: Path, system: str, tokens: int) -> dict:
+    """One point in a fresh process: locsum's own through `locsum_sdk.profiling`, HF baselines through memory_child."""
+    if system in ("onnxruntime", "torch"):
+        return asdict(measure_in_fresh_process(str(path), tokens, steps=32, backend=system, threads=2))
     child = Path(__file__).resolve().parent / "memory_child.py"
     out = subprocess.run(
-        [sys.executable, str(child), str(path), "--backend", system, "--tokens", str(tokens)],
-        capture_output=True, text=True, check=True,
+        [sys.executable, str(child), "--system", system, "--tokens", str(tokens)], capture_output=True, text=True, check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -1,4 +1,4 @@
-"""`locsum summarize | export`: the command line."""
+"""`locsum summarize | eval | export | bench`: the command line."""
 
 from __future__ import annotations
 
@@ -71,6 +71,32 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .profiling import linear_fit, measure_in_fresh_process, parse_lengths
+
+    if args.steps < 1 or args.num_beams < 1:
+        raise OptionError("--steps and --num-beams must be at least 1")
+    points = [
+        measure_in_fresh_process(args.bundle, tokens, args.steps, args.num_beams, args.backend, args.threads)
+        for tokens in tqdm(parse_lengths(args.tokens), desc="input lengths", disable=args.quiet or args.json)
+    ]
+    fit = linear_fit(points)
+    if args.json:
+        rows = [{k: v for k, v in vars(p).items() if k != "token_ids"} for p in points]
+        print(json.dumps({"points": rows, "mb_per_1k_tokens": fit and fit[0], "mb_at_zero": fit and fit[1]}, indent=2))
+        return 0
+    print(f"{args.steps} decoding steps, {args.num_beams} beam(s), a fresh process per length")
+    print(f"{'tokens':>8} {'pages':>6} {'peak RSS MB':>12} {'encode s':>9} {'ms/step':>8}")
+    for p in points:
+        peak = f"{p.peak_rss_mb:.0f}" if p.peak_rss_mb is not None else "n/a"
+        print(f"{p.tokens:>8} {p.pages:>6} {peak:>12} {p.encode_seconds:>9.2f} {p.step_ms:>8.1f}")
+    if fit:
+        print(f"peak RSS ~ {fit[1]:.0f} MB + {fit[0]:.1f} MB per 1k tokens (least squares)")
+    return 0
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     """The decoding and paging options given on the command line."""
     return {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
@@ -132,6 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     e.set_defaults(run=_export)
+
+    b = commands.add_parser("bench", help="peak memory and step time of a bundle against input length")
+    b.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
+    b.add_argument("--tokens", default="2k,8k,32k", help="comma-separated input lengths in tokens (default 2k,8k,32k)")
+    b.add_argument("--steps", type=int, default=32, help="decoding steps per length")
+    b.add_argument("--num-beams", dest="num_beams", type=int, default=1)
+    b.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
+    b.add_argument("--threads", type=int)
+    b.add_argument("--json", action="store_true", help="print the points and the fit as JSON")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(run=_bench)
     return parser
 
 

@@ -1,0 +1,141 @@
+"""Memory and speed of a bundle against input length, each point in a fresh process (`locsum bench`).
+
+A point summarizes filler text of a given token count with a fixed number of decoding steps and reports the
+process's own peak RSS, the encode time and the time per decoding step. `locsum bench` runs one fresh process
+per point (peak RSS only grows within a process) and fits memory against length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import BackendError, OptionError
+
+WORDS = (
+    "the committee budget report meeting project design team market sales quarter remote control battery user "
+    "interface button speech cost price plan decision agreed discussed proposed review data results model system "
+    "customer product feature evaluation schedule risk delivery network energy policy city school research growth"
+).split()
+
+
+def filler_text(seed: int, sentences: int) -> str:
+    """Random sentences over a small vocabulary: input of a controlled length, not of meaning."""
+    rng = random.Random(seed)
+    return " ".join(
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))).capitalize() + "." for _ in range(sentences)
+    )
+
+
+def text_of_tokens(tokenizer, tokens: int, seed: int = 0) -> str:
+    """Filler sentences totalling about `tokens` tokens of `tokenizer` (as the paging code counts them)."""
+    per_sentence = len(tokenizer.encode(" " + filler_text(seed, 200), add_special_tokens=False).ids) / 200
+    return filler_text(seed, max(1, round(tokens / per_sentence)))
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident set size, as the OS accounts it (None where it cannot say)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
+@dataclass
+class Point:
+    """One measured input length."""
+
+    target_tokens: int
+    tokens: int  # tokens in the units actually summarized
+    pages: int
+    steps: int
+    peak_rss_mb: float | None
+    encode_seconds: float
+    step_ms: float  # decoding time per step
+    token_ids: list[int]
+
+
+def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, backend: str = "auto",
+            threads: int | None = None) -> Point:
+    """Summarize `tokens` tokens of filler text with exactly `steps` decoding steps, in this process."""
+    from .summarizer import Summarizer
+
+    summarizer = Summarizer.from_pretrained(path, backend=backend, threads=threads, verify=False)
+    text = text_of_tokens(summarizer.tokenizer, tokens)
+    pages = max(summarizer.paging.max_pages, 2 * math.ceil(tokens / summarizer.paging.page_tokens))
+    summary = summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1,
+                                   max_pages=pages)
+    return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
+                 peak_rss_mb(), summary.timings["encode"], 1000 * summary.timings["decode"] / max(1, len(summary.token_ids)),
+                 list(summary.token_ids))
+
+
+def measure_in_fresh_process(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1,
+                             backend: str = "auto", threads: int | None = None) -> Point:
+    """`measure` in a new Python process, so that its peak RSS belongs to this point alone."""
+    command = [sys.executable, "-m", "locsum_sdk.profiling", "--tokens", str(tokens), "--steps", str(steps),
+               "--num-beams", str(num_beams), "--backend", backend]
+    if path is not None:
+        command += ["--bundle", str(path)]
+    if threads is not None:
+        command += ["--threads", str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BackendError(f"measuring {tokens} tokens failed in its process:\n{done.stderr.strip()[-2000:]}")
+    return Point(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def linear_fit(points: list[Point]) -> tuple[float, float] | None:
+    """Least-squares (MB per 1k tokens, MB at zero tokens) of peak RSS against tokens; None below two points."""
+    rows = [(p.tokens / 1000, p.peak_rss_mb) for p in points if p.peak_rss_mb is not None]
+    if len(rows) < 2:
+        return None
+    n = len(rows)
+    mean_x, mean_y = sum(x for x, _ in rows) / n, sum(y for _, y in rows) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in rows)
+    if spread == 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in rows) / spread
+    return slope, mean_y - slope * mean_x
+
+
+def parse_lengths(text: str) -> list[int]:
+    """'2000,8k,32k' -> [2000, 8000, 32000]."""
+    lengths = []
+    for part in filter(None, (p.strip().lower() for p in text.split(","))):
+        try:
+            value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
+        except ValueError:
+            raise OptionError(f"input length {part!r} is not a number; write lengths like 2000,8k,32k") from None
+        if value < 1:
+            raise OptionError(f"input length {part!r} must be at least 1 token")
+        lengths.append(int(value))
+    if not lengths:
+        raise OptionError("no input lengths given; write lengths like 2000,8k,32k")
+    return lengths
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="one measured point, printed as JSON (used by `locsum bench`)")
+    parser.add_argument("--bundle")
+    parser.add_argument("--tokens", type=int, required=True)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--num-beams", type=int, default=1)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args(argv)
+    point = measure(args.bundle, args.tokens, args.steps, args.num_beams, args.backend, args.threads)
+    print(json.dumps(asdict(point)))
+
+
+if __name__ == "__main__":
+    main()
