@@ -120,7 +120,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "",
         f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over the page limit keep their first "
         "pages. Lead = first N source words (N = reference length); random = random source sentences up to N words; "
-        "oracle = greedy extractive upper bound.",
+        "oracle = greedy extractive upper bound. QMSum and SQuALITY are in the training data (train splits); "
+        "Multi-News and L-Eval are not: they show how it does outside its training domains.",
         "",
     ]
     for dataset, report in reports.items():
