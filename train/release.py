@@ -198,12 +198,15 @@ def main(argv: list[str] | None = None) -> None:
     parity_result = parity(fp32, Path(args.checkpoint), qmsum)
     training = budget([Path(r).expanduser() for r in filter(None, args.runs.split(","))])
     output = Path(args.output)
+    staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(ship, staging)
+    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training, args.limit))
+    (staging / "evaluation.json").write_text(json.dumps(
+        {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training}, indent=2))
     if output.exists():
         shutil.rmtree(output)
-    shutil.copytree(ship, output)
-    (output / "README.md").write_text(card(output.name, output, reports, int8_result, parity_result, training, args.limit))
-    (output / "evaluation.json").write_text(json.dumps(
-        {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training}, indent=2))
+    staging.rename(output)
     print((output / "README.md").read_text())
 
 
