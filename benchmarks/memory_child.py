@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import BART_BASE  # noqa: E402
-from locsum_sdk.profiling import peak_rss_mb  # noqa: E402
+from locsum_sdk.profiling import peak_rss_mb, rss_mb  # noqa: E402
 
 HF_SYSTEMS = ("led", "bart-full")
 
@@ -50,11 +50,12 @@ def hf_point(system: str, tokens: int, steps: int, threads: int) -> dict:
     if system == "led":
         extra["global_attention_mask"] = torch.zeros_like(ids)
         extra["global_attention_mask"][0, 0] = 1
+    loaded = rss_mb()
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=1, do_sample=False,
                              max_length=steps + 1, min_length=steps + 1, **extra)
     return {"tokens": tokens, "pages": 1, "steps": out.shape[1] - 1, "peak_rss_mb": peak_rss_mb(),
-            "token_ids": out[0, 1:].tolist()}
+            "loaded_rss_mb": loaded, "token_ids": out[0, 1:].tolist()}
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -38,6 +39,15 @@ def text_of_tokens(tokenizer, tokens: int, seed: int = 0) -> str:
     return filler_text(seed, max(1, round(tokens / per_sentence)))
 
 
+def rss_mb() -> float | None:
+    """This process's resident set size now (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return None
+
+
 def peak_rss_mb() -> float | None:
     """This process's peak resident set size, as the OS accounts it (None where it cannot say)."""
     try:
@@ -57,6 +67,7 @@ class Point:
     pages: int
     steps: int
     peak_rss_mb: float | None
+    loaded_rss_mb: float | None  # RSS once the bundle is loaded, before the input: peak minus this is working memory
     encode_seconds: float
     step_ms: float  # decoding time per step
     token_ids: list[int]
@@ -69,11 +80,12 @@ def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, 
 
     summarizer = Summarizer.from_pretrained(path, backend=backend, threads=threads, verify=False)
     text = text_of_tokens(summarizer.tokenizer, tokens)
+    loaded = rss_mb()
     pages = max(summarizer.paging.max_pages, 2 * math.ceil(tokens / summarizer.paging.page_tokens))
     summary = summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1,
                                    max_pages=pages)
     return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
-                 peak_rss_mb(), summary.timings["encode"], 1000 * summary.timings["decode"] / max(1, len(summary.token_ids)),
+                 peak_rss_mb(), loaded, summary.timings["encode"], 1000 * summary.timings["decode"] / max(1, len(summary.token_ids)),
                  list(summary.token_ids))
 
 
