@@ -88,10 +88,11 @@ def _bench(args: argparse.Namespace) -> int:
         print(json.dumps({"points": rows, "mb_per_1k_tokens": fit and fit[0], "mb_at_zero": fit and fit[1]}, indent=2))
         return 0
     print(f"{args.steps} decoding steps, {args.num_beams} beam(s), a fresh process per length")
-    print(f"{'tokens':>8} {'pages':>6} {'peak RSS MB':>12} {'encode s':>9} {'ms/step':>8}")
+    print(f"{'tokens':>8} {'pages':>6} {'peak RSS MB':>12} {'above load MB':>14} {'encode s':>9} {'ms/step':>8}")
     for p in points:
         peak = f"{p.peak_rss_mb:.0f}" if p.peak_rss_mb is not None else "n/a"
-        print(f"{p.tokens:>8} {p.pages:>6} {peak:>12} {p.encode_seconds:>9.2f} {p.step_ms:>8.1f}")
+        working = f"{p.peak_rss_mb - p.loaded_rss_mb:.0f}" if None not in (p.peak_rss_mb, p.loaded_rss_mb) else "n/a"
+        print(f"{p.tokens:>8} {p.pages:>6} {peak:>12} {working:>14} {p.encode_seconds:>9.2f} {p.step_ms:>8.1f}")
     if fit:
         print(f"peak RSS ~ {fit[1]:.0f} MB + {fit[0]:.1f} MB per 1k tokens (least squares)")
     return 0
