@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int)
     args = parser.parse_args(argv)
     point = measure(args.bundle, args.tokens, args.steps, args.num_beams, args.backend, args.threads)
-    print(json.dumps(asdict(point)))
+    sys.stdout.write(json.dumps(asdict(point)) + "\n")  # the one line the parent process reads
 
 
 if __name__ == "__main__":
