@@ -14,7 +14,8 @@ import random
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
+
+import numpy as np
 
 from .errors import BackendError, OptionError
 
@@ -105,17 +106,12 @@ def measure_in_fresh_process(path: str | None, tokens: int, steps: int = 32, num
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:
-    """Least-squares (MB per 1k tokens, MB at zero tokens) of peak RSS against tokens; None below two points."""
+    """Least-squares (MB per 1k tokens, MB at zero tokens) of peak RSS against tokens; None below two lengths."""
     rows = [(p.tokens / 1000, p.peak_rss_mb) for p in points if p.peak_rss_mb is not None]
-    if len(rows) < 2:
+    if len({x for x, _ in rows}) < 2:
         return None
-    n = len(rows)
-    mean_x, mean_y = sum(x for x, _ in rows) / n, sum(y for _, y in rows) / n
-    spread = sum((x - mean_x) ** 2 for x, _ in rows)
-    if spread == 0:
-        return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in rows) / spread
-    return slope, mean_y - slope * mean_x
+    slope, intercept = np.polyfit(*zip(*rows), 1)
+    return float(slope), float(intercept)
 
 
 def parse_lengths(text: str) -> list[int]:

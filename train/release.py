@@ -39,9 +39,13 @@ TEST_SETS = {
 MAX_BUNDLE_MB = 60
 
 
-def summaries(summarizer: Summarizer, examples: list[EvalExample], **options) -> list[str]:
-    return [summarizer.summarize(ex.documents, query=ex.query, truncate=True, **options).text
-            for ex in tqdm(examples, desc="summarizing", leave=False)]
+def summary(summarizer: Summarizer, example: EvalExample, **options):
+    """One test example summarized as the card reports it: its query, inputs over the page limit truncated."""
+    return summarizer.summarize(example.documents, query=example.query, truncate=True, **options)
+
+
+def summaries(summarizer: Summarizer, examples: list[EvalExample]) -> list[str]:
+    return [summary(summarizer, ex).text for ex in tqdm(examples, desc="summarizing", leave=False)]
 
 
 def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], make) -> list[str]:
@@ -67,7 +71,7 @@ def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]) -> tuple
     for ex in tqdm(examples, desc="summarizing side by side", leave=False):
         for name, summarizer in summarizers.items():
             started = time.perf_counter()
-            texts[name].append(summarizer.summarize(ex.documents, query=ex.query, truncate=True).text)
+            texts[name].append(summary(summarizer, ex).text)
             seconds[name] += time.perf_counter() - started
     return texts, seconds
 
@@ -79,8 +83,7 @@ def parity(bundle: Path, checkpoint: Path, examples: list[EvalExample]) -> dict:
     ref = Summarizer.from_pretrained(checkpoint, backend="torch")
     differing = {}
     for ex in tqdm(examples, desc="parity", leave=False):
-        options = dict(query=ex.query, truncate=True, num_beams=1)
-        ours, theirs = ort.summarize(ex.documents, **options).token_ids, ref.summarize(ex.documents, **options).token_ids
+        ours, theirs = summary(ort, ex, num_beams=1).token_ids, summary(ref, ex, num_beams=1).token_ids
         if ours != theirs:
             differing[ex.id] = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
     return {"identical": len(examples) - len(differing), "examples": len(examples), "differing": differing}
