@@ -1,6 +1,6 @@
 """The artifact contract: file, tensor and axis names shared by the exporters and the backends."""
 
-FORMAT_VERSION = 1  # bumped whenever the bundle layout or a graph signature changes
+FORMAT_VERSION = 2  # bumped whenever the bundle layout or a graph signature changes
 
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
@@ -15,7 +15,7 @@ ENCODER_HIDDEN = "encoder_hidden"  # (N, L, D)
 # decoder.onnx
 UNIT_MASK = "unit_mask"  # (B, U) bool, True for real units
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"  # (N, L) int64, N = B * U
-BEAM_INDEX = "beam_index"  # (N * K,) int64, the cache row each row continues
+BEAM_INDEX = "beam_index"  # (B, K) int64, the beam of the previous step that each beam continues
 LOG_PROBS = "log_probs"  # (B, K, V)
 UNIT_WEIGHTS = "unit_weights"  # (B, U, K)
 
@@ -29,19 +29,19 @@ def cross_value(layer: int) -> str:
 
 
 def past_key(layer: int) -> str:
-    return f"past_key.{layer}"  # (N * K, H, S, d)
+    return f"past_key.{layer}"  # (N * K, H, S, d); layer 0: (B * K, H, S, d), shared by the units of an item
 
 
 def past_value(layer: int) -> str:
-    return f"past_value.{layer}"  # (N * K, H, S, d)
+    return f"past_value.{layer}"  # as past_key
 
 
 def present_key(layer: int) -> str:
-    return f"present_key.{layer}"  # (N * K, H, S + 1, d)
+    return f"present_key.{layer}"  # as past_key, with S + 1 steps
 
 
 def present_value(layer: int) -> str:
-    return f"present_value.{layer}"  # (N * K, H, S + 1, d)
+    return f"present_value.{layer}"  # as past_key, with S + 1 steps
 
 
 def encoder_outputs(layers: int) -> list[str]:

@@ -25,11 +25,52 @@ def test_cached_steps_equal_teacher_forcing():
     with torch.no_grad():
         expected, expected_w = model(ids, mask, unit_mask, dec)
         _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
-        past, rows = None, torch.arange(batch * units)
+        past, same_beam = None, torch.zeros(batch, 1, dtype=torch.long)
         for t in range(dec.shape[1]):
-            log_probs, weights, past = model.step(dec[:, t : t + 1], unit_mask, mask.view(-1, length), rows, past, cross)
+            log_probs, weights, past = model.step(dec[:, t : t + 1], unit_mask, mask.view(-1, length), same_beam, past,
+                                                  cross)
             assert torch.allclose(log_probs[:, 0], expected[:, t], atol=1e-5)
             assert torch.allclose(weights[..., 0], expected_w[..., t], atol=1e-6)
+
+
+def test_reordered_beams_equal_teacher_forcing_of_their_sequences():
+    """K beams of B items over U pages, reordered at random every step: each beam's step scores are the teacher-
+    forced scores of the sequence it ends up with (the layer-0 cache is per item, the others per page)."""
+    model = random_pagesum(VOCAB)
+    ids, mask, unit_mask, _ = inputs(3)
+    batch, units, length = ids.shape
+    beams, steps = 3, 6
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
+        past, source = None, torch.zeros(batch, beams, dtype=torch.long)
+        sequences = torch.randint(5, VOCAB, (batch, beams, 1), generator=g)
+        scores = []
+        for t in range(steps):
+            if t:
+                source = torch.randint(0, beams, (batch, beams), generator=g)
+                sequences = torch.cat([sequences.gather(1, source[..., None].expand_as(sequences)),
+                                       torch.randint(5, VOCAB, (batch, beams, 1), generator=g)], dim=2)
+                scores = [s.gather(1, source[..., None].expand_as(s)) for s in scores]
+            log_probs, _, past = model.step(sequences[..., -1], unit_mask, mask.view(-1, length), source, past, cross)
+            scores.append(log_probs)  # (B, K, V)
+        per_beam = lambda x: x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
+        expected, _ = model(per_beam(ids), per_beam(mask), per_beam(unit_mask), sequences.view(batch * beams, steps))
+    got = torch.stack(scores, dim=2).view(batch * beams, steps, -1)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_the_shared_first_layer_equals_running_it_per_page():
+    model = random_pagesum(VOCAB)
+    ids, mask, unit_mask, dec = inputs(5)
+    batch, units, length = ids.shape
+    with torch.no_grad():
+        got, _ = model(ids, mask, unit_mask, dec)
+        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
+        per_page = dec[:, None].expand(batch, units, dec.shape[1]).reshape(batch * units, -1)
+        hidden, _ = model.model.decoder(per_page, cross, attention_bias(mask.view(-1, length), torch.float32))
+        expected, _ = model.mix(hidden.view(batch, units, dec.shape[1], -1), unit_mask)
+    assert torch.allclose(got, expected, atol=1e-6)
 
 
 def test_a_padding_page_changes_nothing():

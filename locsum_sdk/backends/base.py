@@ -63,13 +63,11 @@ class UnitBatch:
         return grid
 
 
-def flat_beam_index(beam_index: np.ndarray | None, batch: int, units: int, beams: int) -> np.ndarray:
-    """(B, K) source beam per item (None: each beam continues itself) -> (B*U*K,) source cache row of every
-    (item, unit, beam) row."""
+def source_beams(beam_index: np.ndarray | None, batch: int, beams: int) -> np.ndarray:
+    """(B, K) beam of the previous step that each beam continues, as int64; None: each beam continues itself."""
     if beam_index is None:
-        return np.arange(batch * units * beams, dtype=np.int64)
-    rows = (np.arange(batch * units) * beams)[:, None]  # (N, 1)
-    return (rows + np.repeat(beam_index, units, axis=0)).reshape(-1).astype(np.int64)  # (N*K,)
+        return np.tile(np.arange(beams, dtype=np.int64), (batch, 1))
+    return np.ascontiguousarray(beam_index, dtype=np.int64)
 
 
 class Backend(Protocol):

@@ -15,7 +15,7 @@ import numpy as np
 from .. import constants as C
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError
-from .base import UnitBatch, flat_beam_index
+from .base import UnitBatch, source_beams
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -90,7 +90,7 @@ class OnnxRuntimeSession:
         self._encode(unit_batch_size)
         to_ort = ort.OrtValue.ortvalue_from_numpy
         self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
-        self.beam_index = np.zeros(self.rows * beams, dtype=np.int64)
+        self.beam_index = np.zeros((batch.batch, beams), dtype=np.int64)
         self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
         self.unit_weights = np.zeros((batch.batch, batch.width, beams), dtype=np.float32)
         self.fixed = {
@@ -100,11 +100,13 @@ class OnnxRuntimeSession:
             C.ENCODER_ATTENTION_MASK: to_ort(batch.grid_mask()),
             **{name: to_ort(buffer) for name, buffer in self.cross.items()},
         }
-        empty = np.zeros((self.rows * beams, heads, 0, dim), dtype=np.float32)
         layers = range(backend.layers)
         self.past_names = [name(i) for i in layers for name in (C.past_key, C.past_value)]
         self.present_names = [name(i) for i in layers for name in (C.present_key, C.present_value)]
-        self.past = {name: to_ort(empty) for name in self.past_names}
+        self.past = {}
+        for i in layers:  # layer 0's cache is shared by the units of an item
+            empty = to_ort(np.zeros(((batch.batch if i == 0 else self.rows) * beams, heads, 0, dim), np.float32))
+            self.past |= {C.past_key(i): empty, C.past_value(i): empty}
         self.binding = backend.decoder.io_binding()
         for name, value in self.fixed.items():
             self.binding.bind_ortvalue_input(name, value)
@@ -128,7 +130,7 @@ class OnnxRuntimeSession:
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         self.tokens[...] = tokens
-        self.beam_index[...] = flat_beam_index(beam_index, self.batch.batch, self.batch.width, self.beams)
+        self.beam_index[...] = source_beams(beam_index, self.batch.batch, self.beams)
         for name, value in self.past.items():
             self.binding.bind_ortvalue_input(name, value)
         for name in self.present_names:  # the cache grows every step: let ORT allocate it anew

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BackendUnavailableError
-from .base import UnitBatch, flat_beam_index
+from .base import UnitBatch, source_beams
 
 
 def _import_torch():
@@ -52,7 +52,7 @@ class TorchSession:
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         torch, batch = self.torch, self.batch
-        index = torch.from_numpy(flat_beam_index(beam_index, batch.batch, batch.width, self.beams))
+        index = torch.from_numpy(source_beams(beam_index, batch.batch, self.beams))
         with torch.inference_mode():
             log_probs, weights, self.past = self.model.step(
                 torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask, index, self.past, self.cross

@@ -2,7 +2,9 @@
 
 Parameter names follow HF BART without the `model.` prefix, so HF weights load by name. The decoder takes the
 cross-attention keys/values precomputed once per unit, with keys stored transposed, and serves K beams of one
-unit by stacking them on the query axis: `Q[N, H, K*T, d] @ K[N, H, d, L]`. Nothing is copied per beam.
+unit by stacking them on the query axis: `Q[N, H, K*T, d] @ K[N, H, d, L]`. Nothing is copied per beam. When
+several units decode the same tokens (PageSum's pages), the decoder's embeddings and first self-attention block
+run once per beam and are shared by the units.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .config import BartConfig
 POSITION_OFFSET = 2
 
 CrossKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, H, d, L), value (N, H, L, d)
-SelfKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (R, H, S, d), R = N * K rows
+SelfKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (R, H, S, d); R = B*K rows for layer 0, N*K after
 
 
 def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -120,13 +122,21 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = config.dropout
 
-    def forward(self, x, self_bias, past, cross, cross_bias, beams):
+    def attend_self(self, x, self_bias, past):
+        """Self-attention block: x (R, T, D) -> (R, T, D) and this layer's cache including these T steps."""
         h, present = self.self_attn.self_attention(x, self_bias, past)
-        x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
+        return self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training)), present
+
+    def attend_memory(self, x, cross, cross_bias, beams):
+        """Cross-attention and feed-forward blocks: x (N*K, T, D) -> (N*K, T, D)."""
         h = self.encoder_attn.cross_attention(x, cross, cross_bias, beams)
         x = self.encoder_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
-        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training)), present  # (R, T, D)
+        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
+
+    def forward(self, x, self_bias, past, cross, cross_bias, beams):
+        x, present = self.attend_self(x, self_bias, past)
+        return self.attend_memory(x, cross, cross_bias, beams), present  # (R, T, D)
 
 
 class Embeddings(nn.Module):
@@ -172,10 +182,18 @@ class Decoder(Embeddings):
         cross_bias: torch.Tensor,
         past: SelfKV | None = None,
         beams: int = 1,
+        units: int = 1,
     ) -> tuple[torch.Tensor, SelfKV]:
-        """input_ids (N*K, T) -> hidden (N*K, T, D) and the self-attention cache including these T steps."""
+        """input_ids (B*K, T): the tokens of each beam of B items, once per beam.
+
+        Cross K/V hold N = B*U rows: U units per item, and every unit of an item decodes the same tokens. The
+        embeddings and the first layer's self-attention see nothing but those tokens, so they run once per beam
+        (B*K rows) and their result is shared by the item's U units; every later block runs on B*U*K rows.
+        Returns hidden (B*U*K, T, D) and the self-attention cache including these T steps: layer 0 (B*K, H, S, d),
+        every other layer (B*U*K, H, S, d).
+        """
         start = 0 if past is None else past[0][0].shape[2]
-        x = super().forward(input_ids, start)  # (R, T, D)
+        x = super().forward(input_ids, start)  # (B*K, T, D)
         length = input_ids.shape[1]
         future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
         self_bias = torch.zeros(length, length, dtype=x.dtype, device=x.device).masked_fill(
@@ -184,8 +202,13 @@ class Decoder(Embeddings):
         if past is not None:
             earlier = torch.zeros(length, start, dtype=x.dtype, device=x.device)  # (T, S - T)
             self_bias = torch.cat([earlier, self_bias], dim=1)  # (T, S)
-        present = []
-        for i, layer in enumerate(self.layers):
+        first = self.layers[0]
+        x, kv = first.attend_self(x, self_bias, None if past is None else past[0])  # (B*K, T, D)
+        dim = x.shape[-1]
+        x = x.view(-1, 1, beams, length, dim).expand(-1, units, -1, -1, -1).reshape(-1, length, dim)  # (B*U*K, T, D)
+        x = first.attend_memory(x, cross[0], cross_bias, beams)
+        present = [kv]
+        for i, layer in enumerate(self.layers[1:], start=1):
             x, kv = layer(x, self_bias, None if past is None else past[i], cross[i], cross_bias, beams)
             present.append(kv)
         return x, present

@@ -116,10 +116,11 @@ def decoder_spec(
         torch.randint(3, cfg.vocab_size, (batch, beams), generator=g),
         unit_mask,
         encoder_attention_mask,
-        torch.arange(rows * beams).roll(1),
+        torch.randint(0, beams, (batch, beams), generator=g),
     ]
-    for _ in range(cfg.decoder_layers):
-        example += [torch.randn(rows * beams, heads, past, dim, generator=g) for _ in range(2)]
+    for layer in range(cfg.decoder_layers):
+        cache_rows = (batch if layer == 0 else rows) * beams  # layer 0's cache is shared by the pages of an item
+        example += [torch.randn(cache_rows, heads, past, dim, generator=g) for _ in range(2)]
     for _ in range(cfg.decoder_layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),
                     torch.randn(rows, heads, length, dim, generator=g)]
@@ -128,13 +129,14 @@ def decoder_spec(
         C.INPUT_IDS: {0: "batch", 1: "beams"},
         C.UNIT_MASK: {0: "batch", 1: "units"},
         C.ENCODER_ATTENTION_MASK: {0: "rows", 1: "length"},
-        C.BEAM_INDEX: {0: "beam_rows"},
+        C.BEAM_INDEX: {0: "batch", 1: "beams"},
         C.LOG_PROBS: {0: "batch", 1: "beams"},
         C.UNIT_WEIGHTS: {0: "batch", 1: "units", 2: "beams"},
     }
     for i in range(cfg.decoder_layers):
-        axes[C.past_key(i)] = axes[C.past_value(i)] = {0: "beam_rows", 2: "past"}
-        axes[C.present_key(i)] = axes[C.present_value(i)] = {0: "beam_rows", 2: "steps"}
+        cache_rows = "item_beams" if i == 0 else "beam_rows"
+        axes[C.past_key(i)] = axes[C.past_value(i)] = {0: cache_rows, 2: "past"}
+        axes[C.present_key(i)] = axes[C.present_value(i)] = {0: cache_rows, 2: "steps"}
         axes[C.cross_key(i)] = {0: "rows", 3: "length"}
         axes[C.cross_value(i)] = {0: "rows", 2: "length"}
     return GraphSpec(DecoderGraph(model), tuple(example), inputs, outputs, axes)

@@ -55,8 +55,8 @@ class PageSum(nn.Module):
         flat_mask = attention_mask.reshape(batch * units, length)
         memory, cross = self.encode(input_ids.reshape(batch * units, length), flat_mask)
         steps = decoder_input_ids.shape[1]
-        tokens = decoder_input_ids[:, None, :].expand(batch, units, steps).reshape(batch * units, steps)
-        hidden, _ = self.model.decoder(tokens, cross, attention_bias(flat_mask, memory.dtype))  # (B*U, T, D)
+        bias = attention_bias(flat_mask, memory.dtype)
+        hidden, _ = self.model.decoder(decoder_input_ids, cross, bias, units=units)  # (B*U, T, D)
         return self.mix(hidden.view(batch, units, steps, -1), page_mask)
 
     def step(
@@ -70,17 +70,23 @@ class PageSum(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, SelfKV]:
         """One decoding step for K beams of B documents of U pages (N = B*U rows of cross key/value).
 
-        input_ids (B, K) last token of each beam; encoder_attention_mask (N, L); beam_index (N*K,) the row of
-        the previous cache that each row continues (ignored when past is None); past per layer (N*K, H, S, d).
-        Returns log-probabilities (B, K, V), page weights (B, U, K) and the cache grown by one step.
+        input_ids (B, K) last token of each beam; encoder_attention_mask (N, L); beam_index (B, K) the beam of the
+        previous step that each beam continues (ignored when past is None); past per layer: layer 0 (B*K, H, S, d),
+        shared by the pages of an item, the others (N*K, H, S, d). Returns log-probabilities (B, K, V), page
+        weights (B, U, K) and the cache grown by one step.
         """
         batch, beams = input_ids.shape
         units = page_mask.shape[1]
-        tokens = input_ids[:, None, :].expand(batch, units, beams).reshape(batch * units * beams, 1)  # (N*K, 1)
         if past is not None:
-            past = [(k.index_select(0, beam_index), v.index_select(0, beam_index)) for k, v in past]
+            item = torch.arange(batch, device=beam_index.device)[:, None]  # (B, 1)
+            page = torch.arange(units, device=beam_index.device)[None, :, None]  # (1, U, 1)
+            item_rows = item * beams + beam_index  # (B, K): rows of the shared layer-0 cache
+            page_rows = (item[:, :, None] * units + page) * beams + beam_index[:, None, :]  # (B, U, K)
+            indices = [item_rows.reshape(-1)] + [page_rows.reshape(-1)] * (len(past) - 1)
+            past = [(k.index_select(0, i), v.index_select(0, i)) for (k, v), i in zip(past, indices)]
         bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
-        hidden, present = self.model.decoder(tokens, cross, bias, past, beams)  # (N*K, 1, D)
+        tokens = input_ids.reshape(batch * beams, 1)  # (B*K, 1)
+        hidden, present = self.model.decoder(tokens, cross, bias, past, beams, units)  # (N*K, 1, D)
         log_probs, weights = self.mix(hidden.view(batch, units, beams, -1), page_mask)
         return log_probs, weights, present
 
