@@ -1,4 +1,4 @@
-"""`locsum summarize | eval | export | bench`: the command line."""
+"""`locsum summarize | eval | export | bench | profile`: the command line."""
 
 from __future__ import annotations
 
@@ -98,6 +98,33 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .profiling import op_profile, parse_lengths
+
+    if args.steps < 1 or args.num_beams < 1 or args.top < 1:
+        raise OptionError("--steps, --num-beams and --top must be at least 1")
+    lengths = parse_lengths(args.tokens)
+    if len(lengths) != 1:
+        raise OptionError(f"--tokens {args.tokens}: profile takes one input length (`locsum bench` takes several)")
+    graphs = op_profile(args.bundle, lengths[0], args.steps, args.num_beams, args.threads)
+    if args.json:
+        print(json.dumps([asdict(g) for g in graphs], indent=2))
+        return 0
+    for g in graphs:
+        print(f"{g.graph}: {g.runs} runs, {g.run_ms:.2f} ms per run, of which kernels {g.kernel_ms:.2f} ms "
+              f"({100 * g.kernel_ms / g.run_ms:.0f}%)")
+        print(f"  {'operator':<24} {'nodes/run':>9} {'ms/run':>8} {'share':>6}")
+        for o in g.ops[: args.top]:
+            print(f"  {o.op:<24} {o.calls:>9.1f} {o.ms:>8.3f} {100 * o.ms / g.kernel_ms:>5.1f}%")
+        if len(g.ops) > args.top:
+            rest = g.ops[args.top :]
+            print(f"  {f'{len(rest)} other types':<24} {sum(o.calls for o in rest):>9.1f} "
+                  f"{sum(o.ms for o in rest):>8.3f} {100 * sum(o.ms for o in rest) / g.kernel_ms:>5.1f}%")
+    return 0
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     """The decoding and paging options given on the command line."""
     return {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
@@ -170,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print the points and the fit as JSON")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(run=_bench)
+
+    f = commands.add_parser("profile", help="ONNX Runtime kernel time by operator type, per encoder and decoder run")
+    f.add_argument("--bundle", help="bundle directory (default: the shipped bundle)")
+    f.add_argument("--tokens", default="8k", help="input length in tokens (default 8k)")
+    f.add_argument("--steps", type=int, default=32, help="decoding steps")
+    f.add_argument("--num-beams", dest="num_beams", type=int, default=1)
+    f.add_argument("--threads", type=int)
+    f.add_argument("--top", type=int, default=12, help="operator types listed per graph")
+    f.add_argument("--json", action="store_true", help="print every operator type as JSON")
+    f.set_defaults(run=_profile)
     return parser
 
 

@@ -1,8 +1,9 @@
-"""Memory and speed of a bundle against input length, each point in a fresh process (`locsum bench`).
+"""Memory and speed of a bundle against input length (`locsum bench`), and where the time goes (`locsum profile`).
 
 A point summarizes filler text of a given token count with a fixed number of decoding steps and reports the
 process's own peak RSS, the encode time and the time per decoding step. `locsum bench` runs one fresh process
-per point (peak RSS only grows within a process) and fits memory against length.
+per point (peak RSS only grows within a process) and fits memory against length. `locsum profile` runs one
+such summary with ONNX Runtime's node tracing on and adds the kernel time up by operator type, per graph run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
+from collections import defaultdict
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -103,6 +107,59 @@ def measure_in_fresh_process(path: str | None, tokens: int, steps: int = 32, num
     if done.returncode != 0:
         raise BackendError(f"measuring {tokens} tokens failed in its process:\n{done.stderr.strip()[-2000:]}")
     return Point(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass
+class OpTime:
+    """The kernels of one operator type in one graph, per run of that graph."""
+
+    op: str
+    calls: float  # nodes of this type run, per graph run
+    ms: float  # their kernel time, per graph run
+
+
+@dataclass
+class GraphProfile:
+    """Where one graph's run time went, averaged over its runs."""
+
+    graph: str
+    runs: int
+    run_ms: float  # wall time of a run, as ONNX Runtime timed it
+    kernel_ms: float  # the kernels' share of it; the rest is the framework (binding, allocation, scheduling)
+    ops: list[OpTime]  # slowest first
+
+
+def read_trace(graph: str, trace: Path) -> GraphProfile:
+    """Sum an ONNX Runtime trace (Chrome trace JSON) by operator type, per run of the graph."""
+    events = json.loads(trace.read_text())
+    runs = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    if not runs:
+        raise BackendError(f"{trace} has no run of the {graph}; nothing was profiled")
+    calls: dict[str, int] = defaultdict(int)
+    micros: dict[str, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            op = event["args"]["op_name"]
+            calls[op] += 1
+            micros[op] += event["dur"]
+    ops = sorted((OpTime(op, calls[op] / len(runs), micros[op] / 1000 / len(runs)) for op in calls), key=lambda o: -o.ms)
+    return GraphProfile(graph, len(runs), sum(runs) / 1000 / len(runs), sum(o.ms for o in ops), ops)
+
+
+def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1,
+               threads: int | None = None) -> list[GraphProfile]:
+    """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder."""
+    from .backends.onnxruntime import OnnxRuntimeBackend
+    from .summarizer import Summarizer
+
+    summarizer = Summarizer.from_pretrained(path, backend="onnxruntime", threads=threads, verify=False)
+    text = text_of_tokens(summarizer.tokenizer, tokens)
+    pages = max(summarizer.paging.max_pages, 2 * math.ceil(tokens / summarizer.paging.page_tokens))
+    with tempfile.TemporaryDirectory(prefix="locsum-profile-") as directory:
+        traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
+        summarizer.backend = traced
+        summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1, max_pages=pages)
+        return [read_trace(graph, trace) for graph, trace in traced.end_profiling().items()]
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from locsum_sdk.cli import main
-from locsum_sdk.errors import OptionError
-from locsum_sdk.profiling import Point, linear_fit, parse_lengths, text_of_tokens
+from locsum_sdk.errors import BackendError, OptionError
+from locsum_sdk.profiling import Point, linear_fit, parse_lengths, read_trace, text_of_tokens
 
 
 def test_lengths_accept_thousands_and_refuse_nonsense():
@@ -43,3 +43,35 @@ def test_bench_measures_each_length_in_its_own_process(bundle_dir, capsys):
 def test_bench_refuses_bad_options(bundle_dir, capsys):
     assert main(["bench", "--bundle", str(bundle_dir), "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+def test_trace_is_summed_by_operator_per_run(tmp_path):
+    def node(op, micros):
+        return {"cat": "Node", "name": f"{op}_token_{micros}_kernel_time", "dur": micros, "args": {"op_name": op}}
+
+    events = [{"cat": "Session", "name": "model_run", "dur": 1000}, {"cat": "Session", "name": "model_run", "dur": 3000}]
+    events += [node("MatMul", 600), node("MatMul", 400), node("Add", 100), node("MatMul", 800)]
+    events += [{"cat": "Node", "name": "MatMul_fence_before", "dur": 5, "args": {"op_name": "MatMul"}}]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(events))
+    profile = read_trace("decoder", trace)
+    assert (profile.runs, profile.run_ms, profile.kernel_ms) == (2, pytest.approx(2.0), pytest.approx(0.95))
+    assert [(o.op, o.calls, o.ms) for o in profile.ops] == [("MatMul", 1.5, pytest.approx(0.9)),
+                                                             ("Add", 0.5, pytest.approx(0.05))]
+    trace.write_text(json.dumps(events[2:]))
+    with pytest.raises(BackendError, match="no run"):
+        read_trace("decoder", trace)
+
+
+def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
+    assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "600", "--steps", "3", "--threads", "1",
+                 "--json"]) == 0
+    encoder, decoder = json.loads(capsys.readouterr().out)
+    assert (encoder["graph"], decoder["graph"]) == ("encoder", "decoder")
+    assert decoder["runs"] == 3 and encoder["runs"] >= 1
+    for graph in (encoder, decoder):
+        ms = [o["ms"] for o in graph["ops"]]
+        assert ms == sorted(ms, reverse=True) and 0 < graph["kernel_ms"] <= graph["run_ms"]
+        assert {"MatMul", "Softmax"} <= {o["op"] for o in graph["ops"]}
+    assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "2k,8k"]) == 2
+    assert "one input length" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -43,7 +44,14 @@ def _run(session, binding, graph: str) -> None:
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
-    def __init__(self, bundle: Bundle, threads: int | None = None, providers: list[str] | None = None):
+    def __init__(
+        self,
+        bundle: Bundle,
+        threads: int | None = None,
+        providers: list[str] | None = None,
+        profile_dir: Path | None = None,
+    ):
+        """profile_dir: where ONNX Runtime writes a trace of every node run (see `end_profiling`); None: no trace."""
         ort = _import_ort()
         self.ort, self.bundle = ort, bundle
         self.config = bundle.manifest.model
@@ -55,11 +63,15 @@ class OnnxRuntimeBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         self.providers = providers or ["CPUExecutionProvider"]
+        self.profile_dir = profile_dir
         self.encoder = self._session("encoder", options)
         self.decoder = self._session("decoder", options)
 
     def _session(self, graph: str, options):
         spec = self.bundle.graph(graph)
+        if self.profile_dir is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(self.profile_dir) / graph)
         try:
             session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
@@ -74,6 +86,12 @@ class OnnxRuntimeBackend:
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "OnnxRuntimeSession":
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size)
+
+    def end_profiling(self) -> dict[str, Path]:
+        """Stop tracing (backend made with `profile_dir`) and return each graph's trace file (Chrome trace JSON)."""
+        if self.profile_dir is None:
+            raise BackendError("this backend was made without profile_dir, so it has no trace to end")
+        return {graph: Path(getattr(self, graph).end_profiling()) for graph in ("encoder", "decoder")}
 
 
 class OnnxRuntimeSession:
