@@ -108,19 +108,20 @@ def _profile(args: argparse.Namespace) -> int:
     lengths = parse_lengths(args.tokens)
     if len(lengths) != 1:
         raise OptionError(f"--tokens {args.tokens}: profile takes one input length (`locsum bench` takes several)")
-    graphs = op_profile(args.bundle, lengths[0], args.steps, args.num_beams, args.threads)
+    graphs = op_profile(args.bundle, lengths[0], args.steps, args.num_beams, args.threads, args.nodes)
     if args.json:
         print(json.dumps([asdict(g) for g in graphs], indent=2))
         return 0
     for g in graphs:
         print(f"{g.graph}: {g.runs} runs, {g.run_ms:.2f} ms per run, of which kernels {g.kernel_ms:.2f} ms "
               f"({100 * g.kernel_ms / g.run_ms:.0f}%)")
-        print(f"  {'operator':<24} {'nodes/run':>9} {'ms/run':>8} {'share':>6}")
+        width = max(24, *(len(o.name) for o in g.ops[: args.top]))
+        print(f"  {'node' if args.nodes else 'operator':<{width}} {'runs/run':>9} {'ms/run':>8} {'share':>6}")
         for o in g.ops[: args.top]:
-            print(f"  {o.op:<24} {o.calls:>9.1f} {o.ms:>8.3f} {100 * o.ms / g.kernel_ms:>5.1f}%")
+            print(f"  {o.name:<{width}} {o.calls:>9.1f} {o.ms:>8.3f} {100 * o.ms / g.kernel_ms:>5.1f}%")
         if len(g.ops) > args.top:
             rest = g.ops[args.top :]
-            print(f"  {f'{len(rest)} other types':<24} {sum(o.calls for o in rest):>9.1f} "
+            print(f"  {f'{len(rest)} others':<{width}} {sum(o.calls for o in rest):>9.1f} "
                   f"{sum(o.ms for o in rest):>8.3f} {100 * sum(o.ms for o in rest) / g.kernel_ms:>5.1f}%")
     return 0
 
@@ -204,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--steps", type=int, default=32, help="decoding steps")
     f.add_argument("--num-beams", dest="num_beams", type=int, default=1)
     f.add_argument("--threads", type=int)
-    f.add_argument("--top", type=int, default=12, help="operator types listed per graph")
+    f.add_argument("--top", type=int, default=12, help="lines listed per graph")
+    f.add_argument("--nodes", action="store_true", help="by node instead of by operator type")
     f.add_argument("--json", action="store_true", help="print every operator type as JSON")
     f.set_defaults(run=_profile)
     return parser

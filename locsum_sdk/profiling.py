@@ -111,11 +111,11 @@ def measure_in_fresh_process(path: str | None, tokens: int, steps: int = 32, num
 
 @dataclass
 class OpTime:
-    """The kernels of one operator type in one graph, per run of that graph."""
+    """The kernels of one operator type (or one node) in one graph, per run of that graph."""
 
-    op: str
-    calls: float  # nodes of this type run, per graph run
-    ms: float  # their kernel time, per graph run
+    name: str  # operator type, or node name when profiled by node
+    calls: float  # kernels run, per graph run
+    ms: float  # their time, per graph run
 
 
 @dataclass
@@ -129,25 +129,26 @@ class GraphProfile:
     ops: list[OpTime]  # slowest first
 
 
-def read_trace(graph: str, trace: Path) -> GraphProfile:
-    """Sum an ONNX Runtime trace (Chrome trace JSON) by operator type, per run of the graph."""
+def read_trace(graph: str, trace: Path, by_node: bool = False) -> GraphProfile:
+    """Sum an ONNX Runtime trace (Chrome trace JSON) by operator type (or by node), per run of the graph."""
     events = json.loads(trace.read_text())
     runs = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
     if not runs:
         raise BackendError(f"{trace} has no run of the {graph}; nothing was profiled")
     calls: dict[str, int] = defaultdict(int)
     micros: dict[str, float] = defaultdict(float)
+    suffix = "_kernel_time"
     for event in events:
-        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
-            op = event["args"]["op_name"]
-            calls[op] += 1
-            micros[op] += event["dur"]
-    ops = sorted((OpTime(op, calls[op] / len(runs), micros[op] / 1000 / len(runs)) for op in calls), key=lambda o: -o.ms)
+        if event.get("cat") == "Node" and event.get("name", "").endswith(suffix):
+            key = event["name"][: -len(suffix)] if by_node else event["args"]["op_name"]
+            calls[key] += 1
+            micros[key] += event["dur"]
+    ops = sorted((OpTime(k, calls[k] / len(runs), micros[k] / 1000 / len(runs)) for k in calls), key=lambda o: -o.ms)
     return GraphProfile(graph, len(runs), sum(runs) / 1000 / len(runs), sum(o.ms for o in ops), ops)
 
 
-def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1,
-               threads: int | None = None) -> list[GraphProfile]:
+def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, threads: int | None = None,
+               by_node: bool = False) -> list[GraphProfile]:
     """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder."""
     from .backends.onnxruntime import OnnxRuntimeBackend
     from .summarizer import Summarizer
@@ -159,7 +160,7 @@ def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 
         traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
         summarizer.backend = traced
         summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1, max_pages=pages)
-        return [read_trace(graph, trace) for graph, trace in traced.end_profiling().items()]
+        return [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:

@@ -56,8 +56,10 @@ def test_trace_is_summed_by_operator_per_run(tmp_path):
     trace.write_text(json.dumps(events))
     profile = read_trace("decoder", trace)
     assert (profile.runs, profile.run_ms, profile.kernel_ms) == (2, pytest.approx(2.0), pytest.approx(0.95))
-    assert [(o.op, o.calls, o.ms) for o in profile.ops] == [("MatMul", 1.5, pytest.approx(0.9)),
-                                                             ("Add", 0.5, pytest.approx(0.05))]
+    assert [(o.name, o.calls, o.ms) for o in profile.ops] == [("MatMul", 1.5, pytest.approx(0.9)),
+                                                               ("Add", 0.5, pytest.approx(0.05))]
+    by_node = read_trace("decoder", trace, by_node=True)
+    assert [o.name for o in by_node.ops] == ["MatMul_token_800", "MatMul_token_600", "MatMul_token_400", "Add_token_100"]
     trace.write_text(json.dumps(events[2:]))
     with pytest.raises(BackendError, match="no run"):
         read_trace("decoder", trace)
@@ -72,6 +74,10 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     for graph in (encoder, decoder):
         ms = [o["ms"] for o in graph["ops"]]
         assert ms == sorted(ms, reverse=True) and 0 < graph["kernel_ms"] <= graph["run_ms"]
-        assert {"MatMul", "Softmax"} <= {o["op"] for o in graph["ops"]}
+        assert {"MatMul", "Softmax"} <= {o["name"] for o in graph["ops"]}
+    assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "300", "--steps", "2", "--threads", "1",
+                 "--nodes", "--top", "3"]) == 0
+    table = capsys.readouterr().out
+    assert "decoder: 2 runs" in table and table.count(" others ") == 2 and "MatMul" in table
     assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "2k,8k"]) == 2
     assert "one input length" in capsys.readouterr().err
