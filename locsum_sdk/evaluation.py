@@ -98,12 +98,33 @@ def _grams(tokens: list[str], n: int) -> Counter:
     return Counter(zip(*(tokens[i:] for i in range(n))))
 
 
-def _f1(candidate: Counter, reference: Counter) -> float:
-    overlap = sum((candidate & reference).values())
+def _f1(overlap: int, candidate: int, reference: int) -> float:
+    """F1 from the n-gram overlap and the two n-gram totals."""
     if not overlap:
         return 0.0
-    precision, recall = overlap / sum(candidate.values()), overlap / sum(reference.values())
+    precision, recall = overlap / candidate, overlap / reference
     return 2 * precision * recall / (precision + recall)
+
+
+class _Overlap:
+    """The chosen sentences' n-grams against the reference's, updated as sentences are added."""
+
+    def __init__(self, reference: Counter):
+        self.reference, self.have, self.overlap, self.total = reference, Counter(), 0, 0
+        self.reference_total = sum(reference.values())
+
+    def gain(self, grams: Counter) -> int:
+        """How much the clipped overlap grows if `grams` (already restricted to the reference's) are added."""
+        ref, have = self.reference, self.have
+        return sum(min(have[g] + c, ref[g]) - min(have[g], ref[g]) for g, c in grams.items())
+
+    def f1_with(self, grams: Counter, total: int) -> float:
+        return _f1(self.overlap + self.gain(grams), self.total + total, self.reference_total)
+
+    def add(self, grams: Counter, total: int) -> None:
+        self.overlap += self.gain(grams)
+        self.total += total
+        self.have.update(grams)
 
 
 def oracle(example: EvalExample, words: int, rng: random.Random) -> str:
@@ -111,11 +132,16 @@ def oracle(example: EvalExample, words: int, rng: random.Random) -> str:
     sentences = [s for doc in example.documents for s in _sentences(doc)]
     tokens = [s.lower().split() for s in sentences]
     ref = example.reference.lower().split()
-    ref1, ref2 = _grams(ref, 1), _grams(ref, 2)
+    scores = [_Overlap(_grams(ref, 1)), _Overlap(_grams(ref, 2))]
+    grams = []  # per sentence and n: (its n-grams that the reference has, its n-gram count)
+    for t in tokens:
+        counted = [_grams(t, 1), _grams(t, 2)]
+        grams.append([(Counter({g: c for g, c in k.items() if g in o.reference}), sum(k.values()))
+                      for k, o in zip(counted, scores)])
     chosen: list[int] = []
-    have1, have2, best = Counter(), Counter(), 0.0
+    best = 0.0
     while True:
-        gains = [(_f1(have1 + _grams(t, 1), ref1) + _f1(have2 + _grams(t, 2), ref2), i)
+        gains = [(sum(o.f1_with(*g) for o, g in zip(scores, grams[i])), i)
                  for i, t in enumerate(tokens) if i not in chosen and t]
         if not gains:
             break
@@ -124,8 +150,8 @@ def oracle(example: EvalExample, words: int, rng: random.Random) -> str:
             break
         best = score
         chosen.append(index)
-        have1 += _grams(tokens[index], 1)
-        have2 += _grams(tokens[index], 2)
+        for o, g in zip(scores, grams[index]):
+            o.add(*g)
     return "\n".join(sentences[i] for i in sorted(chosen))
 
 
