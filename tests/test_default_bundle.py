@@ -1,0 +1,42 @@
+"""The shipped default bundle: intact, small enough for git, loaded with no path, summarizing the shipped example."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from locsum_sdk import Summarizer
+from locsum_sdk.bundle import Bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "engines" / "default"
+MEETING = ROOT / "examples" / "meeting.txt"
+
+
+def test_default_bundle_is_intact_and_documented():
+    bundle = Bundle.load(DEFAULT, verify=True)
+    assert bundle.manifest.kind == "pagesum"
+    assert sum(p.stat().st_size for p in DEFAULT.iterdir()) <= 60 * 2**20
+    card = (DEFAULT / "README.md").read_text()
+    evaluation = json.loads((DEFAULT / "evaluation.json").read_text())
+    assert "### qmsum" in card and set(evaluation["rouge"]) >= {"qmsum"}
+
+
+def test_from_pretrained_with_no_path_summarizes_the_example_meeting(monkeypatch):
+    import locsum_sdk.summarizer as module
+
+    monkeypatch.setattr(module, "DEFAULT_BUNDLE", DEFAULT)
+    summarizer = Summarizer.from_pretrained(threads=2)
+    summary = summarizer.summarize(MEETING.read_text(encoding="utf-8"))
+    assert len(summary.units) > 4
+    assert summary.text.strip() and len(summary.token_ids) >= summarizer.generation.min_length - 1
+    assert np.allclose(summary.unit_weights.sum(axis=1), 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_default_bundle_refuses_empty_text(text):
+    from locsum_sdk.errors import EmptyInputError
+
+    with pytest.raises(EmptyInputError):
+        Summarizer.from_pretrained(DEFAULT, threads=2).summarize(text)
