@@ -19,10 +19,23 @@ BART_BASE = dict(
 )
 
 
+def current_bundle(path: Path) -> bool:
+    """Whether a cached bundle exists and has this locsum's format version (an older one is exported again)."""
+    from locsum_sdk.constants import FORMAT_VERSION
+
+    manifest = path / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text()).get("format_version") == FORMAT_VERSION
+
+
 def bart_base_pagesum() -> tuple[Path, Path]:
     """A bart-base-shaped PageSum with random weights: (checkpoint dir, bundle dir), built once in CACHE."""
     checkpoint, bundle = CACHE / "checkpoint", CACHE / "bundle"
-    if (bundle / "manifest.json").is_file() and (checkpoint / "model.safetensors").is_file():
+    if current_bundle(bundle) and (checkpoint / "model.safetensors").is_file():
+        return checkpoint, bundle
+    if (checkpoint / "model.safetensors").is_file():
+        from locsum_sdk.exporters.onnx import export_onnx
+
+        export_onnx(checkpoint, bundle, force=True)
         return checkpoint, bundle
     import torch
 
