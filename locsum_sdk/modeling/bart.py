@@ -5,6 +5,10 @@ cross-attention keys/values precomputed once per unit, with keys stored transpos
 unit by stacking them on the query axis: `Q[N, H, K*T, d] @ K[N, H, d, L]`. Nothing is copied per beam. When
 several units decode the same tokens (PageSum's pages), the decoder's embeddings and first self-attention block
 run once per beam and are shared by the units.
+
+Inside the encoder and decoder, hidden states travel as 2-D rows (sequences x positions, D): every linear layer
+then exports as one `Gemm` with its bias fused, not a batched `MatMul` followed by an `Add`, and only attention
+reshapes to heads.
 """
 
 from __future__ import annotations
@@ -39,13 +43,13 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def split(self, x: torch.Tensor) -> torch.Tensor:
-        rows, length, _ = x.shape
-        return x.view(rows, length, self.heads, self.head_dim).transpose(1, 2)  # (R, H, T, d)
+    def split(self, x: torch.Tensor, length: int | torch.Tensor) -> torch.Tensor:
+        """Rows (R*T, D) of sequences of `length` positions -> heads (R, H, T, d)."""
+        return x.view(-1, length, self.heads, self.head_dim).transpose(1, 2)
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
-        rows, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(rows, length, self.heads * self.head_dim)  # (R, T, D)
+        """Heads (R, H, T, d) -> rows (R*T, D)."""
+        return x.transpose(1, 2).reshape(-1, self.heads * self.head_dim)
 
     def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         scores = torch.matmul(q * self.scaling, k_t) + bias  # (R, H, T, S)
@@ -53,9 +57,14 @@ class Attention(nn.Module):
         return torch.matmul(probs, v)  # (R, H, T, d)
 
     def self_attention(
-        self, x: torch.Tensor, bias: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+        self,
+        x: torch.Tensor,
+        length: int | torch.Tensor,
+        bias: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))  # (R, H, T, d)
+        """x (R*T, D): R sequences of `length` new positions -> (R*T, D) and the cache (R, H, S, d) with them."""
+        q, k, v = (self.split(proj(x), length) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (R, H, T, d)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (R, H, S, d)
         out = self.attend(q, k.transpose(2, 3), v, bias)  # (R, H, T, d)
@@ -63,23 +72,22 @@ class Attention(nn.Module):
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder states (N, L, D) -> key (N, H, d, L), value (N, H, L, d)."""
-        k_t = self.split(self.k_proj(memory)).transpose(2, 3)  # (N, H, d, L)
-        v = self.split(self.v_proj(memory))  # (N, H, L, d)
+        length = memory.shape[1]
+        rows = memory.reshape(-1, memory.shape[-1])  # (N*L, D)
+        k_t = self.split(self.k_proj(rows), length).transpose(2, 3)  # (N, H, d, L)
+        v = self.split(self.v_proj(rows), length)  # (N, H, L, d)
         return k_t, v
 
     def cross_attention(
-        self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor, beams: int
+        self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor, queries: int | torch.Tensor
     ) -> torch.Tensor:
-        """x (N*K, T, D) attends to its unit's memory; the K beams of a unit share one key/value."""
+        """x (N*K*T, D): the K beams x T positions of each of N units, in that order, attend to their unit's memory.
+
+        `queries` = K*T. The beams of a unit sit on the query axis of one product, `(N, H, K*T, d) @ (N, H, d, L)`,
+        so they share one key/value."""
         k_t, v = kv
-        rows, length, dim = x.shape
-        units = rows // beams
-        q = self.split(self.q_proj(x))  # (N*K, H, T, d)
-        q = q.view(units, beams, self.heads, length, self.head_dim).transpose(1, 2)  # (N, H, K, T, d)
-        q = q.reshape(units, self.heads, beams * length, self.head_dim)  # (N, H, K*T, d)
-        out = self.attend(q, k_t, v, bias)  # (N, H, K*T, d)
-        out = out.view(units, self.heads, beams, length, self.head_dim).permute(0, 2, 3, 1, 4)  # (N, K, T, H, d)
-        return self.out_proj(out.reshape(rows, length, dim))  # (N*K, T, D)
+        out = self.attend(self.split(self.q_proj(x), queries), k_t, v, bias)  # (N, H, K*T, d)
+        return self.out_proj(self.merge(out))  # (N*K*T, D)
 
 
 class FeedForwardMixin:
@@ -103,11 +111,12 @@ class EncoderLayer(FeedForwardMixin, nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = config.dropout
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        h, _ = self.self_attn.self_attention(x, bias)
+    def forward(self, x: torch.Tensor, length: int | torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """x (N*L, D) -> (N*L, D)."""
+        h, _ = self.self_attn.self_attention(x, length, bias)
         x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
-        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))  # (N, L, D)
+        return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
 
 
 class DecoderLayer(FeedForwardMixin, nn.Module):
@@ -122,21 +131,21 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = config.dropout
 
-    def attend_self(self, x, self_bias, past):
-        """Self-attention block: x (R, T, D) -> (R, T, D) and this layer's cache including these T steps."""
-        h, present = self.self_attn.self_attention(x, self_bias, past)
+    def attend_self(self, x, length, self_bias, past):
+        """Self-attention block: x (R*T, D) -> (R*T, D) and this layer's cache including these T steps."""
+        h, present = self.self_attn.self_attention(x, length, self_bias, past)
         return self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training)), present
 
-    def attend_memory(self, x, cross, cross_bias, beams):
-        """Cross-attention and feed-forward blocks: x (N*K, T, D) -> (N*K, T, D)."""
-        h = self.encoder_attn.cross_attention(x, cross, cross_bias, beams)
+    def attend_memory(self, x, cross, cross_bias, queries):
+        """Cross-attention and feed-forward blocks: x (N*K*T, D) -> (N*K*T, D); queries = K*T per unit."""
+        h = self.encoder_attn.cross_attention(x, cross, cross_bias, queries)
         x = self.encoder_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
         return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
 
-    def forward(self, x, self_bias, past, cross, cross_bias, beams):
-        x, present = self.attend_self(x, self_bias, past)
-        return self.attend_memory(x, cross, cross_bias, beams), present  # (R, T, D)
+    def forward(self, x, length, self_bias, past, cross, cross_bias, queries):
+        x, present = self.attend_self(x, length, self_bias, past)
+        return self.attend_memory(x, cross, cross_bias, queries), present  # (R*T, D)
 
 
 class Embeddings(nn.Module):
@@ -164,10 +173,12 @@ class Encoder(Embeddings):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         x = super().forward(input_ids)  # (N, L, D)
+        length, dim = input_ids.shape[1], x.shape[-1]
         bias = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
+        x = x.reshape(-1, dim)  # (N*L, D)
         for layer in self.layers:
-            x = layer(x, bias)
-        return x  # (N, L, D)
+            x = layer(x, length, bias)
+        return x.view(-1, length, dim)  # (N, L, D)
 
 
 class Decoder(Embeddings):
@@ -202,16 +213,18 @@ class Decoder(Embeddings):
         if past is not None:
             earlier = torch.zeros(length, start, dtype=x.dtype, device=x.device)  # (T, S - T)
             self_bias = torch.cat([earlier, self_bias], dim=1)  # (T, S)
-        first = self.layers[0]
-        x, kv = first.attend_self(x, self_bias, None if past is None else past[0])  # (B*K, T, D)
         dim = x.shape[-1]
-        x = x.view(-1, 1, beams, length, dim).expand(-1, units, -1, -1, -1).reshape(-1, length, dim)  # (B*U*K, T, D)
-        x = first.attend_memory(x, cross[0], cross_bias, beams)
+        x = x.reshape(-1, dim)  # (B*K*T, D)
+        queries = beams * length  # query rows of one unit in cross-attention
+        first = self.layers[0]
+        x, kv = first.attend_self(x, length, self_bias, None if past is None else past[0])  # (B*K*T, D)
+        x = x.view(-1, 1, queries, dim).expand(-1, units, -1, -1).reshape(-1, dim)  # (B*U*K*T, D)
+        x = first.attend_memory(x, cross[0], cross_bias, queries)
         present = [kv]
         for i, layer in enumerate(self.layers[1:], start=1):
-            x, kv = layer(x, self_bias, None if past is None else past[i], cross[i], cross_bias, beams)
+            x, kv = layer(x, length, self_bias, None if past is None else past[i], cross[i], cross_bias, queries)
             present.append(kv)
-        return x, present
+        return x.view(-1, length, dim), present  # (B*U*K, T, D)
 
 
 class Bart(nn.Module):
