@@ -1,9 +1,12 @@
 """This machine's limits, measured inside the run, and the lower bound of one decoding step.
 
-Bandwidth: ONNX Runtime summing a 512 MB float32 tensor. Matmul throughput: ONNX Runtime multiplying two
-1024 x 1024 float32 matrices. A step must at least read the decoder's weights once (the LM head reads the
-whole embedding table) and the cross keys/values of every unit; its bound is that many bytes over the
-bandwidth, or its FLOPs over the matmul throughput, whichever is larger.
+Bandwidth: ONNX Runtime multiplying a row vector by a 512 MB float32 matrix, the way a decoding step streams its
+weights (a ReduceSum over the same bytes read under half as fast here, bounded by the reduction, not by
+memory, which would have made every bound too loose). Matmul throughput: ONNX Runtime multiplying two
+1024 x 1024 float32 matrices, the second a constant weight (prepacked, as the model's layers are). A step must
+at least read the decoder's weights once (the LM head reads the whole embedding table) and the cross
+keys/values of every unit; its bound is that many bytes over the bandwidth, or its FLOPs over the matmul
+throughput, whichever is larger.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def _session(nodes, inputs, threads: int):
+def _session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | None = None):
     import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, n) for n, w in (weights or {}).items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
     options = ort.SessionOptions()
@@ -37,21 +41,23 @@ def _best(run, repeats: int) -> float:
     return min(times)
 
 
-def bandwidth_gbs(threads: int = 2, megabytes: int = 512) -> float:
+def bandwidth_gbs(threads: int = 2, megabytes: int = 512, rows: int = 4096) -> float:
     from onnx import helper
 
-    data = np.ones(megabytes * 2**20 // 4, dtype=np.float32)
-    session = _session([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [("x", [data.size])], threads)
-    return data.nbytes / _best(lambda: session.run(None, {"x": data}), 5) / 1e9
+    matrix = np.ones((rows, megabytes * 2**20 // 4 // rows), dtype=np.float32)
+    vector = np.ones((1, rows), dtype=np.float32)
+    session = _session([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(vector.shape)),
+                       ("w", list(matrix.shape))], threads)
+    return matrix.nbytes / _best(lambda: session.run(None, {"x": vector, "w": matrix}), 5) / 1e9
 
 
 def matmul_gflops(threads: int = 2, size: int = 1024) -> float:
+    """Square float32 MatMul with the right-hand matrix a constant weight, prepacked as the model's layers are."""
     from onnx import helper
 
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-    session = _session([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [size, size]), ("b", [size, size])],
-                       threads)
-    return 2 * size**3 / _best(lambda: session.run(None, {"a": a, "b": a}), 5) / 1e9
+    session = _session([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [size, size])], threads, {"b": a})
+    return 2 * size**3 / _best(lambda: session.run(None, {"a": a}), 5) / 1e9
 
 
 @dataclass(frozen=True)
