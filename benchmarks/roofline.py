@@ -65,6 +65,7 @@ class StepBound:
     bytes: float  # bytes a step must read
     flops: float  # multiply-adds x 2 of a step
     seconds: float  # the larger of bytes / bandwidth and flops / throughput
+    serial_seconds: float  # their sum: reading and computing at the machine's rates, never overlapped
 
 
 def step_bound(config: dict, weight_bytes: int, units: int, length: int, beams: int, past: int,
@@ -78,4 +79,5 @@ def step_bound(config: dict, weight_bytes: int, units: int, length: int, beams: 
     flops += 2 * rows * layers * 2 * d * (length + past)  # attention scores and mixing
     flops += 2 * beams * d * vocab  # LM head on the mixed rows only
     total = weight_bytes + cross + cache
-    return StepBound(total, flops, max(total / (bandwidth * 1e9), flops / (gflops * 1e9)))
+    read, compute = total / (bandwidth * 1e9), flops / (gflops * 1e9)
+    return StepBound(total, flops, max(read, compute), read + compute)
