@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from locsum_sdk.modeling.bart import Bart, attention_bias  # noqa: E402
+from locsum_sdk.modeling.bart import Bart, attention_bias, fold_query_scaling  # noqa: E402
 from locsum_sdk.modeling.checkpoint import from_hf_names, load_checkpoint  # noqa: E402
 from locsum_sdk.modeling.config import BartConfig  # noqa: E402
 
@@ -75,6 +75,20 @@ def test_cached_steps_match_transformers(shape):
             hidden, past = ours.decoder(dec[:, t : t + 1], cross, bias, past)
             steps.append(ours.lm_logits(hidden))
     assert (torch.cat(steps, dim=1) - expected).abs().max() <= ATOL
+
+
+@pytest.mark.parametrize("heads, exact", [(4, True), (2, False)])  # head_dim 16 (scaling 1/4) and 32 (1/sqrt(32))
+def test_folding_query_scaling_keeps_logits(heads, exact):
+    """Export folds 1/sqrt(d) into q_proj: bit-exact for a power-of-two scaling, within float rounding otherwise."""
+    shape = dict(CONFIGS[0], d_model=64, encoder_attention_heads=heads, decoder_attention_heads=heads)
+    ours = ours_from(hf_model(4, **shape))
+    ids, mask, dec = inputs(5)
+    with torch.no_grad():
+        expected = ours(ids, mask, dec)
+        fold_query_scaling(ours)
+        got = ours(ids, mask, dec)
+    assert all(m.scaling == 1.0 for m in ours.modules() if hasattr(m, "scaling"))
+    assert torch.equal(got, expected) if exact else (got - expected).abs().max() <= 1e-5
 
 
 def test_hf_directory_and_research_state_dict_load_as_pagesum(tmp_path, caplog):

@@ -21,6 +21,7 @@ from .. import constants as C
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError
 from ..generation import GenerationOptions
+from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..units import PagingOptions
@@ -135,6 +136,7 @@ def export_onnx(
     paging.validate()
     generation.validate()
     model = loaded.model.float().eval()
+    fold_query_scaling(model)
     from tokenizers import Tokenizer
 
     vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()

@@ -52,7 +52,9 @@ class Attention(nn.Module):
         return x.transpose(1, 2).reshape(-1, self.heads * self.head_dim)
 
     def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        scores = torch.matmul(q * self.scaling, k_t) + bias  # (R, H, T, S)
+        if self.scaling != 1.0:  # 1.0 once folded into q_proj (see `fold_query_scaling`)
+            q = q * self.scaling
+        scores = torch.matmul(q, k_t) + bias  # (R, H, T, S)
         probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
         return torch.matmul(probs, v)  # (R, H, T, d)
 
@@ -88,6 +90,20 @@ class Attention(nn.Module):
         k_t, v = kv
         out = self.attend(self.split(self.q_proj(x), queries), k_t, v, bias)  # (N, H, K*T, d)
         return self.out_proj(self.merge(out))  # (N*K*T, D)
+
+
+def fold_query_scaling(model: nn.Module) -> None:
+    """Fold every attention's 1/sqrt(d) score scaling into its query projection (weight and bias), for export.
+
+    Same maths, and bit for bit when the scaling is a power of two (64-dim heads: 1/8). The exported score
+    product is then a plain MatMul rather than one with a scale, which ONNX Runtime runs as a matrix-vector
+    product when a unit has a single query (greedy decoding)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, Attention) and module.scaling != 1.0:
+                module.q_proj.weight.mul_(module.scaling)
+                module.q_proj.bias.mul_(module.scaling)
+                module.scaling = 1.0
 
 
 class FeedForwardMixin:
