@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -19,12 +20,34 @@ BART_BASE = dict(
 )
 
 
-def current_bundle(path: Path) -> bool:
-    """Whether a cached bundle exists and has this locsum's format version (an older one is exported again)."""
-    from locsum_sdk.constants import FORMAT_VERSION
+def export_source() -> str:
+    """Fingerprint of the source that decides what an export writes: locsum_sdk's modeling, ops and exporters, and
+    the bundle format (constants, manifest)."""
+    import locsum_sdk
 
-    manifest = path / "manifest.json"
-    return manifest.is_file() and json.loads(manifest.read_text()).get("format_version") == FORMAT_VERSION
+    root = Path(locsum_sdk.__file__).resolve().parent
+    digest = hashlib.sha256()
+    files = [f for part in ("modeling", "ops", "exporters") for f in (root / part).rglob("*.py")]
+    for file in sorted(files + [root / "constants.py", root / "bundle.py"]):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def current_bundle(path: Path) -> bool:
+    """Whether a cached bundle exists and was exported by this locsum's exporting source; a bundle of an older
+    export (another format version, or graphs an earlier exporter wrote) is exported again, so every figure
+    measures the graphs this tree writes."""
+    stamp = path.with_name(path.name + ".source")
+    return (path / "manifest.json").is_file() and stamp.is_file() and stamp.read_text() == export_source()
+
+
+def export_bundle(checkpoint: Path, path: Path, **options) -> Path:
+    """Export into the cache and stamp the bundle with the exporting source (see `current_bundle`)."""
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    export_onnx(checkpoint, path, force=True, **options)
+    path.with_name(path.name + ".source").write_text(export_source())
+    return path
 
 
 def bart_base_pagesum() -> tuple[Path, Path]:
@@ -33,13 +56,10 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     if current_bundle(bundle) and (checkpoint / "model.safetensors").is_file():
         return checkpoint, bundle
     if (checkpoint / "model.safetensors").is_file():
-        from locsum_sdk.exporters.onnx import export_onnx
-
-        export_onnx(checkpoint, bundle, force=True)
+        export_bundle(checkpoint, bundle)
         return checkpoint, bundle
     import torch
 
-    from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.modeling.checkpoint import save_checkpoint
     from locsum_sdk.modeling.config import BartConfig
     from locsum_sdk.modeling.pagesum import PageSum
@@ -54,7 +74,7 @@ def bart_base_pagesum() -> tuple[Path, Path]:
         units={"policy": "spatial", "max_pages": 128, "page_tokens": 1024},
         generation={"num_beams": 1, "max_length": 33},
     )
-    export_onnx(checkpoint, bundle, force=True)
+    export_bundle(checkpoint, bundle)
     return checkpoint, bundle
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.common import BART_BASE, CACHE, current_bundle, write_result
+from benchmarks.common import BART_BASE, CACHE, current_bundle, export_bundle, write_result
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -59,11 +59,9 @@ def hf_bart_base() -> Path:
 
 
 def bundle(quantize: str | None) -> Path:
-    from locsum_sdk.exporters.onnx import export_onnx
-
     path = CACHE / f"hf-bart-base-bundle-{quantize or 'float32'}"
     if not current_bundle(path):
-        export_onnx(hf_bart_base(), path, tokenizer=HF_DIR / "tokenizer.json", quantize=quantize, force=True)
+        export_bundle(hf_bart_base(), path, tokenizer=HF_DIR / "tokenizer.json", quantize=quantize)
     return path
 
 
