@@ -33,21 +33,25 @@ def export_source() -> str:
     return digest.hexdigest()[:16]
 
 
+def source_stamp(bundle: Path) -> Path:
+    """The file beside a cached bundle that records the `export_source` it was exported by."""
+    return bundle.with_name(bundle.name + ".source")
+
+
 def current_bundle(path: Path) -> bool:
     """Whether a cached bundle exists and was exported by this locsum's exporting source; a bundle of an older
     export (another format version, or graphs an earlier exporter wrote) is exported again, so every figure
     measures the graphs this tree writes."""
-    stamp = path.with_name(path.name + ".source")
+    stamp = source_stamp(path)
     return (path / "manifest.json").is_file() and stamp.is_file() and stamp.read_text() == export_source()
 
 
-def export_bundle(checkpoint: Path, path: Path, **options) -> Path:
+def export_bundle(checkpoint: Path, path: Path, **options) -> None:
     """Export into the cache and stamp the bundle with the exporting source (see `current_bundle`)."""
     from locsum_sdk.exporters.onnx import export_onnx
 
     export_onnx(checkpoint, path, force=True, **options)
-    path.with_name(path.name + ".source").write_text(export_source())
-    return path
+    source_stamp(path).write_text(export_source())
 
 
 def bart_base_pagesum() -> tuple[Path, Path]:
