@@ -1,6 +1,6 @@
 """The artifact contract: file, tensor and axis names shared by the exporters and the backends."""
 
-FORMAT_VERSION = 2  # bumped whenever the bundle layout or a graph signature changes
+FORMAT_VERSION = 3  # bumped whenever the bundle layout or a graph signature changes
 
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
@@ -15,7 +15,8 @@ ENCODER_HIDDEN = "encoder_hidden"  # (N, L, D)
 # decoder.onnx
 UNIT_MASK = "unit_mask"  # (B, U) bool, True for real units
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"  # (N, L) int64, N = B * U
-BEAM_INDEX = "beam_index"  # (B, K) int64, the beam of the previous step that each beam continues
+POSITION = "position"  # (1,) int64, the position being decoded: where every beam's key/value is written
+CACHE_SLOTS = "cache_slots"  # (B, K, C) int64, the slot holding each position of each beam's history; -1: none
 LOG_PROBS = "log_probs"  # (B, K, V)
 UNIT_WEIGHTS = "unit_weights"  # (B, U, K)
 
@@ -29,7 +30,7 @@ def cross_value(layer: int) -> str:
 
 
 def past_key(layer: int) -> str:
-    return f"past_key.{layer}"  # (N * K, H, S, d); layer 0: (B * K, H, S, d), shared by the units of an item
+    return f"past_key.{layer}"  # (N, H, K, C, d): K beam slots of C positions; layer 0: (B, H, K, C, d), shared by the units of an item
 
 
 def past_value(layer: int) -> str:
@@ -37,11 +38,11 @@ def past_value(layer: int) -> str:
 
 
 def present_key(layer: int) -> str:
-    return f"present_key.{layer}"  # as past_key, with S + 1 steps
+    return f"present_key.{layer}"  # past_key written at `position`: bind both to one buffer and it is written in place
 
 
 def present_value(layer: int) -> str:
-    return f"present_value.{layer}"  # as past_key, with S + 1 steps
+    return f"present_value.{layer}"  # as present_key
 
 
 def encoder_outputs(layers: int) -> list[str]:
@@ -50,7 +51,7 @@ def encoder_outputs(layers: int) -> list[str]:
 
 def decoder_inputs(layers: int) -> list[str]:
     return (
-        [INPUT_IDS, UNIT_MASK, ENCODER_ATTENTION_MASK, BEAM_INDEX]
+        [INPUT_IDS, UNIT_MASK, ENCODER_ATTENTION_MASK, POSITION, CACHE_SLOTS]
         + [name(i) for i in range(layers) for name in (past_key, past_value)]
         + [name(i) for i in range(layers) for name in (cross_key, cross_value)]
     )

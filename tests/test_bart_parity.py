@@ -7,6 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from locsum_sdk.backends.base import BeamSlots  # noqa: E402
 from locsum_sdk.modeling.bart import Bart, attention_bias, fold_query_scaling  # noqa: E402
 from locsum_sdk.modeling.checkpoint import from_hf_names, load_checkpoint  # noqa: E402
 from locsum_sdk.modeling.config import BartConfig  # noqa: E402
@@ -70,11 +71,18 @@ def test_cached_steps_match_transformers(shape):
         expected = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
         memory = ours.encoder(ids, mask)
         cross, bias = ours.cross_kv(memory), attention_bias(mask, memory.dtype)
-        past, steps = None, []
-        for t in range(dec.shape[1]):
-            hidden, past = ours.decoder(dec[:, t : t + 1], cross, bias, past)
+        cfg, batch, length = ours.config, dec.shape[0], dec.shape[1]
+        slots, steps = BeamSlots(batch, 1, chunk=2), []  # capacity 2, grown every other step
+        cache = [tuple(torch.zeros(batch, cfg.decoder_heads, 1, 2, cfg.head_dim) for _ in "kv")
+                 for _ in range(cfg.decoder_layers)]
+        for t in range(length):
+            if slots.advance(None):
+                cache = [tuple(torch.cat([c, c.new_zeros(*c.shape[:3], 2, c.shape[4])], dim=3) for c in layer)
+                         for layer in cache]
+            hidden = ours.decoder.step(dec[:, t : t + 1], cross, bias, cache, torch.tensor([t]),
+                                       torch.from_numpy(slots.slots))
             steps.append(ours.lm_logits(hidden))
-    assert (torch.cat(steps, dim=1) - expected).abs().max() <= ATOL
+    assert (torch.stack(steps, dim=1) - expected).abs().max() <= ATOL
 
 
 @pytest.mark.parametrize("heads, exact", [(4, True), (2, False)])  # head_dim 16 (scaling 1/4) and 32 (1/sqrt(32))

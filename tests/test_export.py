@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from locsum_sdk import constants as C
+from locsum_sdk.backends import base
 from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 from locsum_sdk.backends.torch import TorchBackend
@@ -58,9 +59,23 @@ def random_units(rng, count, length, vocab):
     return units
 
 
+def test_self_attention_cache_is_written_in_place(bundle_dir):
+    """Each present cache is one ScatterND on its past input, and nothing else reads the past values: a runtime
+    that binds past and present to one buffer writes the new position in place."""
+    graph = onnx.load(str(bundle_dir / C.DECODER_FILE)).graph
+    producers = {o: n for n in graph.node for o in n.output}
+    for i in range(2):
+        for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
+            write = producers[present]
+            assert write.op_type == "ScatterND" and write.input[0] == past
+            assert {n.op_type for n in graph.node if past in n.input} <= {"ScatterND", "Shape"}
+
+
 @pytest.mark.parametrize("beams", [1, 3])
-def test_every_step_matches_torch(bundle_dir, checkpoint_dir, tokenizer, beams):
-    """Per-step log-probabilities and page weights of ORT and torch on the same weights, beams reordered."""
+def test_every_step_matches_torch(bundle_dir, checkpoint_dir, tokenizer, beams, monkeypatch):
+    """Per-step log-probabilities and page weights of ORT and torch on the same weights, beams reordered, the
+    caches grown twice (5 positions at a time)."""
+    monkeypatch.setattr(base, "CACHE_CHUNK", 5)
     rng = np.random.default_rng(beams)
     vocab = tokenizer.get_vocab_size()
     batch = UnitBatch.from_units([random_units(rng, 5, 60, vocab), random_units(rng, 2, 60, vocab)], pad=1)
@@ -76,6 +91,10 @@ def test_every_step_matches_torch(bundle_dir, checkpoint_dir, tokenizer, beams):
         assert np.all(a_w[1, 2:] == 0)  # the second item's padding pages
         tokens = rng.integers(5, vocab, (2, beams))
         beam_index = rng.integers(0, beams, (2, beams))
+    assert ort_session.slots.capacity == 15
+    for buffer in ort_session.cache.values():  # the bound buffers hold what ORT wrote, position by position
+        written = np.abs(buffer).sum(axis=(0, 1, 2, 4))  # (C,)
+        assert np.all(written[:12] > 0) and np.all(written[12:] == 0)
 
 
 def test_export_refuses_to_overwrite_and_is_atomic(tmp_path, checkpoint_dir, monkeypatch):

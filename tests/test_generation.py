@@ -8,7 +8,7 @@ import torch
 
 from conftest import document
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import UnitBatch
+from locsum_sdk.backends.base import BeamSlots, UnitBatch
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.generation import GenerationOptions, generate, no_repeat_ngram_filter
 from locsum_sdk.modeling.checkpoint import load_checkpoint
@@ -65,6 +65,16 @@ def test_batch_padding_pages_change_nothing(summarizers):
         assert len(together[1].units) > len(together[0].units)
         assert together[0].token_ids == alone.token_ids
         np.testing.assert_allclose(together[0].unit_weights, alone.unit_weights, atol=1e-6)
+
+
+def test_beam_slots_follow_each_beam_history():
+    slots = BeamSlots(batch=1, beams=2, chunk=2)
+    assert not slots.advance(None) and slots.slots.tolist() == [[[0, -1], [1, -1]]]
+    assert not slots.advance(np.array([[1, 1]]))  # both beams continue beam 1
+    assert slots.slots.tolist() == [[[1, 0], [1, 1]]]
+    assert slots.advance(np.array([[1, 0]]))  # swapped; full, so the capacity grows
+    assert slots.capacity == 4 and slots.position == 2
+    assert slots.slots.tolist() == [[[1, 1, 0, -1], [1, 0, 1, -1]]]
 
 
 class ScriptedSession:

@@ -63,11 +63,37 @@ class UnitBatch:
         return grid
 
 
-def source_beams(beam_index: np.ndarray | None, batch: int, beams: int) -> np.ndarray:
-    """(B, K) beam of the previous step that each beam continues, as int64; None: each beam continues itself."""
-    if beam_index is None:
-        return np.tile(np.arange(beams, dtype=np.int64), (batch, 1))
-    return np.ascontiguousarray(beam_index, dtype=np.int64)
+CACHE_CHUNK = 32  # positions a slot cache grows by when full
+
+
+class BeamSlots:
+    """Where the positions of each beam's history sit in a slot cache (see `locsum_sdk.modeling.bart`): the
+    `cache_slots` input of a decoding step.
+
+    Before each step, `advance(beam_index)`: the beams continue those of the previous step, so their histories are
+    gathered (a (B, K, C) array of small integers; the cache itself never moves) and the new position of beam k
+    is written into slot k. The capacity C grows by `chunk` (default `CACHE_CHUNK`) positions whenever it is full."""
+
+    def __init__(self, batch: int, beams: int, chunk: int | None = None):
+        self.beams, self.chunk = beams, chunk or CACHE_CHUNK
+        self.position = -1  # the position being decoded
+        self.slots = np.full((batch, beams, self.chunk), -1, dtype=np.int64)  # (B, K, C)
+
+    @property
+    def capacity(self) -> int:
+        return self.slots.shape[2]
+
+    def advance(self, beam_index: np.ndarray | None) -> bool:
+        """Move to the next position; True when the capacity grew (the caches must grow with it)."""
+        self.position += 1
+        t, grew = self.position, self.position == self.capacity
+        if grew:
+            more = np.full((*self.slots.shape[:2], self.chunk), -1, dtype=np.int64)
+            self.slots = np.concatenate([self.slots, more], axis=2)
+        if beam_index is not None and t:
+            self.slots[:, :, :t] = np.take_along_axis(self.slots[:, :, :t], beam_index[:, :, None], axis=1)
+        self.slots[:, :, t] = np.arange(self.beams)
+        return grew
 
 
 class Backend(Protocol):

@@ -1,8 +1,9 @@
 """ONNX Runtime backend: IO binding with OrtValues reused across steps, explicit thread counts.
 
 Cross keys/values are written by the encoder straight into one preallocated buffer per layer (micro-batch by
-micro-batch) and bound, unchanged, at every step. The self-attention cache stays in OrtValues that ORT
-allocates; each step's present cache is bound as the next step's past.
+micro-batch) and bound, unchanged, at every step. Each layer's self-attention cache is one buffer bound as both
+its past input and its present output, so every step writes its new position in place; the buffers are
+replaced only when the cache's capacity grows (every 32 positions).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from .. import constants as C
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError
-from .base import UnitBatch, source_beams
+from .base import BeamSlots, UnitBatch
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -118,24 +119,24 @@ class OnnxRuntimeSession:
         self._encode(unit_batch_size)
         to_ort = ort.OrtValue.ortvalue_from_numpy
         self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
-        self.beam_index = np.zeros((batch.batch, beams), dtype=np.int64)
+        self.position = np.zeros(1, dtype=np.int64)
+        self.slots = BeamSlots(batch.batch, beams)
         self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
         self.unit_weights = np.zeros((batch.batch, batch.width, beams), dtype=np.float32)
         self.fixed = {
             C.INPUT_IDS: to_ort(self.tokens),
-            C.BEAM_INDEX: to_ort(self.beam_index),
+            C.POSITION: to_ort(self.position),
             C.UNIT_MASK: to_ort(batch.unit_mask),
             C.ENCODER_ATTENTION_MASK: to_ort(batch.grid_mask()),
             **{name: to_ort(buffer) for name, buffer in self.cross.items()},
         }
-        layers = range(backend.layers)
-        self.past_names = [name(i) for i in layers for name in (C.past_key, C.past_value)]
-        self.present_names = [name(i) for i in layers for name in (C.present_key, C.present_value)]
-        self.past = {}
-        for i in layers:  # layer 0's cache is shared by the units of an item
-            empty = to_ort(np.zeros(((batch.batch if i == 0 else self.rows) * beams, heads, 0, dim), np.float32))
-            self.past |= {C.past_key(i): empty, C.past_value(i): empty}
+        self.cache = {}  # (past, present) name -> (G, H, K, C, d); layer 0's is shared by the units of an item
+        for i in range(backend.layers):
+            groups = batch.batch if i == 0 else self.rows
+            for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
+                self.cache[past, present] = np.zeros((groups, heads, beams, self.slots.capacity, dim), np.float32)
         self.binding = backend.decoder.io_binding()
+        self._bind_cache()
         for name, value in self.fixed.items():
             self.binding.bind_ortvalue_input(name, value)
         for name, buffer in ((C.LOG_PROBS, self.log_probs), (C.UNIT_WEIGHTS, self.unit_weights)):
@@ -156,18 +157,32 @@ class OnnxRuntimeSession:
                 binding.bind_output(name, "cpu", 0, np.float32, list(target.shape), target.ctypes.data)
             _run(encoder, binding, "encoder")
 
+    def _bind_cache(self) -> None:
+        """Bind each cache buffer as its layer's past and present (written in place), and the slot map."""
+        to_ort = self.backend.ort.OrtValue.ortvalue_from_numpy
+        for (past, present), buffer in self.cache.items():
+            value = to_ort(buffer)
+            self.binding.bind_ortvalue_input(past, value)
+            self.binding.bind_ortvalue_output(present, value)
+        self.fixed[C.CACHE_SLOTS] = to_ort(self.slots.slots)
+        self.binding.bind_ortvalue_input(C.CACHE_SLOTS, self.fixed[C.CACHE_SLOTS])
+
+    def _grow_cache(self) -> None:
+        for key, buffer in self.cache.items():
+            grown = np.zeros((*buffer.shape[:3], self.slots.capacity, buffer.shape[4]), np.float32)
+            grown[:, :, :, : buffer.shape[3]] = buffer
+            self.cache[key] = grown
+        self._bind_cache()
+
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         self.tokens[...] = tokens
-        self.beam_index[...] = source_beams(beam_index, self.batch.batch, self.beams)
-        for name, value in self.past.items():
-            self.binding.bind_ortvalue_input(name, value)
-        for name in self.present_names:  # the cache grows every step: let ORT allocate it anew
-            self.binding.bind_output(name, "cpu")
+        if self.slots.advance(None if beam_index is None else np.asarray(beam_index, dtype=np.int64)):
+            self._grow_cache()
+        self.position[0] = self.slots.position
         _run(self.backend.decoder, self.binding, "decoder")
-        self.past = dict(zip(self.past_names, self.binding.get_outputs()[2:]))  # presents become the next pasts
         return self.log_probs, self.unit_weights
 
     def close(self) -> None:
-        self.past.clear()
+        self.cache.clear()
         self.fixed.clear()
         self.cross.clear()

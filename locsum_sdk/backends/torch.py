@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BackendUnavailableError
-from .base import UnitBatch, source_beams
+from .base import BeamSlots, UnitBatch
 
 
 def _import_torch():
@@ -48,16 +48,28 @@ class TorchSession:
                 self.cross.append((k_grid, v_grid))
         self.unit_mask = torch.from_numpy(batch.unit_mask)
         self.grid_mask = torch.from_numpy(batch.grid_mask())
-        self.past = None
+        cfg = self.model.config
+        self.slots = BeamSlots(batch.batch, beams)
+        self.cache = [
+            tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim) for _ in "kv")
+            for groups in [batch.batch] + [rows] * (cfg.decoder_layers - 1)  # layer 0's is shared by an item's units
+        ]
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        torch, batch = self.torch, self.batch
-        index = torch.from_numpy(source_beams(beam_index, batch.batch, self.beams))
+        torch = self.torch
+        if self.slots.advance(None if beam_index is None else np.asarray(beam_index, dtype=np.int64)):
+            self.cache = [tuple(self._grown(t) for t in layer) for layer in self.cache]
         with torch.inference_mode():
-            log_probs, weights, self.past = self.model.step(
-                torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask, index, self.past, self.cross
+            log_probs, weights = self.model.step(
+                torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask,
+                torch.tensor([self.slots.position]), torch.from_numpy(self.slots.slots), self.cache, self.cross,
             )
         return log_probs.numpy(), weights.numpy()
 
+    def _grown(self, cache):
+        grown = cache.new_zeros((*cache.shape[:3], self.slots.capacity, cache.shape[4]))
+        grown[:, :, :, : cache.shape[3]] = cache
+        return grown
+
     def close(self) -> None:
-        self.past, self.cross = None, []
+        self.cache, self.cross = [], []

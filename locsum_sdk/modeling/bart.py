@@ -6,6 +6,12 @@ unit by stacking them on the query axis: `Q[N, H, K*T, d] @ K[N, H, d, L]`. Noth
 several units decode the same tokens (PageSum's pages), the decoder's embeddings and first self-attention block
 run once per beam and are shared by the units.
 
+While decoding, each layer's self-attention cache has K beam slots of C positions, `(G, H, K, C, d)`, written in
+place: the step writes beam k's new key/value into slot k at its position and never moves what is cached. A
+beam that continues another one keeps reading the positions of that beam's history from the slots where they
+were written; `cache_slots` says which, and becomes the attention mask. Beams are reordered without copying
+the cache (the reorder is a gather of the small `(B, K, C)` slot map, done by the runtime).
+
 Inside the encoder and decoder, hidden states travel as 2-D rows (sequences x positions, D): every linear layer
 then exports as one `Gemm` with its bias fused, not a batched `MatMul` followed by an `Add`, and only attention
 reshapes to heads.
@@ -25,12 +31,21 @@ from .config import BartConfig
 POSITION_OFFSET = 2
 
 CrossKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, H, d, L), value (N, H, L, d)
-SelfKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (R, H, S, d); R = B*K rows for layer 0, N*K after
+SlotCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (G, H, K, C, d); G = B for layer 0, N after
 
 
 def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(N, L) 0/1 mask -> (N, 1, 1, L) additive bias; a fully padded row stays finite (uniform attention)."""
     return (1.0 - mask.to(dtype))[:, None, None, :] * torch.finfo(dtype).min
+
+
+def slot_bias(cache_slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """cache_slots (B, K, C): the slot holding each position of each beam's history, -1 where none
+    -> additive bias (B, 1, K, K*C) over the K slots x C positions of a cache, 0 where the beam's history is."""
+    batch, beams, capacity = cache_slots.shape
+    slot = torch.arange(beams, device=cache_slots.device)[:, None]  # (K, 1)
+    elsewhere = cache_slots[:, :, None, :] != slot  # (B, K, K, C): beam, slot, position
+    return elsewhere.to(dtype).reshape(batch, 1, beams, -1) * torch.finfo(dtype).min
 
 
 class Attention(nn.Module):
@@ -58,19 +73,28 @@ class Attention(nn.Module):
         probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
         return torch.matmul(probs, v)  # (R, H, T, d)
 
-    def self_attention(
-        self,
-        x: torch.Tensor,
-        length: int | torch.Tensor,
-        bias: torch.Tensor,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """x (R*T, D): R sequences of `length` new positions -> (R*T, D) and the cache (R, H, S, d) with them."""
+    def self_attention(self, x: torch.Tensor, length: int | torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """x (R*T, D): R sequences of `length` positions attend to each other under `bias` -> (R*T, D)."""
         q, k, v = (self.split(proj(x), length) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (R, H, T, d)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (R, H, S, d)
-        out = self.attend(q, k.transpose(2, 3), v, bias)  # (R, H, T, d)
-        return self.out_proj(self.merge(out)), (k, v)
+        return self.out_proj(self.merge(self.attend(q, k.transpose(2, 3), v, bias)))
+
+    def slot_attention(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], position: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """x (G*K, D): one new position of K beams of G sequences -> (G*K, D).
+
+        Beam k's key/value is written into slot k of the cache (G, H, K, C, d) at `position` (1,), in place; then
+        every beam attends over the K*C cached positions that `bias` (G, 1, K, K*C) leaves open."""
+        keys, values = cache
+        groups, heads, beams, capacity, dim = keys.shape
+        q, k, v = (self.split(proj(x), beams) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (G, H, K, d)
+        at = (torch.arange(groups)[:, None, None], torch.arange(heads)[None, :, None],
+              torch.arange(beams)[None, None, :], position)  # (G, H, K) indices
+        keys.index_put_(at, k)
+        values.index_put_(at, v)
+        flat = (groups, heads, beams * capacity, dim)
+        out = self.attend(q, keys.view(flat).transpose(2, 3), values.view(flat), bias)  # (G, H, K, d)
+        return self.out_proj(self.merge(out))
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder states (N, L, D) -> key (N, H, d, L), value (N, H, L, d)."""
@@ -129,7 +153,7 @@ class EncoderLayer(FeedForwardMixin, nn.Module):
 
     def forward(self, x: torch.Tensor, length: int | torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """x (N*L, D) -> (N*L, D)."""
-        h, _ = self.self_attn.self_attention(x, length, bias)
+        h = self.self_attn.self_attention(x, length, bias)
         x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
         return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
@@ -147,10 +171,14 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = config.dropout
 
-    def attend_self(self, x, length, self_bias, past):
-        """Self-attention block: x (R*T, D) -> (R*T, D) and this layer's cache including these T steps."""
-        h, present = self.self_attn.self_attention(x, length, self_bias, past)
-        return self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training)), present
+    def attend_self(self, x, length, self_bias, cache=None, position=None):
+        """Self-attention block: x (R*T, D) -> (R*T, D). Without a cache, R sequences of `length` positions under
+        `self_bias`; with one, `length` beams of one new position written into it (see `slot_attention`)."""
+        if cache is None:
+            h = self.self_attn.self_attention(x, length, self_bias)
+        else:
+            h = self.self_attn.slot_attention(x, cache, position, self_bias)
+        return self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
 
     def attend_memory(self, x, cross, cross_bias, queries):
         """Cross-attention and feed-forward blocks: x (N*K*T, D) -> (N*K*T, D); queries = K*T per unit."""
@@ -158,10 +186,6 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
         x = self.encoder_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
         return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
-
-    def forward(self, x, length, self_bias, past, cross, cross_bias, queries):
-        x, present = self.attend_self(x, length, self_bias, past)
-        return self.attend_memory(x, cross, cross_bias, queries), present  # (R*T, D)
 
 
 class Embeddings(nn.Module):
@@ -202,45 +226,55 @@ class Decoder(Embeddings):
         super().__init__(config, shared)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
 
-    def forward(
+    def forward(self, input_ids: torch.Tensor, cross: CrossKV, cross_bias: torch.Tensor, units: int = 1) -> torch.Tensor:
+        """Teacher forcing: input_ids (B, T), every position attending to those before it -> hidden (B*U, T, D).
+
+        Cross K/V hold N = B*U rows: U units per item, and every unit of an item decodes the same tokens. The
+        embeddings and the first layer's self-attention see nothing but those tokens, so they run once per item
+        and their result is shared by the item's U units; every later block runs on B*U rows.
+        """
+        length = input_ids.shape[1]
+        x = super().forward(input_ids)  # (B, T, D)
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
+        causal = torch.zeros(length, length, dtype=x.dtype, device=x.device).masked_fill(future, torch.finfo(x.dtype).min)
+        rows = self.blocks(x, length, units, cross, cross_bias, lambda i, layer, h: layer.attend_self(h, length, causal))
+        return rows.view(-1, length, x.shape[-1])
+
+    def step(
         self,
         input_ids: torch.Tensor,
         cross: CrossKV,
         cross_bias: torch.Tensor,
-        past: SelfKV | None = None,
-        beams: int = 1,
-        units: int = 1,
-    ) -> tuple[torch.Tensor, SelfKV]:
-        """input_ids (B*K, T): the tokens of each beam of B items, once per beam.
+        cache: SlotCache,
+        position: torch.Tensor,
+        cache_slots: torch.Tensor,
+        units: int | torch.Tensor = 1,
+    ) -> torch.Tensor:
+        """One new position of K beams: input_ids (B, K), position (1,), cache_slots (B, K, C) -> hidden (B*U*K, D).
 
-        Cross K/V hold N = B*U rows: U units per item, and every unit of an item decodes the same tokens. The
-        embeddings and the first layer's self-attention see nothing but those tokens, so they run once per beam
-        (B*K rows) and their result is shared by the item's U units; every later block runs on B*U*K rows.
-        Returns hidden (B*U*K, T, D) and the self-attention cache including these T steps: layer 0 (B*K, H, S, d),
-        every other layer (B*U*K, H, S, d).
-        """
-        start = 0 if past is None else past[0][0].shape[2]
-        x = super().forward(input_ids, start)  # (B*K, T, D)
-        length = input_ids.shape[1]
-        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
-        self_bias = torch.zeros(length, length, dtype=x.dtype, device=x.device).masked_fill(
-            future, torch.finfo(x.dtype).min
-        )
-        if past is not None:
-            earlier = torch.zeros(length, start, dtype=x.dtype, device=x.device)  # (T, S - T)
-            self_bias = torch.cat([earlier, self_bias], dim=1)  # (T, S)
+        Writes each beam's keys/values into `cache` (per layer (G, H, K, C, d): G = B for the first layer, whose
+        cache the units of an item share, G = B*U after) at `position`, in place."""
+        batch, beams = input_ids.shape
+        x = super().forward(input_ids.reshape(-1, 1), position)  # (B*K, 1, D)
+        bias = slot_bias(cache_slots, x.dtype)  # (B, 1, K, K*C)
+        unit_bias = bias[:, None].expand(-1, units, -1, -1, -1).reshape(-1, *bias.shape[1:])  # (B*U, 1, K, K*C)
+
+        def attend_self(i, layer, h):
+            return layer.attend_self(h, beams, bias if i == 0 else unit_bias, cache[i], position)
+
+        return self.blocks(x, beams, units, cross, cross_bias, attend_self)
+
+    def blocks(self, x, queries, units, cross, cross_bias, attend_self) -> torch.Tensor:
+        """Every layer on x (B, Q, D), Q = the query rows of one unit (T positions or K beams) -> (B*U*Q, D);
+        `attend_self(i, layer, rows)` runs layer i's self-attention block."""
         dim = x.shape[-1]
-        x = x.reshape(-1, dim)  # (B*K*T, D)
-        queries = beams * length  # query rows of one unit in cross-attention
         first = self.layers[0]
-        x, kv = first.attend_self(x, length, self_bias, None if past is None else past[0])  # (B*K*T, D)
-        x = x.view(-1, 1, queries, dim).expand(-1, units, -1, -1).reshape(-1, dim)  # (B*U*K*T, D)
-        x = first.attend_memory(x, cross[0], cross_bias, queries)
-        present = [kv]
+        h = attend_self(0, first, x.reshape(-1, dim))  # (B*Q, D)
+        h = h.view(-1, 1, queries, dim).expand(-1, units, -1, -1).reshape(-1, dim)  # (B*U*Q, D)
+        h = first.attend_memory(h, cross[0], cross_bias, queries)
         for i, layer in enumerate(self.layers[1:], start=1):
-            x, kv = layer(x, length, self_bias, None if past is None else past[i], cross[i], cross_bias, queries)
-            present.append(kv)
-        return x.view(-1, length, dim), present  # (B*U*K, T, D)
+            h = layer.attend_memory(attend_self(i, layer, h), cross[i], cross_bias, queries)
+        return h
 
 
 class Bart(nn.Module):
@@ -270,7 +304,7 @@ class Bart(nn.Module):
     ) -> torch.Tensor:
         """Teacher-forced logits (N, T, V), as `BartForConditionalGeneration(...).logits`."""
         memory = self.encoder(input_ids, attention_mask)  # (N, L, D)
-        hidden, _ = self.decoder(decoder_input_ids, self.cross_kv(memory), attention_bias(attention_mask, memory.dtype))
+        hidden = self.decoder(decoder_input_ids, self.cross_kv(memory), attention_bias(attention_mask, memory.dtype))
         return self.lm_logits(hidden)
 
 

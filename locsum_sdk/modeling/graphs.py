@@ -46,12 +46,13 @@ def register_symbolics(opset: int) -> None:
 def export_graph(spec: "GraphSpec", path: Path, opset: int) -> list[np.ndarray]:
     """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
     spec.module.eval()
+    copy = lambda: tuple(t.clone() for t in spec.example)  # noqa: E731  the decoder step writes its cache inputs
     with torch.no_grad():
-        expected = [t.numpy() for t in spec.module(*spec.example)]
+        expected = [t.numpy() for t in spec.module(*copy())]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            spec.module, spec.example, str(path), input_names=spec.inputs, output_names=spec.outputs,
+            spec.module, copy(), str(path), input_names=spec.inputs, output_names=spec.outputs,
             dynamic_axes=spec.axes, opset_version=opset, dynamo=False, do_constant_folding=True,
         )
     spec.module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
@@ -71,18 +72,21 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """One decoding step; ends in `locsum.PageCombine` and the LM head on the mixed rows."""
+    """One decoding step; ends in `locsum.PageCombine` and the LM head on the mixed rows. Each present cache is
+    its past written at `position` (a ScatterND on the input), so a runtime that binds both to one buffer gets
+    the write in place."""
 
     def __init__(self, model: PageSum):
         super().__init__()
         self.model = model
         self.layers = model.config.decoder_layers
 
-    def forward(self, input_ids, unit_mask, encoder_attention_mask, beam_index, *cache):
-        past = [(cache[2 * i], cache[2 * i + 1]) for i in range(self.layers)]
-        cross = [(cache[2 * (self.layers + i)], cache[2 * (self.layers + i) + 1]) for i in range(self.layers)]
-        log_probs, weights, present = self.model.step(input_ids, unit_mask, encoder_attention_mask, beam_index, past, cross)
-        return (log_probs, weights, *[t for kv in present for t in kv])
+    def forward(self, input_ids, unit_mask, encoder_attention_mask, position, cache_slots, *kv):
+        cache = [(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)]
+        cross = [(kv[2 * (self.layers + i)], kv[2 * (self.layers + i) + 1]) for i in range(self.layers)]
+        log_probs, weights = self.model.step(input_ids, unit_mask, encoder_attention_mask, position, cache_slots,
+                                             cache, cross)
+        return (log_probs, weights, *[t for layer in cache for t in layer])
 
 
 def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
@@ -102,9 +106,9 @@ def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
 
 
 def decoder_spec(
-    model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, past: int = 3
+    model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, capacity: int = 5
 ) -> GraphSpec:
-    """decoder.onnx."""
+    """decoder.onnx, traced at position 2 of a cache of `capacity` positions."""
     cfg = model.config
     heads, dim, rows = cfg.decoder_heads, cfg.head_dim, batch * units
     unit_mask = torch.ones(batch, units, dtype=torch.bool)
@@ -112,15 +116,19 @@ def decoder_spec(
     encoder_attention_mask = torch.ones(rows, length, dtype=torch.int64)
     encoder_attention_mask[1, length // 2 :] = 0
     g = torch.Generator().manual_seed(1)
+    cache_slots = torch.full((batch, beams, capacity), -1)  # beams whose histories went through both slots
+    cache_slots[:, :, :2] = torch.randint(0, beams, (batch, beams, 2), generator=g)
+    cache_slots[:, :, 2] = torch.arange(beams)
     example = [
         torch.randint(3, cfg.vocab_size, (batch, beams), generator=g),
         unit_mask,
         encoder_attention_mask,
-        torch.randint(0, beams, (batch, beams), generator=g),
+        torch.tensor([2]),
+        cache_slots,
     ]
     for layer in range(cfg.decoder_layers):
-        cache_rows = (batch if layer == 0 else rows) * beams  # layer 0's cache is shared by the pages of an item
-        example += [torch.randn(cache_rows, heads, past, dim, generator=g) for _ in range(2)]
+        groups = batch if layer == 0 else rows  # layer 0's cache is shared by the pages of an item
+        example += [torch.randn(groups, heads, beams, capacity, dim, generator=g) for _ in range(2)]
     for _ in range(cfg.decoder_layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),
                     torch.randn(rows, heads, length, dim, generator=g)]
@@ -129,14 +137,14 @@ def decoder_spec(
         C.INPUT_IDS: {0: "batch", 1: "beams"},
         C.UNIT_MASK: {0: "batch", 1: "units"},
         C.ENCODER_ATTENTION_MASK: {0: "rows", 1: "length"},
-        C.BEAM_INDEX: {0: "batch", 1: "beams"},
+        C.CACHE_SLOTS: {0: "batch", 1: "beams", 2: "capacity"},
         C.LOG_PROBS: {0: "batch", 1: "beams"},
         C.UNIT_WEIGHTS: {0: "batch", 1: "units", 2: "beams"},
     }
     for i in range(cfg.decoder_layers):
-        cache_rows = "item_beams" if i == 0 else "beam_rows"
-        axes[C.past_key(i)] = axes[C.past_value(i)] = {0: cache_rows, 2: "past"}
-        axes[C.present_key(i)] = axes[C.present_value(i)] = {0: cache_rows, 2: "steps"}
+        cache_axes = {0: "batch" if i == 0 else "rows", 2: "beams", 3: "capacity"}
+        for name in (C.past_key, C.past_value, C.present_key, C.present_value):
+            axes[name(i)] = cache_axes
         axes[C.cross_key(i)] = {0: "rows", 3: "length"}
         axes[C.cross_value(i)] = {0: "rows", 2: "length"}
     return GraphSpec(DecoderGraph(model), tuple(example), inputs, outputs, axes)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..ops import page_combine
-from .bart import Bart, CrossKV, SelfKV, attention_bias, init_weights
+from .bart import Bart, CrossKV, SlotCache, attention_bias, init_weights
 from .config import BartConfig
 
 KIND = "pagesum"
@@ -56,7 +56,7 @@ class PageSum(nn.Module):
         memory, cross = self.encode(input_ids.reshape(batch * units, length), flat_mask)
         steps = decoder_input_ids.shape[1]
         bias = attention_bias(flat_mask, memory.dtype)
-        hidden, _ = self.model.decoder(decoder_input_ids, cross, bias, units=units)  # (B*U, T, D)
+        hidden = self.model.decoder(decoder_input_ids, cross, bias, units=units)  # (B*U, T, D)
         return self.mix(hidden.view(batch, units, steps, -1), page_mask)
 
     def step(
@@ -64,31 +64,23 @@ class PageSum(nn.Module):
         input_ids: torch.Tensor,
         page_mask: torch.Tensor,
         encoder_attention_mask: torch.Tensor,
-        beam_index: torch.Tensor,
-        past: SelfKV | None,
+        position: torch.Tensor,
+        cache_slots: torch.Tensor,
+        cache: SlotCache,
         cross: CrossKV,
-    ) -> tuple[torch.Tensor, torch.Tensor, SelfKV]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoding step for K beams of B documents of U pages (N = B*U rows of cross key/value).
 
-        input_ids (B, K) last token of each beam; encoder_attention_mask (N, L); beam_index (B, K) the beam of the
-        previous step that each beam continues (ignored when past is None); past per layer: layer 0 (B*K, H, S, d),
-        shared by the pages of an item, the others (N*K, H, S, d). Returns log-probabilities (B, K, V), page
-        weights (B, U, K) and the cache grown by one step.
+        input_ids (B, K) last token of each beam, at `position` (1,); encoder_attention_mask (N, L); cache per
+        layer: key/value (G, H, K, C, d), G = B for layer 0 (shared by the pages of an item), N after, written in
+        place at `position`; cache_slots (B, K, C) the slot holding each position of each beam's history, this
+        one included (-1 where none). Returns log-probabilities (B, K, V) and page weights (B, U, K).
         """
         batch, beams = input_ids.shape
         units = page_mask.shape[1]
-        if past is not None:
-            item = torch.arange(batch, device=beam_index.device)[:, None]  # (B, 1)
-            page = torch.arange(units, device=beam_index.device)[None, :, None]  # (1, U, 1)
-            item_rows = item * beams + beam_index  # (B, K): rows of the shared layer-0 cache
-            page_rows = (item[:, :, None] * units + page) * beams + beam_index[:, None, :]  # (B, U, K)
-            indices = [item_rows.reshape(-1)] + [page_rows.reshape(-1)] * (len(past) - 1)
-            past = [(k.index_select(0, i), v.index_select(0, i)) for (k, v), i in zip(past, indices)]
         bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
-        tokens = input_ids.reshape(batch * beams, 1)  # (B*K, 1)
-        hidden, present = self.model.decoder(tokens, cross, bias, past, beams, units)  # (N*K, 1, D)
-        log_probs, weights = self.mix(hidden.view(batch, units, beams, -1), page_mask)
-        return log_probs, weights, present
+        hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
+        return self.mix(hidden.view(batch, units, beams, -1), page_mask)
 
 
 def generate(model: PageSum, units: list[list[tuple[int, ...]]], options=None, unit_batch_size: int = 4):
