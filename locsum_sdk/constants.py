@@ -30,7 +30,8 @@ def cross_value(layer: int) -> str:
 
 
 def past_key(layer: int) -> str:
-    return f"past_key.{layer}"  # (N, H, K, C, d): K beam slots of C positions; layer 0: (B, H, K, C, d), shared by the units of an item
+    # (N, H, K, C, d): K beam slots of C positions; layer 0: (B, H, K, C, d), shared by the units of an item
+    return f"past_key.{layer}"
 
 
 def past_value(layer: int) -> str:
@@ -38,7 +39,7 @@ def past_value(layer: int) -> str:
 
 
 def present_key(layer: int) -> str:
-    return f"present_key.{layer}"  # past_key written at `position`: bind both to one buffer and it is written in place
+    return f"present_key.{layer}"  # past_key written at `position`: bound to the past's buffer, written in place
 
 
 def present_value(layer: int) -> str:

@@ -88,8 +88,8 @@ class Attention(nn.Module):
         keys, values = cache
         groups, heads, beams, capacity, dim = keys.shape
         q, k, v = (self.split(proj(x), beams) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (G, H, K, d)
-        at = (torch.arange(groups)[:, None, None], torch.arange(heads)[None, :, None],
-              torch.arange(beams)[None, None, :], position)  # (G, H, K) indices
+        index = lambda n: torch.arange(n, device=keys.device)  # noqa: E731
+        at = (index(groups)[:, None, None], index(heads)[None, :, None], index(beams)[None, None, :], position)
         keys.index_put_(at, k)
         values.index_put_(at, v)
         flat = (groups, heads, beams * capacity, dim)
@@ -226,7 +226,7 @@ class Decoder(Embeddings):
         super().__init__(config, shared)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
 
-    def forward(self, input_ids: torch.Tensor, cross: CrossKV, cross_bias: torch.Tensor, units: int = 1) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cross: CrossKV, cross_bias: torch.Tensor, units: int = 1):
         """Teacher forcing: input_ids (B, T), every position attending to those before it -> hidden (B*U, T, D).
 
         Cross K/V hold N = B*U rows: U units per item, and every unit of an item decodes the same tokens. The
@@ -236,9 +236,13 @@ class Decoder(Embeddings):
         length = input_ids.shape[1]
         x = super().forward(input_ids)  # (B, T, D)
         future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
-        causal = torch.zeros(length, length, dtype=x.dtype, device=x.device).masked_fill(future, torch.finfo(x.dtype).min)
-        rows = self.blocks(x, length, units, cross, cross_bias, lambda i, layer, h: layer.attend_self(h, length, causal))
-        return rows.view(-1, length, x.shape[-1])
+        causal = torch.zeros(length, length, dtype=x.dtype, device=x.device)
+        causal = causal.masked_fill(future, torch.finfo(x.dtype).min)  # (T, T)
+
+        def attend_self(i, layer, h):
+            return layer.attend_self(h, length, causal)
+
+        return self.blocks(x, length, units, cross, cross_bias, attend_self).view(-1, length, x.shape[-1])
 
     def step(
         self,
