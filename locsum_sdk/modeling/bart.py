@@ -39,6 +39,14 @@ def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (1.0 - mask.to(dtype))[:, None, None, :] * torch.finfo(dtype).min
 
 
+def write_index(cache: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Where a step writes into a slot cache (G, H, K, C, d): every group, head and slot k, at `position` (1,).
+    Built once per step and cache shape, so the exported graph builds each index once, not per layer."""
+    groups, heads, beams = cache.shape[:3]
+    index = lambda n: torch.arange(n, device=cache.device)  # noqa: E731
+    return index(groups)[:, None, None], index(heads)[None, :, None], index(beams)[None, None, :], position
+
+
 def slot_bias(cache_slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """cache_slots (B, K, C): the slot holding each position of each beam's history, -1 where none
     -> additive bias (B, 1, K, K*C) over the K slots x C positions of a cache, 0 where the beam's history is."""
@@ -79,17 +87,16 @@ class Attention(nn.Module):
         return self.out_proj(self.merge(self.attend(q, k.transpose(2, 3), v, bias)))
 
     def slot_attention(
-        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], position: torch.Tensor, bias: torch.Tensor
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], at: tuple[torch.Tensor, ...], bias: torch.Tensor
     ) -> torch.Tensor:
         """x (G*K, D): one new position of K beams of G sequences -> (G*K, D).
 
-        Beam k's key/value is written into slot k of the cache (G, H, K, C, d) at `position` (1,), in place; then
-        every beam attends over the K*C cached positions that `bias` (G, 1, K, K*C) leaves open."""
+        Beam k's key/value is written into slot k of the cache (G, H, K, C, d) at the position that `at` (see
+        `write_index`) names, in place; then every beam attends over the K*C cached positions that `bias`
+        (G, 1, K, K*C) leaves open."""
         keys, values = cache
         groups, heads, beams, capacity, dim = keys.shape
         q, k, v = (self.split(proj(x), beams) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (G, H, K, d)
-        index = lambda n: torch.arange(n, device=keys.device)  # noqa: E731
-        at = (index(groups)[:, None, None], index(heads)[None, :, None], index(beams)[None, None, :], position)
         keys.index_put_(at, k)
         values.index_put_(at, v)
         flat = (groups, heads, beams * capacity, dim)
@@ -171,13 +178,13 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = config.dropout
 
-    def attend_self(self, x, length, self_bias, cache=None, position=None):
+    def attend_self(self, x, length, self_bias, cache=None, at=None):
         """Self-attention block: x (R*T, D) -> (R*T, D). Without a cache, R sequences of `length` positions under
-        `self_bias`; with one, `length` beams of one new position written into it (see `slot_attention`)."""
+        `self_bias`; with one, `length` beams of one new position written into it at `at` (see `slot_attention`)."""
         if cache is None:
             h = self.self_attn.self_attention(x, length, self_bias)
         else:
-            h = self.self_attn.slot_attention(x, cache, position, self_bias)
+            h = self.self_attn.slot_attention(x, cache, at, self_bias)
         return self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
 
     def attend_memory(self, x, cross, cross_bias, queries):
@@ -262,9 +269,12 @@ class Decoder(Embeddings):
         x = super().forward(input_ids.reshape(-1, 1), position)  # (B*K, 1, D)
         bias = slot_bias(cache_slots, x.dtype)  # (B, 1, K, K*C)
         unit_bias = bias[:, None].expand(-1, units, -1, -1, -1).reshape(-1, *bias.shape[1:])  # (B*U, 1, K, K*C)
+        item_at = write_index(cache[0][0], position)
+        unit_at = write_index(cache[1][0], position) if len(cache) > 1 else None
 
         def attend_self(i, layer, h):
-            return layer.attend_self(h, beams, bias if i == 0 else unit_bias, cache[i], position)
+            at, self_bias = (item_at, bias) if i == 0 else (unit_at, unit_bias)
+            return layer.attend_self(h, beams, self_bias, cache[i], at)
 
         return self.blocks(x, beams, units, cross, cross_bias, attend_self)
 
