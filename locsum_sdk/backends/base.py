@@ -91,7 +91,8 @@ class BeamSlots:
             more = np.full((*self.slots.shape[:2], self.chunk), -1, dtype=np.int64)
             self.slots = np.concatenate([self.slots, more], axis=2)
         if beam_index is not None and t:
-            self.slots[:, :, :t] = np.take_along_axis(self.slots[:, :, :t], beam_index[:, :, None], axis=1)
+            source = np.asarray(beam_index, dtype=np.int64)[:, :, None]  # (B, K, 1)
+            self.slots[:, :, :t] = np.take_along_axis(self.slots[:, :, :t], source, axis=1)
         self.slots[:, :, t] = np.arange(self.beams)
         return grew
 

@@ -176,7 +176,7 @@ class OnnxRuntimeSession:
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         self.tokens[...] = tokens
-        if self.slots.advance(None if beam_index is None else np.asarray(beam_index, dtype=np.int64)):
+        if self.slots.advance(beam_index):
             self._grow_cache()
         self.position[0] = self.slots.position
         _run(self.backend.decoder, self.binding, "decoder")

@@ -57,7 +57,7 @@ class TorchSession:
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         torch = self.torch
-        if self.slots.advance(None if beam_index is None else np.asarray(beam_index, dtype=np.int64)):
+        if self.slots.advance(beam_index):
             self.cache = [tuple(self._grown(t) for t in layer) for layer in self.cache]
         with torch.inference_mode():
             log_probs, weights = self.model.step(
