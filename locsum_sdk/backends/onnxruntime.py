@@ -164,8 +164,7 @@ class OnnxRuntimeSession:
             value = to_ort(buffer)
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
-        self.fixed[C.CACHE_SLOTS] = to_ort(self.slots.slots)
-        self.binding.bind_ortvalue_input(C.CACHE_SLOTS, self.fixed[C.CACHE_SLOTS])
+        self.binding.bind_ortvalue_input(C.CACHE_SLOTS, to_ort(self.slots.slots))  # rewritten in place every step
 
     def _grow_cache(self) -> None:
         for key, buffer in self.cache.items():
