@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from locsum_sdk.backends.base import BeamSlots  # noqa: E402
+from locsum_sdk.backends.base import BeamSlots, grown_cache  # noqa: E402
 from locsum_sdk.modeling.bart import Bart, attention_bias, fold_query_scaling  # noqa: E402
 from locsum_sdk.modeling.checkpoint import from_hf_names, load_checkpoint  # noqa: E402
 from locsum_sdk.modeling.config import BartConfig  # noqa: E402
@@ -77,8 +77,7 @@ def test_cached_steps_match_transformers(shape):
                  for _ in range(cfg.decoder_layers)]
         for t in range(length):
             if slots.advance(None):
-                cache = [tuple(torch.cat([c, c.new_zeros(*c.shape[:3], 2, c.shape[4])], dim=3) for c in layer)
-                         for layer in cache]
+                cache = [tuple(grown_cache(c, slots.capacity, c.new_zeros) for c in layer) for layer in cache]
             hidden = ours.decoder.step(dec[:, t : t + 1], cross, bias, cache, torch.tensor([t]),
                                        torch.from_numpy(slots.slots))
             steps.append(ours.lm_logits(hidden))

@@ -97,6 +97,20 @@ class BeamSlots:
         return grew
 
 
+def slot_cache_groups(batch: UnitBatch, layers: int) -> list[int]:
+    """Rows G of each decoder layer's slot cache (G, H, K, C, d): one per item for the first layer, whose cache the
+    units of an item share, one per grid unit (B*U) after."""
+    return [batch.batch] + [batch.batch * batch.width] * (layers - 1)
+
+
+def grown_cache(cache, capacity: int, zeros):
+    """A slot cache (G, H, K, C, d) with room for `capacity` positions, what it held kept where it was;
+    `zeros(shape)` makes the new array (numpy or torch alike)."""
+    grown = zeros((*cache.shape[:3], capacity, cache.shape[4]))
+    grown[:, :, :, : cache.shape[3]] = cache
+    return grown
+
+
 class Backend(Protocol):
     """Runs one model: encodes a unit batch once, then steps the decoder."""
 

@@ -17,7 +17,7 @@ import numpy as np
 from .. import constants as C
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError
-from .base import BeamSlots, UnitBatch
+from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -131,8 +131,7 @@ class OnnxRuntimeSession:
             **{name: to_ort(buffer) for name, buffer in self.cross.items()},
         }
         self.cache = {}  # (past, present) name -> (G, H, K, C, d); layer 0's is shared by the units of an item
-        for i in range(backend.layers):
-            groups = batch.batch if i == 0 else self.rows
+        for i, groups in enumerate(slot_cache_groups(batch, backend.layers)):
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
                 self.cache[past, present] = np.zeros((groups, heads, beams, self.slots.capacity, dim), np.float32)
         self.binding = backend.decoder.io_binding()
@@ -167,10 +166,9 @@ class OnnxRuntimeSession:
         self.binding.bind_ortvalue_input(C.CACHE_SLOTS, to_ort(self.slots.slots))  # rewritten in place every step
 
     def _grow_cache(self) -> None:
+        zeros = lambda shape: np.zeros(shape, np.float32)  # noqa: E731
         for key, buffer in self.cache.items():
-            grown = np.zeros((*buffer.shape[:3], self.slots.capacity, buffer.shape[4]), np.float32)
-            grown[:, :, :, : buffer.shape[3]] = buffer
-            self.cache[key] = grown
+            self.cache[key] = grown_cache(buffer, self.slots.capacity, zeros)
         self._bind_cache()
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

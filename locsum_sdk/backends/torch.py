@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BackendUnavailableError
-from .base import BeamSlots, UnitBatch
+from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
 
 
 def _import_torch():
@@ -52,24 +52,20 @@ class TorchSession:
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
             tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim) for _ in "kv")
-            for groups in [batch.batch] + [rows] * (cfg.decoder_layers - 1)  # layer 0's is shared by an item's units
+            for groups in slot_cache_groups(batch, cfg.decoder_layers)
         ]
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         torch = self.torch
         if self.slots.advance(beam_index):
-            self.cache = [tuple(self._grown(t) for t in layer) for layer in self.cache]
+            capacity = self.slots.capacity
+            self.cache = [tuple(grown_cache(t, capacity, t.new_zeros) for t in layer) for layer in self.cache]
         with torch.inference_mode():
             log_probs, weights = self.model.step(
                 torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask,
                 torch.tensor([self.slots.position]), torch.from_numpy(self.slots.slots), self.cache, self.cross,
             )
         return log_probs.numpy(), weights.numpy()
-
-    def _grown(self, cache):
-        grown = cache.new_zeros((*cache.shape[:3], self.slots.capacity, cache.shape[4]))
-        grown[:, :, :, : cache.shape[3]] = cache
-        return grown
 
     def close(self) -> None:
         self.cache, self.cross = [], []
