@@ -174,3 +174,27 @@ def line_plot(series: dict[str, list[tuple[float, float]]], path: Path, xlabel: 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def bar_plot(groups: dict[str, dict[str, float]], path: Path, ylabel: str, title: str = "") -> None:
+    """Grouped bars: one group per key of `groups`, one bar per series inside it, written as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(groups)
+    series = list(dict.fromkeys(s for values in groups.values() for s in values))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, name in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(names))]
+        ax.bar(xs, [groups[group].get(name, 0.0) for group in names], width, label=name)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

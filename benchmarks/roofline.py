@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def _session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | None = None):
+def probe_session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | None = None,
+                  outputs: tuple[str, ...] = ("y",)):
+    """An ONNX Runtime session of `nodes`: float32 inputs (name, shape), constant `weights`, float32 `outputs`."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    value = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    graph = helper.make_graph(nodes, "probe", [value(n, s) for n, s in inputs], [value(n, None) for n in outputs],
                               initializer=[numpy_helper.from_array(w, n) for n, w in (weights or {}).items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
@@ -31,7 +33,8 @@ def _session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | None 
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _best(run, repeats: int) -> float:
+def best_seconds(run, repeats: int) -> float:
+    """The fastest of `repeats` timed calls of `run`, after one untimed call."""
     run()
     times = []
     for _ in range(repeats):
@@ -46,9 +49,9 @@ def bandwidth_gbs(threads: int = 2, megabytes: int = 512, rows: int = 4096) -> f
 
     matrix = np.ones((rows, megabytes * 2**20 // 4 // rows), dtype=np.float32)
     vector = np.ones((1, rows), dtype=np.float32)
-    session = _session([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(vector.shape)),
+    session = probe_session([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(vector.shape)),
                        ("w", list(matrix.shape))], threads)
-    return matrix.nbytes / _best(lambda: session.run(None, {"x": vector, "w": matrix}), 5) / 1e9
+    return matrix.nbytes / best_seconds(lambda: session.run(None, {"x": vector, "w": matrix}), 5) / 1e9
 
 
 def matmul_gflops(threads: int = 2, size: int = 1024) -> float:
@@ -56,8 +59,8 @@ def matmul_gflops(threads: int = 2, size: int = 1024) -> float:
     from onnx import helper
 
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-    session = _session([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [size, size])], threads, {"b": a})
-    return 2 * size**3 / _best(lambda: session.run(None, {"a": a}), 5) / 1e9
+    session = probe_session([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [size, size])], threads, {"b": a})
+    return 2 * size**3 / best_seconds(lambda: session.run(None, {"a": a}), 5) / 1e9
 
 
 @dataclass(frozen=True)
