@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BackendError, OptionError
+from .errors import BackendError, BundleError, OptionError
 
 WORDS = (
     "the committee budget report meeting project design team market sales quarter remote control battery user "
@@ -41,6 +41,11 @@ def filler_text(seed: int, sentences: int) -> str:
 def text_of_tokens(tokenizer, tokens: int, seed: int = 0) -> str:
     """Filler sentences totalling about `tokens` tokens of `tokenizer` (as the paging code counts them)."""
     per_sentence = len(tokenizer.encode(" " + filler_text(seed, 200), add_special_tokens=False).ids) / 200
+    if per_sentence < 1:
+        raise BundleError(
+            f"the bundle's tokenizer makes {per_sentence:.3f} tokens of a filler sentence (it does not split English "
+            "words), so no input of a given token length can be written for it; use a bundle whose tokenizer does"
+        )
     return filler_text(seed, max(1, round(tokens / per_sentence)))
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from locsum_sdk.cli import main
-from locsum_sdk.errors import BackendError, OptionError
+from locsum_sdk.errors import BackendError, BundleError, OptionError
 from locsum_sdk.profiling import Point, linear_fit, parse_lengths, read_trace, text_of_tokens
 
 
@@ -20,6 +20,14 @@ def test_filler_text_has_about_the_asked_tokens(tokenizer):
     for tokens in (200, 3000):
         counted = len(tokenizer.encode(" " + text_of_tokens(tokenizer, tokens), add_special_tokens=False).ids)
         assert abs(counted - tokens) <= 0.1 * tokens
+
+
+def test_filler_text_refuses_a_tokenizer_that_does_not_split_words():
+    from tokenizers import Tokenizer, models
+
+    whole = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))  # no pre-tokenizer: a text is one token
+    with pytest.raises(BundleError, match="does not split English words"):
+        text_of_tokens(whole, 1000)
 
 
 def test_linear_fit_recovers_a_line():
