@@ -49,8 +49,8 @@ def bandwidth_gbs(threads: int = 2, megabytes: int = 512, rows: int = 4096) -> f
 
     matrix = np.ones((rows, megabytes * 2**20 // 4 // rows), dtype=np.float32)
     vector = np.ones((1, rows), dtype=np.float32)
-    session = probe_session([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(vector.shape)),
-                       ("w", list(matrix.shape))], threads)
+    session = probe_session([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                            [("x", list(vector.shape)), ("w", list(matrix.shape))], threads)
     return matrix.nbytes / best_seconds(lambda: session.run(None, {"x": vector, "w": matrix}), 5) / 1e9
 
 
