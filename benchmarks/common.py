@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from locsum_sdk.profiling import filler_text, text_of_tokens
@@ -151,50 +152,49 @@ def decode(summarizer, batch, options) -> tuple[list[int], list[float]]:
     return hyp.token_ids, session.times
 
 
-def line_plot(series: dict[str, list[tuple[float, float]]], path: Path, xlabel: str, ylabel: str, title: str = "",
-              log: bool = False) -> None:
-    """One line per series of (x, y) points, written as a PNG."""
+@contextmanager
+def plot(path: Path, ylabel: str, title: str):
+    """A matplotlib figure and axes for one chart; labelled, given a legend and written to `path` as a PNG after
+    the block has drawn on the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, points in series.items():
-        if points:
-            ax.plot(*zip(*points), marker="o", label=name)
-    if log:
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        yield ax
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def line_plot(series: dict[str, list[tuple[float, float]]], path: Path, xlabel: str, ylabel: str, title: str = "",
+              log: bool = False) -> None:
+    """One line per series of (x, y) points, written as a PNG."""
+    with plot(path, ylabel, title) as ax:
+        for name, points in series.items():
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
 
 
 def bar_plot(groups: dict[str, dict[str, float]], path: Path, ylabel: str, title: str = "") -> None:
     """Grouped bars: one group per key of `groups`, one bar per series inside it, written as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(groups)
     series = list(dict.fromkeys(s for values in groups.values() for s in values))
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for i, name in enumerate(series):
-        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(names))]
-        ax.bar(xs, [groups[group].get(name, 0.0) for group in names], width, label=name)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with plot(path, ylabel, title) as ax:
+        for i, name in enumerate(series):
+            xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(names))]
+            ax.bar(xs, [groups[group].get(name, 0.0) for group in names], width, label=name)
+        ax.set_xticks(range(len(names)), names)
+        ax.grid(True, axis="y", alpha=0.3)
