@@ -59,7 +59,16 @@ def rss_mb() -> float | None:
 
 
 def peak_rss_mb() -> float | None:
-    """This process's peak resident set size, as the OS accounts it (None where it cannot say)."""
+    """This process's peak resident set size, as the OS accounts it (None where it cannot say).
+
+    On Linux it is the high-water mark of the process's own memory (`VmHWM`). `getrusage`'s `ru_maxrss` would
+    not do there: it survives `exec`, so a fresh process started from a large one (a benchmark run that has
+    loaded models) reports at least its parent's size at the fork."""
+    try:
+        with open("/proc/self/status") as handle:
+            return next(int(line.split()[1]) / 1024 for line in handle if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        pass
     try:
         import resource
     except ImportError:

@@ -1,7 +1,11 @@
 """`locsum bench` and `locsum_sdk.profiling`: points measured in fresh processes, lengths parsed, memory fitted."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from locsum_sdk.cli import main
@@ -28,6 +32,15 @@ def test_filler_text_refuses_a_tokenizer_that_does_not_split_words():
     whole = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))  # no pre-tokenizer: a text is one token
     with pytest.raises(BundleError, match="does not split English words"):
         text_of_tokens(whole, 1000)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
+def test_peak_memory_of_a_fresh_process_is_its_own():
+    """A point's process is started from a larger one (a benchmark run); its peak must not include the parent's."""
+    parent = np.ones(600 * 2**20 // 8)  # 600 MB resident in this process when the child is started
+    code = "from locsum_sdk.profiling import peak_rss_mb; print(peak_rss_mb())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert parent.sum() > 0 and float(child.stdout) < 300
 
 
 def test_linear_fit_recovers_a_line():
