@@ -10,59 +10,135 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from . import constants as C
-from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
+from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
+from .generation import GenerationOptions
+from .limits import LimitOptions, split_legacy_units
+from .modeling.config import BartConfig
+from .units import PagingOptions, SpecialTokens
+from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
 SUPPORTED_KINDS = ("pagesum",)
+DTYPES = ("float32", "int8")
+READABLE_VERSIONS = (3, C.FORMAT_VERSION)  # 3: limits in pages (migrated on load, see `_upgrade`)
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a plain file name inside the bundle
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
 class Manifest:
-    """The contents of `manifest.json`."""
+    """The contents of `manifest.json`, checked against its schema when built."""
 
     kind: str  # one of SUPPORTED_KINDS
     model: dict[str, Any]  # the BartConfig of the model
-    units: dict[str, Any]  # PagingOptions defaults; max_pages and page_tokens are the bundle's limits
+    units: dict[str, Any]  # PagingOptions defaults
     special_tokens: dict[str, int]  # bos, pad, eos, decoder_start
     generation: dict[str, Any]  # GenerationOptions defaults
-    graphs: dict[str, dict[str, Any]]  # graph name -> {"file", "inputs", "outputs"}
-    dtype: str = "float32"
+    graphs: dict[str, dict[str, Any]]  # graph name -> {"file", "inputs", "outputs", ...}
+    limits: dict[str, Any] = field(default_factory=dict)  # LimitOptions defaults
+    dtype: str = "float32"  # one of DTYPES
     files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
     producer: dict[str, str] = field(default_factory=dict)  # versions of what wrote the bundle
     format_version: int = C.FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        _check_schema(self)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, where: Path) -> "Manifest":
+    def from_json(cls, data: bytes | str, where: Path) -> "Manifest":
+        """Parse and check `manifest.json`; a format-3 manifest is upgraded in memory."""
         try:
-            values = json.loads(text)
+            values = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+        except UnicodeDecodeError:
+            raise BundleIntegrityError(f"{where} is not UTF-8 text; copy or export the bundle again") from None
         except json.JSONDecodeError as err:
             raise BundleIntegrityError(f"{where} is not valid JSON ({err}); export the bundle again") from None
+        if not isinstance(values, dict):
+            raise BundleIntegrityError(f"{where} holds a JSON {type(values).__name__}, not an object; export again")
         version = values.get("format_version")
-        if version != C.FORMAT_VERSION:
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise BundleVersionError(
-                f"{where} has format version {version}, this locsum reads version {C.FORMAT_VERSION}; "
+                f"{where} has format version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
                 "export the checkpoint again with this version of locsum"
             )
         if values.get("kind") not in SUPPORTED_KINDS:
-            raise BundleVersionError(
-                f"{where} is a {values.get('kind')!r} bundle; this locsum runs {SUPPORTED_KINDS}"
-            )
-        known = {f.name for f in fields(cls)}
-        missing = sorted(
-            f.name for f in fields(cls) if f.name not in values and f.default is MISSING and f.default_factory is MISSING
-        )
-        if set(values) - known or missing:
-            raise BundleIntegrityError(
-                f"{where} has unknown keys {sorted(set(values) - known)} or lacks {missing}; export the bundle again"
-            )
-        return cls(**values)
+            raise BundleVersionError(f"{where} is a {values.get('kind')!r} bundle; this locsum runs {SUPPORTED_KINDS}")
+        if version < C.FORMAT_VERSION:
+            values = _upgrade(values)
+        known = [f.name for f in fields(cls)]
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        try:
+            check_keys(str(where), values, known, required, error=BundleIntegrityError)
+            return cls(**values)
+        except BundleError as err:
+            raise type(err)(f"{where}: {err}; export the bundle again") from None
+
+
+def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
+    """Format 3 -> 4: the graphs are the same; limits moved from pages (`units.max_pages`) to tokens."""
+    if not isinstance(values.get("units"), dict):
+        return values
+    units, limits = split_legacy_units(values["units"])
+    return {**values, "units": units, "limits": limits, "format_version": C.FORMAT_VERSION}
+
+
+def _check_schema(manifest: Manifest) -> None:
+    """Types, ranges and cross-references of every manifest field; BundleError naming the first problem."""
+    error = BundleIntegrityError
+    check_choice("kind", manifest.kind, SUPPORTED_KINDS, error=BundleVersionError)
+    check_int("format_version", manifest.format_version, C.FORMAT_VERSION, C.FORMAT_VERSION, error=BundleVersionError)
+    for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer"):
+        check_mapping(name, getattr(manifest, name), error=error)
+    check_choice("dtype", manifest.dtype, DTYPES, error=error)
+    try:
+        config = BartConfig.from_dict(manifest.model)
+    except BundleError as err:
+        raise error(str(err)) from None
+    try:
+        paging = PagingOptions(**manifest.units)
+        LimitOptions(**manifest.limits)
+        generation = GenerationOptions(**manifest.generation)
+    except (OptionError, TypeError) as err:
+        raise error(f"default options: {err}") from None
+    if paging.page_tokens > config.max_positions:
+        raise error(f"units.page_tokens={paging.page_tokens} is over the model's {config.max_positions} positions")
+    if generation.max_length > config.max_positions:
+        raise error(f"generation.max_length={generation.max_length} is over the model's {config.max_positions} positions")
+    check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_NAMES, error=error)
+    for name, value in manifest.special_tokens.items():
+        check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)
+    for name, value in manifest.files.items():
+        if not _FILE_NAME.match(name) or not isinstance(value, str) or not _SHA256.match(value):
+            raise error(f"files: {name!r}: {value!r} is not a plain file name with a sha256 hex digest")
+    for name, value in manifest.producer.items():
+        check_str(f"producer.{name}", value, error=error)
+    for name, graph in manifest.graphs.items():
+        check_mapping(f"graphs.{name}", graph, error=error)
+        check_keys(f"graphs.{name}", graph, GRAPH_KEYS, ("file", "inputs", "outputs"), error=error)
+        if not isinstance(graph["file"], str) or not _FILE_NAME.match(graph["file"]):
+            raise error(f"graphs.{name}.file={graph['file']!r} is not a plain file name")
+        for io in ("inputs", "outputs"):
+            names = graph[io]
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+                raise error(f"graphs.{name}.{io} must be a non-empty list of tensor names")
+        for key in ("max_abs_diff", "int8_max_abs_diff"):
+            if key in graph:
+                check_float(f"graphs.{name}.{key}", graph[key], 0, error=error)
+    missing = sorted({"encoder", "decoder"} - set(manifest.graphs))
+    if missing:
+        raise error(f"graphs lacks {missing}")
+
+
+SPECIAL_NAMES = tuple(f.name for f in fields(SpecialTokens))
+GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 
 
 def sha256(path: Path) -> str:
@@ -89,7 +165,7 @@ class Bundle:
         manifest_path = path / C.MANIFEST_FILE
         if not manifest_path.is_file():
             raise BundleNotFoundError(f"{path} has no {C.MANIFEST_FILE}; is it a locsum bundle?")
-        manifest = Manifest.from_json(manifest_path.read_text(encoding="utf-8"), manifest_path)
+        manifest = Manifest.from_json(manifest_path.read_bytes(), manifest_path)
         needed = {graph["file"] for graph in manifest.graphs.values()} | {C.TOKENIZER_FILE}
         unlisted = sorted(needed - set(manifest.files))
         if unlisted:

@@ -8,7 +8,9 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import LocsumError, OptionError
+from .errors import InputError, LocsumError, OptionError
+from .limits import SELECTIONS
+from .units import POLICIES
 
 
 def _summarize(args: argparse.Namespace) -> int:
@@ -30,13 +32,15 @@ def _eval(args: argparse.Namespace) -> int:
     from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline
     from .summarizer import Summarizer
 
+    if args.limit is not None and args.limit < 1:
+        raise OptionError(f"--limit {args.limit}: give a number of examples of at least 1 (omit it for all)")
     examples = read_examples(args.data, args.limit)
     systems: dict[str, list[str]] = {}
     if args.bundle:
         summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
-        overrides = {"truncate": True, **_overrides(args)}
+        overrides = _overrides(args)
         systems["model"] = [
-            summarizer.summarize(ex.documents, query=ex.query, **overrides).text
+            _summarize_example(summarizer, ex, args.data, overrides)
             for ex in tqdm(examples, desc="summarizing", disable=args.quiet)
         ]
     for name in filter(None, args.baselines.split(",")):
@@ -51,21 +55,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summarize_example(summarizer, example, data: str, overrides: dict) -> str:
+    try:
+        return summarizer.summarize(example.documents, query=example.query, **overrides).text
+    except InputError as err:
+        raise type(err)(f"{data}: example {example.id}: {err}") from None
+
+
 def _export(args: argparse.Namespace) -> int:
     from .exporters.onnx import export_onnx
-    from .units import PagingOptions
 
-    paging = None
-    if args.page_tokens or args.max_pages or args.policy:
-        defaults = PagingOptions()
-        paging = PagingOptions(
-            policy=args.policy or defaults.policy,
-            max_pages=args.max_pages or defaults.max_pages,
-            page_tokens=args.page_tokens or defaults.page_tokens,
-        )
     bundle = export_onnx(
-        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, paging=paging, force=args.force,
-        quantize=args.quantize,
+        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, options=_overrides(args),
+        force=args.force, quantize=args.quantize,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -88,11 +90,15 @@ def _bench(args: argparse.Namespace) -> int:
         print(json.dumps({"points": rows, "mb_per_1k_tokens": fit and fit[0], "mb_at_zero": fit and fit[1]}, indent=2))
         return 0
     print(f"{args.steps} decoding steps, {args.num_beams} beam(s), a fresh process per length")
-    print(f"{'tokens':>8} {'pages':>6} {'peak RSS MB':>12} {'above load MB':>14} {'encode s':>9} {'ms/step':>8}")
+    print(f"{'tokens':>8} {'pages':>6} {'peak RSS MB':>12} {'estimate MB':>12} {'est/peak':>9} {'above load MB':>14} "
+          f"{'encode s':>9} {'ms/step':>8}")
     for p in points:
         peak = f"{p.peak_rss_mb:.0f}" if p.peak_rss_mb is not None else "n/a"
+        estimate = f"{p.estimate_mb:.0f}" if p.estimate_mb is not None else "n/a"
+        ratio = f"{p.estimate_mb / p.peak_rss_mb:.2f}" if None not in (p.peak_rss_mb, p.estimate_mb) else "n/a"
         working = f"{p.peak_rss_mb - p.loaded_rss_mb:.0f}" if None not in (p.peak_rss_mb, p.loaded_rss_mb) else "n/a"
-        print(f"{p.tokens:>8} {p.pages:>6} {peak:>12} {working:>14} {p.encode_seconds:>9.2f} {p.step_ms:>8.1f}")
+        print(f"{p.tokens:>8} {p.pages:>6} {peak:>12} {estimate:>12} {ratio:>9} {working:>14} "
+              f"{p.encode_seconds:>9.2f} {p.step_ms:>8.1f}")
     if fit:
         print(f"peak RSS ~ {fit[1]:.0f} MB + {fit[0]:.1f} MB per 1k tokens (least squares)")
     return 0
@@ -132,23 +138,27 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "no_repeat_ngram_size",
-                 "policy", "max_pages", "page_tokens", "num_pages", "truncate")
+                 "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select", "memory_limit")
 
 
-def _add_options(parser: argparse.ArgumentParser) -> None:
-    """Decoding and paging overrides (unset ones keep the bundle's defaults)."""
-    parser.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
-    parser.add_argument("--threads", type=int)
+def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
+    """Decoding, paging and limit overrides (unset ones keep the bundle's, or the checkpoint's, defaults)."""
+    if runtime:
+        parser.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
+        parser.add_argument("--threads", type=int)
     parser.add_argument("--num-beams", dest="num_beams", type=int)
     parser.add_argument("--max-length", dest="max_length", type=int)
     parser.add_argument("--min-length", dest="min_length", type=int)
     parser.add_argument("--length-penalty", dest="length_penalty", type=float)
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
-    parser.add_argument("--policy", choices=("spatial", "discourse", "document"))
-    parser.add_argument("--max-pages", dest="max_pages", type=int)
+    parser.add_argument("--policy", choices=POLICIES)
     parser.add_argument("--page-tokens", dest="page_tokens", type=int)
     parser.add_argument("--num-pages", dest="num_pages", type=int)
-    parser.add_argument("--truncate", action="store_true", default=None, help="keep the first pages of a too long input")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, help="most input tokens accepted")
+    parser.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep the pages that fit the limits instead of refusing a too long input")
+    parser.add_argument("--select", choices=SELECTIONS, help="which pages truncation keeps")
+    parser.add_argument("--memory-limit", dest="memory_limit", help="working memory allowed, e.g. 6GB")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,9 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", required=True, help="bundle directory to create")
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")
     e.add_argument("--config", help="HF config.json for a bare state dict file")
-    e.add_argument("--policy", choices=("spatial", "discourse", "document"))
-    e.add_argument("--max-pages", dest="max_pages", type=int)
-    e.add_argument("--page-tokens", dest="page_tokens", type=int)
+    _add_options(e, runtime=False)
     e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     e.set_defaults(run=_export)

@@ -1,6 +1,6 @@
 """The artifact contract: file, tensor and axis names shared by the exporters and the backends."""
 
-FORMAT_VERSION = 3  # bumped whenever the bundle layout or a graph signature changes
+FORMAT_VERSION = 4  # bumped whenever the bundle layout, the manifest schema or a graph signature changes
 
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"

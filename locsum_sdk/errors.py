@@ -20,7 +20,15 @@ class EncodingError(InputError):
 
 
 class InputTooLongError(InputError):
-    """The input needs more units than the bundle allows."""
+    """The input is over `max_tokens` (or its query over half a page)."""
+
+
+class MemoryLimitError(InputTooLongError):
+    """Summarizing the input would take more memory than `memory_limit` allows."""
+
+
+class DataError(InputError):
+    """A data file (JSON Lines of examples) is empty or has a line that cannot be used; names file:line."""
 
 
 class OptionError(LocsumError, ValueError):

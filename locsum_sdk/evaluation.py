@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import BackendUnavailableError
+from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
 
 logger = logging.getLogger("locsum_sdk")
@@ -36,16 +36,43 @@ class EvalExample:
 
 
 def read_examples(path: str | Path, limit: int | None = None) -> list[EvalExample]:
-    """Examples of a JSON Lines file with the schema of ../shared/data (`documents`, `query`, `summary`)."""
+    """Examples of a JSON Lines file with the schema of ../shared/data (`documents`, `query`, `summary`; `id`
+    optional). A line that is not such an example raises a DataError naming `file:line`; so does an empty file.
+
+    Args:
+        limit: read the first `limit` examples only (None: all; otherwise at least 1).
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise OptionError(f"limit={limit!r}: give a number of examples of at least 1, or None for all")
     out = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                row = json.loads(line)
-                out.append(EvalExample(row["id"], row["documents"], row.get("query"), row["summary"]))
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.strip():
+                out.append(_example(raw, f"{path}:{number}", number))
                 if limit and len(out) >= limit:
                     break
+    if not out:
+        raise DataError(f"{path} holds no examples; give a JSON Lines file with one example per line")
     return out
+
+
+def _example(raw: bytes, where: str, number: int) -> EvalExample:
+    try:
+        row = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{where}: not a JSON line ({err})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a JSON {type(row).__name__}, not an object with documents and summary")
+    documents, summary, query = row.get("documents"), row.get("summary"), row.get("query")
+    if isinstance(documents, str):
+        documents = [documents]
+    if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
+        raise DataError(f"{where}: 'documents' must be a non-empty list of strings")
+    if not isinstance(summary, str):
+        raise DataError(f"{where}: 'summary' must be a string (the reference summary)")
+    if query is not None and not isinstance(query, str):
+        raise DataError(f"{where}: 'query' must be a string or null")
+    return EvalExample(str(row.get("id", f"line-{number}")), documents, query, summary)
 
 
 def _sentences(text: str) -> list[str]:

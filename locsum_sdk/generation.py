@@ -11,7 +11,14 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import OptionError
+from .validation import check_bool, check_float, check_int
+
+MAX_BEAMS = 64  # a wider beam costs memory for no measurable gain
+MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow on long hypotheses
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -25,15 +32,13 @@ class GenerationOptions:
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
 
-    def validate(self) -> None:
-        if self.num_beams < 1:
-            raise OptionError(f"num_beams={self.num_beams} must be at least 1")
-        if self.max_length < 2:
-            raise OptionError(f"max_length={self.max_length} must be at least 2 (the start token and one more)")
-        if not 0 <= self.min_length <= self.max_length:
-            raise OptionError(f"min_length={self.min_length} must be between 0 and max_length={self.max_length}")
-        if self.no_repeat_ngram_size < 0:
-            raise OptionError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} must be 0 (off) or positive")
+    def __post_init__(self) -> None:
+        check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
+        check_int("max_length", self.max_length, 2)  # the start token and one more
+        check_int("min_length", self.min_length, 0, self.max_length if _is_int(self.max_length) else None)
+        check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
+        check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        check_bool("early_stopping", self.early_stopping)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -175,7 +180,6 @@ class BeamSearch:
 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item."""
-    options.validate()
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:

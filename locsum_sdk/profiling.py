@@ -90,6 +90,7 @@ class Point:
     encode_seconds: float
     step_ms: float  # decoding time per step
     token_ids: list[int]
+    estimate_mb: float | None = None  # loaded RSS + the working memory the call estimated before encoding
 
 
 def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, backend: str = "auto",
@@ -100,12 +101,20 @@ def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, 
     summarizer = Summarizer.from_pretrained(path, backend=backend, threads=threads, verify=False)
     text = text_of_tokens(summarizer.tokenizer, tokens)
     loaded = rss_mb()
-    pages = max(summarizer.paging.max_pages, 2 * math.ceil(tokens / summarizer.paging.page_tokens))
-    summary = summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1,
-                                   max_pages=pages)
+    options = _fixed_steps(summarizer, tokens, steps, num_beams)
+    summary = summarizer.summarize(text, **options)
+    working = summarizer.estimate_memory([summary.units], summarizer.options(**options).generation).total / 2**20
+    steps_run = max(1, len(summary.token_ids))
     return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
-                 peak_rss_mb(), loaded, summary.timings["encode"], 1000 * summary.timings["decode"] / max(1, len(summary.token_ids)),
-                 list(summary.token_ids))
+                 peak_rss_mb(), loaded, summary.timings["encode"], 1000 * summary.timings["decode"] / steps_run,
+                 list(summary.token_ids), None if loaded is None else loaded + working)
+
+
+def _fixed_steps(summarizer, tokens: int, steps: int, num_beams: int) -> dict:
+    """Options that decode exactly `steps` steps of an input of about `tokens` tokens, never refused for its
+    length by `max_tokens` (the memory limit still applies)."""
+    return dict(num_beams=num_beams, max_length=steps + 1, min_length=steps + 1,
+                max_tokens=max(summarizer.limits.max_tokens, 2 * tokens))
 
 
 def measure_in_fresh_process(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1,
@@ -169,11 +178,10 @@ def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 
 
     summarizer = Summarizer.from_pretrained(path, backend="onnxruntime", threads=threads, verify=False)
     text = text_of_tokens(summarizer.tokenizer, tokens)
-    pages = max(summarizer.paging.max_pages, 2 * math.ceil(tokens / summarizer.paging.page_tokens))
     with tempfile.TemporaryDirectory(prefix="locsum-profile-") as directory:
         traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
         summarizer.backend = traced
-        summarizer.summarize(text, num_beams=num_beams, max_length=steps + 1, min_length=steps + 1, max_pages=pages)
+        summarizer.summarize(text, **_fixed_steps(summarizer, tokens, steps, num_beams))
         return [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
 
 
@@ -194,8 +202,8 @@ def parse_lengths(text: str) -> list[int]:
             value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
         except ValueError:
             raise OptionError(f"input length {part!r} is not a number; write lengths like 2000,8k,32k") from None
-        if value < 1:
-            raise OptionError(f"input length {part!r} must be at least 1 token")
+        if not math.isfinite(value) or value < 1:
+            raise OptionError(f"input length {part!r} must be a finite number of at least 1 token")
         lengths.append(int(value))
     if not lengths:
         raise OptionError("no input lengths given; write lengths like 2000,8k,32k")

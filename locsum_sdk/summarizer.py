@@ -16,17 +16,30 @@ from . import constants as C
 from .backends import BACKENDS, Backend, UnitBatch
 from .bundle import Bundle
 from .errors import BundleError, BundleNotFoundError, InputError, OptionError
-from .generation import OPTION_NAMES, GenerationOptions, generate
+from .generation import GenerationOptions, generate
+from .limits import Estimate, LimitOptions, apply_limits
+from .memory import MemoryEstimate, estimate_memory, memory_limit
+from .options import Options
 from .units import Pager, PagingOptions, SpecialTokens, Unit, as_documents
+from .validation import check_bool, check_choice, check_int
+
+CHECKPOINT_CONFIG = "config.json"  # what marks a checkpoint directory (modeling.checkpoint.CONFIG_FILE)
 
 logger = logging.getLogger("locsum_sdk")
 
-#: The bundle that `Summarizer.from_pretrained()` loads when no path is given.
-DEFAULT_BUNDLE = Path(os.environ.get("LOCSUM_BUNDLE", Path(__file__).resolve().parents[1] / "engines" / "default"))
-
-PAGING_NAMES = tuple(f.name for f in dataclasses.fields(PagingOptions))
+BUNDLE_ENV = "LOCSUM_BUNDLE"  # a bundle path that `Summarizer.from_pretrained()` loads when given none
+PACKAGED_BUNDLE = Path(__file__).resolve().parent / "engines" / "default"  # in an installed wheel
+CHECKOUT_BUNDLE = Path(__file__).resolve().parents[1] / "engines" / "default"  # in a source checkout
 
 Input = str | bytes | Sequence[str | bytes]
+
+
+def default_bundle() -> Path:
+    """The bundle loaded when no path is given: $LOCSUM_BUNDLE (read at each call), else the one shipped in the
+    package, else the checkout's `engines/default`."""
+    if os.environ.get(BUNDLE_ENV):
+        return Path(os.environ[BUNDLE_ENV])
+    return PACKAGED_BUNDLE if PACKAGED_BUNDLE.is_dir() else CHECKOUT_BUNDLE
 
 
 @dataclass(frozen=True)
@@ -60,23 +73,25 @@ class Summarizer:
         >>> print(summary.text)
     """
 
-    def __init__(
-        self,
-        backend: Backend,
-        tokenizer,
-        special: SpecialTokens,
-        paging: PagingOptions,
-        generation: GenerationOptions,
-        max_positions: int,
-        unit_batch_size: int = 4,
-    ):
-        paging.validate()
-        generation.validate()
-        if unit_batch_size < 1:
-            raise OptionError(f"unit_batch_size={unit_batch_size} must be at least 1")
-        self.backend, self.tokenizer, self.special = backend, tokenizer, special
-        self.paging, self.generation = paging, generation
-        self.max_positions, self.unit_batch_size = max_positions, unit_batch_size
+    def __init__(self, backend: Backend, tokenizer, special: SpecialTokens, defaults: Options, model: dict[str, Any],
+                 unit_batch_size: int = 4):
+        """defaults: the options of a call that overrides none; model: the model config (`manifest.model`), whose
+        shapes bound the options and size the memory estimate."""
+        check_int("unit_batch_size", unit_batch_size, 1)
+        self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
+        self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
+
+    @property
+    def paging(self) -> PagingOptions:
+        return self.defaults.units
+
+    @property
+    def limits(self) -> LimitOptions:
+        return self.defaults.limits
+
+    @property
+    def generation(self) -> GenerationOptions:
+        return self.defaults.generation
 
     @classmethod
     def from_pretrained(
@@ -90,23 +105,28 @@ class Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
         Args:
-            path: bundle or checkpoint directory; None loads the shipped default bundle.
+            path: bundle or checkpoint directory; None loads $LOCSUM_BUNDLE or the shipped default bundle.
             backend: "auto" (a bundle runs on onnxruntime, a checkpoint on torch), "onnxruntime" or "torch".
             threads: intra-op threads; None uses every core.
             unit_batch_size: units encoded together; bounds the encoder's peak memory.
             verify: check the sha256 of every bundle file.
         """
-        if backend not in BACKENDS:
-            raise OptionError(f"backend={backend!r} is not known; use one of {BACKENDS}")
-        if path is None and not DEFAULT_BUNDLE.exists():
-            raise BundleNotFoundError(
-                f"no default bundle at {DEFAULT_BUNDLE}; pass the path of a bundle or checkpoint directory "
-                "(or set LOCSUM_BUNDLE)"
-            )
-        path = Path(path) if path is not None else DEFAULT_BUNDLE
-        if not path.exists():
-            raise BundleNotFoundError(f"{path} does not exist; pass the path of a bundle or checkpoint directory")
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise OptionError(f"path is a {type(path).__name__}; pass a bundle or checkpoint directory (str or Path)")
+        check_choice("backend", backend, BACKENDS)
+        check_int("threads", threads, 1, optional=True)
+        check_int("unit_batch_size", unit_batch_size, 1)
+        check_bool("verify", verify)
+        path = Path(path) if path is not None else default_bundle()
+        if not path.is_dir():
+            where = "" if path != default_bundle() else f" (the default bundle; set {BUNDLE_ENV} or pass a path)"
+            raise BundleNotFoundError(f"{path} is not a directory{where}; pass the path of a bundle or checkpoint")
         is_bundle = (path / C.MANIFEST_FILE).is_file()
+        if not is_bundle and not (path / CHECKPOINT_CONFIG).is_file():
+            raise BundleNotFoundError(
+                f"{path} has neither {C.MANIFEST_FILE} (a bundle) nor {CHECKPOINT_CONFIG} (a checkpoint); pass a "
+                "bundle directory as `locsum export` writes it, or a checkpoint directory"
+            )
         if backend == "auto":
             backend = "onnxruntime" if is_bundle else "torch"
         if backend == "onnxruntime":
@@ -120,38 +140,51 @@ class Summarizer:
         from tokenizers import Tokenizer
 
         special = SpecialTokens(**settings["special_tokens"])
-        tokenizer = Tokenizer.from_file(str(settings["tokenizer"]))
+        try:
+            tokenizer = Tokenizer.from_file(str(settings["tokenizer"]))
+        except Exception as err:  # tokenizers raises its own exception for unreadable files
+            raise BundleError(f"{settings['tokenizer']} is not a readable tokenizer ({err}); export again") from None
         if tokenizer.get_vocab_size() > settings["model"]["vocab_size"]:
             raise BundleError(
                 f"{settings['tokenizer']} has {tokenizer.get_vocab_size()} tokens but the model only "
                 f"{settings['model']['vocab_size']}: it belongs to another model; export with the model's tokenizer"
             )
-        return cls(
-            runner,
-            tokenizer,
-            special,
-            PagingOptions(**settings["units"]),
-            GenerationOptions(**settings["generation"]),
-            settings["model"]["max_positions"],
-            unit_batch_size,
-        )
+        try:
+            defaults = Options.from_settings(settings)
+        except OptionError as err:
+            raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
+        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size)
 
-    def options(self, **overrides: Any) -> tuple[PagingOptions, GenerationOptions]:
-        """This summarizer's defaults with `overrides` applied, validated; unknown names are refused."""
-        unknown = sorted(set(overrides) - set(PAGING_NAMES) - set(OPTION_NAMES))
-        if unknown:
-            raise OptionError(
-                f"unknown option(s) {unknown}; accepted options are {sorted(PAGING_NAMES + OPTION_NAMES)}"
-            )
-        paging = dataclasses.replace(self.paging, **{k: v for k, v in overrides.items() if k in PAGING_NAMES})
-        generation = dataclasses.replace(
-            self.generation, **{k: v for k, v in overrides.items() if k in OPTION_NAMES}
-        )
-        paging.validate()
-        generation.validate()
+    def options(self, **overrides: Any) -> Options:
+        """This summarizer's defaults with `overrides` (any option's name) applied and validated; unknown names
+        are refused, and a default yields to an override it would contradict (`max_length=8` lowers a default
+        `min_length=20` to 8)."""
+        options = self.defaults.replace(**overrides)
+        paging, generation = options.units, options.generation
         if paging.page_tokens > self.max_positions:
-            raise OptionError(f"page_tokens={paging.page_tokens} exceeds the model's {self.max_positions} positions")
-        return paging, generation
+            raise OptionError(
+                f"page_tokens={paging.page_tokens} is over the model's {self.max_positions} positions; use at most "
+                f"{self.max_positions}"
+            )
+        if generation.max_length > self.max_positions:
+            raise OptionError(
+                f"max_length={generation.max_length} is over the model's {self.max_positions} decoder positions; "
+                f"use at most {self.max_positions}"
+            )
+        return options
+
+    def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions) -> MemoryEstimate:
+        """Working memory (above the loaded model) of summarizing the pages `items` with `generation`."""
+        length = max(len(u.token_ids) for units in items for u in units)
+        tokens = sum(len(u.token_ids) for units in items for u in units)
+        return self._estimate(generation, tokens)(len(items), max(len(units) for units in items), length)
+
+    def _estimate(self, generation: GenerationOptions, tokens: int) -> Estimate:
+        def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
+            return estimate_memory(self.model, batch, width, length, generation.num_beams, generation.max_length,
+                                   self.unit_batch_size, tokens)
+
+        return estimate
 
     def summarize(self, text_or_documents: Input, query: str | None = None, **options: Any) -> Summary:
         """Summarize one text, or one cluster of documents (a list of strings).
@@ -159,24 +192,34 @@ class Summarizer:
         Args:
             text_or_documents: a string (UTF-8 bytes accepted) or a list of documents.
             query: optional question; it is prepended to every page.
-            **options: any field of `PagingOptions` or `GenerationOptions`.
+            **options: any field of `PagingOptions`, `LimitOptions` or `GenerationOptions` (see `options`).
         """
-        return self.summarize_batch([text_or_documents], None if query is None else [query], **options)[0]
+        return self.summarize_batch([text_or_documents], [query], **options)[0]
 
     def summarize_batch(
         self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, **options: Any
     ) -> list[Summary]:
         """Summarize several inputs together; they share the encoder and decoder batches."""
-        if isinstance(inputs, (str, bytes)) or not len(inputs):
+        if not isinstance(inputs, (list, tuple)) or not inputs:
             raise InputError("summarize_batch takes a non-empty list of inputs; use summarize() for one text")
-        queries = list(queries) if queries is not None else [None] * len(inputs)
+        if queries is None:
+            queries = [None] * len(inputs)
+        if not isinstance(queries, (list, tuple)):
+            raise InputError(
+                f"queries is a {type(queries).__name__}; pass a list with one query (or None) per input, or None"
+            )
         if len(queries) != len(inputs):
             raise InputError(f"{len(queries)} queries for {len(inputs)} inputs; give one query (or None) per input")
-        paging, generation = self.options(**options)
+        chosen = self.options(**options)
+        paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
-        pager = Pager(self.tokenizer, self.special, paging)
         documents = [as_documents(item) for item in inputs]
+        pager = Pager(self.tokenizer, self.special, paging, limits.max_tokens)
+        query_ids = [pager.query_ids(query) for query in queries]
         items = [pager(docs, query) for docs, query in zip(documents, queries)]
+        tokens = sum(len(u.token_ids) for units in items for u in units)
+        estimate = self._estimate(generation, tokens)
+        items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)
         paged = time.perf_counter()
         batch = UnitBatch.from_units(items, self.special.pad)
         session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)
@@ -216,6 +259,7 @@ def _torch_backend(path: Path, is_bundle: bool, threads: int | None):
     settings = {
         "model": cfg.to_dict(),
         "units": loaded.settings.get("units", {}),
+        "limits": loaded.settings.get("limits", {}),
         "generation": loaded.settings.get("generation", {}),
         "special_tokens": cfg.special_tokens(),
         "tokenizer": loaded.tokenizer_file,

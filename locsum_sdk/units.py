@@ -10,14 +10,17 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from .errors import EmptyInputError, EncodingError, InputError, InputTooLongError, OptionError
+from .errors import EmptyInputError, EncodingError, InputError, InputTooLongError
+from .validation import check_choice, check_int
 
 logger = logging.getLogger("locsum_sdk")
 
 POLICIES = ("spatial", "discourse", "document")
+MIN_PAGE_TOKENS = 8  # room for the frame and a few tokens of text
 
 _LINE = re.compile(r"[^\n]+")
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=[^a-z\s])")
@@ -45,21 +48,16 @@ class SpecialTokens:
 
 @dataclass(frozen=True)
 class PagingOptions:
-    """How text becomes pages."""
+    """How text becomes pages. How much input is accepted is `limits.LimitOptions`."""
 
     policy: str = "spatial"  # one of POLICIES
-    max_pages: int = 8  # most pages one input may use
     page_tokens: int = 1024  # token budget of one page, special tokens and query included
     num_pages: int | None = None  # spatial only: pages to spread the text over (None: as few as fit)
-    truncate: bool = False  # over max_pages: False raises InputTooLongError, True keeps the first pages and warns
 
-    def validate(self) -> None:
-        if self.policy not in POLICIES:
-            raise OptionError(f"policy={self.policy!r} is not a paging policy; use one of {POLICIES}")
-        if self.max_pages < 1 or self.page_tokens < 8:
-            raise OptionError("max_pages must be at least 1 and page_tokens at least 8")
-        if self.num_pages is not None and not 1 <= self.num_pages <= self.max_pages:
-            raise OptionError(f"num_pages={self.num_pages} must be between 1 and max_pages={self.max_pages}")
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, POLICIES)
+        check_int("page_tokens", self.page_tokens, MIN_PAGE_TOKENS)
+        check_int("num_pages", self.num_pages, 1, optional=True)
 
 
 @dataclass(frozen=True)
@@ -79,31 +77,67 @@ class Unit:
     end: int
     text: str
     token_ids: tuple[int, ...]  # model input: <s> [query </s>] text </s>
+    head: int = 1  # ids before the text: <s> [query </s>]
+
+    @property
+    def text_ids(self) -> tuple[int, ...]:
+        """The ids of the page's text alone (no special tokens, no query)."""
+        return self.token_ids[self.head : -1]
 
     def to_dict(self) -> dict:
         return {"document": self.document, "start": self.start, "end": self.end, "text": self.text}
 
 
-def as_documents(text_or_documents: str | bytes | Sequence[str | bytes]) -> list[str]:
-    """Validate the input and return it as a list of documents."""
-    items = [text_or_documents] if isinstance(text_or_documents, (str, bytes)) else list(text_or_documents)
+def as_documents(text_or_documents: object) -> list[str]:
+    """Validate one input (a string, UTF-8 bytes, or a list or tuple of them) and return its documents."""
+    if isinstance(text_or_documents, (str, bytes)):
+        items = [text_or_documents]
+    elif isinstance(text_or_documents, (list, tuple)):
+        items = list(text_or_documents)
+    else:
+        raise InputError(
+            f"the input is a {type(text_or_documents).__name__}; pass a string, UTF-8 bytes, or a list of them "
+            "(one per document)"
+        )
     if not items:
         raise EmptyInputError("no documents were given; pass a string or a non-empty list of strings")
-    documents = []
-    for index, item in enumerate(items):
-        if isinstance(item, bytes):
-            try:
-                item = item.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise EncodingError(
-                    f"document {index} is not valid UTF-8 (byte {err.start}); decode it with its real encoding first"
-                ) from None
-        if not isinstance(item, str):
-            raise InputError(f"document {index} is a {type(item).__name__}; pass str or UTF-8 bytes")
-        if not item.strip():
-            raise EmptyInputError(f"document {index} is empty or only whitespace; remove it or give it text")
-        documents.append(item)
-    return documents
+    return [as_text(item, f"document {index}") for index, item in enumerate(items)]
+
+
+def as_text(item: object, what: str) -> str:
+    """`item` as text: str or UTF-8 bytes, encodable, with at least one visible character."""
+    if isinstance(item, bytes):
+        try:
+            item = item.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise EncodingError(
+                f"{what} is not valid UTF-8 (byte {err.start}); decode it with its real encoding first"
+            ) from None
+    if not isinstance(item, str):
+        raise InputError(f"{what} is a {type(item).__name__}; pass str or UTF-8 bytes")
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise EncodingError(
+            f"{what} holds a lone surrogate ({item[err.start]!r} at character {err.start}), which is not text: it "
+            "comes from bytes decoded with errors='surrogateescape' or a broken JSON escape; decode the source "
+            "with its real encoding (or errors='replace') first"
+        ) from None
+    if not has_visible_text(item):
+        raise EmptyInputError(
+            f"{what} is empty or has no visible characters (only whitespace, control or format characters); "
+            "remove it or give it text"
+        )
+    return item
+
+
+_INVISIBLE = ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp")
+
+
+def has_visible_text(text: str) -> bool:
+    """True when `text` has a letter, digit, mark, punctuation or symbol (not only spaces, controls, format
+    characters such as zero-width spaces, bidi marks and BOMs, or unassigned code points)."""
+    return any(not char.isspace() and unicodedata.category(char) not in _INVISIBLE for char in text)
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
@@ -141,15 +175,36 @@ def _strip(text: str, start: int, end: int) -> tuple[int, int] | None:
 
 
 class Pager:
-    """Builds units from documents with one tokenizer, special tokens and options."""
+    """Builds units from documents with one tokenizer, special tokens and options.
 
-    def __init__(self, tokenizer: Tokenizer, special: SpecialTokens, options: PagingOptions):
-        options.validate()
-        self.tokenizer, self.special, self.options = tokenizer, special, options
+    Paging is linear in the input length whatever its punctuation: a sentence is tokenized in pieces of at most
+    `MAX_PIECE_CHARS` characters (cut at whitespace where there is some), and a sentence over the page budget is
+    cut at token bounds, before a word where one is in reach."""
+
+    def __init__(self, tokenizer: Tokenizer, special: SpecialTokens, options: PagingOptions,
+                 max_tokens: int | None = None):
+        """max_tokens: the input limit; discourse paging merges neighbouring sections when their count exceeds
+        the pages that many tokens fill."""
+        self.tokenizer, self.special, self.options, self.max_tokens = tokenizer, special, options, max_tokens
+
+    def query_ids(self, query: str | None) -> list[int]:
+        """Token ids of a query (validated): it must fit in half a page."""
+        if query is None:
+            return []
+        if not isinstance(query, (str, bytes)):
+            raise InputError(f"query is a {type(query).__name__}; pass a string, or None for a generic summary")
+        query = as_text(query, "query").strip()
+        ids = self.tokenizer.encode_batch([" " + query], add_special_tokens=False)[0].ids
+        if len(ids) > self.options.page_tokens // 2:
+            raise InputTooLongError(
+                f"the query has {len(ids)} tokens; it must fit in half a page ({self.options.page_tokens // 2} of "
+                f"page_tokens={self.options.page_tokens}): shorten it or raise page_tokens"
+            )
+        return ids
 
     def __call__(self, documents: Sequence[str], query: str | None = None) -> list[Unit]:
         """Documents (already validated by `as_documents`) -> pages within the token budget."""
-        query_ids = self._query_ids(query)
+        query_ids = self.query_ids(query)
         frame = 2 + (len(query_ids) + 1 if query_ids else 0)
         body = self.options.page_tokens - frame
         if self.options.policy == "document":
@@ -160,44 +215,45 @@ class Pager:
         else:
             spans = [s for i, doc in enumerate(documents) for s in self._spans(i, doc, body)]
             pages = [part for page in self._spread(spans, body) for part in _by_document(page)]
-        pages = self._limit(pages)
         return [self._unit(documents, page, query_ids) for page in pages]
-
-    def _query_ids(self, query: str | None) -> list[int]:
-        if query is None:
-            return []
-        if not isinstance(query, str) or not query.strip():
-            raise EmptyInputError("query is empty or only whitespace; pass None for generic summarization")
-        ids = self.tokenizer.encode_batch([" " + query.strip()], add_special_tokens=False)[0].ids
-        if len(ids) > self.options.page_tokens // 2:
-            raise InputTooLongError(
-                f"the query has {len(ids)} tokens; it must fit in half a page ({self.options.page_tokens // 2})"
-            )
-        return ids
 
     def _spans(self, document: int, text: str, budget: int) -> list[Span]:
         """Sentences of one document with their token ids; a sentence over `budget` is cut at token bounds."""
-        sentences = split_sentences(text)
-        encodings = self.tokenizer.encode_batch([" " + text[s:e] for s, e in sentences], add_special_tokens=False)
-        spans = []
-        for (start, end), enc in zip(sentences, encodings):
-            ids = list(enc.ids)
-            if len(ids) <= budget:
-                spans.append(Span(document, start, end, tuple(ids)))
-                continue
-            piece = " " + text[start:end]
-            starts = [max(a - 1, 0) for a, _ in enc.offsets]  # char offset of each token in the sentence
-            first = 0
-            while first < len(ids):
-                stop = min(first + budget, len(ids))
-                if stop < len(ids):  # cut before a token that starts a word, if one is in reach
-                    words = [j for j in range(first + 1, stop + 1)
-                             if piece[enc.offsets[j][0]].isspace() or piece[enc.offsets[j][0] - 1].isspace()]
-                    stop = words[-1] if words else stop
-                piece_end = end if stop == len(ids) else start + starts[stop]
-                piece_start, piece_end = _strip(text, start + starts[first], piece_end) or (piece_end, piece_end)
-                spans.append(Span(document, piece_start, piece_end, tuple(ids[first:stop])))
-                first = stop
+        pieces = [p for s, e in split_sentences(text) for p in _pieces(text, s, e)]
+        encodings = self.tokenizer.encode_batch([" " * lead + text[s:e] for s, e, lead, _ in pieces],
+                                                add_special_tokens=False)
+        spans: list[Span] = []
+        sentence: list[tuple[int, int, int, list[int], list[tuple[int, int]]]] = []
+        for (start, end, lead, last), enc in zip(pieces, encodings):
+            sentence.append((start, end, lead, enc.ids, enc.offsets))
+            if last:
+                spans.extend(self._cut(document, text, sentence, budget))
+                sentence = []
+        return spans
+
+    @staticmethod
+    def _cut(document: int, text: str, pieces: list, budget: int) -> list[Span]:
+        """One sentence (tokenized in pieces) as spans of at most `budget` ids, cut before a word where possible."""
+        ids = [t for *_, piece_ids, _ in pieces for t in piece_ids]
+        if len(ids) <= budget:
+            return [Span(document, pieces[0][0], pieces[-1][1], tuple(ids))]
+        starts: list[int] = []  # character offset in `text` where each token starts
+        word: list[bool] = []  # the token starts a word (whitespace before it)
+        for start, _, lead, _, offsets in pieces:
+            for a, _ in offsets:  # offsets count the leading space added before the piece
+                position = start + max(a - lead, 0)
+                starts.append(position)
+                word.append((lead and a <= lead) or text[position - 1].isspace() or text[position].isspace())
+        spans, first = [], 0
+        while first < len(ids):
+            stop = min(first + budget, len(ids))
+            if stop < len(ids):
+                cut = next((j for j in range(stop, first, -1) if word[j]), stop)
+                stop = cut
+            end = pieces[-1][1] if stop == len(ids) else starts[stop]
+            span_start, span_end = _strip(text, starts[first], end) or (end, end)
+            spans.append(Span(document, span_start, span_end, tuple(ids[first:stop])))
+            first = stop
         return spans
 
     @staticmethod
@@ -215,11 +271,12 @@ class Pager:
 
     def _spread(self, spans: list[Span], budget: int) -> list[list[Span]]:
         """Spatial paging: spans over n pages of near-equal length, in order. n is `num_pages` or the fewest
-        pages that fit; when equal pages cannot fit the budget, pages are filled greedily instead."""
+        pages that fit (never more than there are spans); when equal pages cannot fit the budget, pages are
+        filled greedily instead."""
         filled = self._fill(spans, budget)
-        n = max(self.options.num_pages or 1, len(filled))
+        n = min(max(self.options.num_pages or 1, len(filled)), len(spans))
         counts = [len(s.token_ids) for s in spans]
-        total = sum(counts)
+        total = sum(counts) or 1
         pages: list[list[Span]] = [[] for _ in range(n)]
         seen = 0
         for span, count in zip(spans, counts):
@@ -229,8 +286,8 @@ class Pager:
         return pages if all(sum(len(s.token_ids) for s in p) <= budget for p in pages) else filled
 
     def _sections(self, documents: Sequence[str], budget: int) -> list[list[Span]]:
-        """Discourse paging: one page per section (headings start sections); long sections are split,
-        and when there are more sections than pages, neighbours that fit one page together are merged."""
+        """Discourse paging: one page per section (headings start sections); long sections are split, and when
+        there are more sections than `max_tokens` fill pages, neighbours that fit one page together are merged."""
         sections: list[list[Span]] = []
         for index, text in enumerate(documents):
             current: list[Span] = []
@@ -241,7 +298,7 @@ class Pager:
                 current.append(span)
             sections.append(current)
         pages = [page for section in sections for page in self._fill(section, budget)]
-        if len(pages) > self.options.max_pages:
+        if self.max_tokens is not None and len(pages) > math.ceil(self.max_tokens / budget):
             merged: list[list[Span]] = []
             for page in pages:
                 if merged and merged[-1][-1].document == page[0].document and (
@@ -253,24 +310,37 @@ class Pager:
             pages = merged
         return pages
 
-    def _limit(self, pages: list[list[Span]]) -> list[list[Span]]:
-        limit = self.options.max_pages
-        if len(pages) <= limit:
-            return pages
-        tokens = sum(len(s.token_ids) for p in pages for s in p)
-        if not self.options.truncate:
-            raise InputTooLongError(
-                f"the input ({tokens} tokens) needs {len(pages)} pages of at most {self.options.page_tokens} tokens, "
-                f"but max_pages={limit}; raise max_pages (up to what memory allows) or pass truncate=True (--truncate) "
-                f"to keep the first {limit} pages"
-            )
-        kept = sum(len(s.token_ids) for p in pages[:limit] for s in p)
-        logger.warning("input truncated: kept the first %d of %d pages (%d of %d tokens)", limit, len(pages), kept, tokens)
-        return pages[:limit]
-
     def _unit(self, documents: Sequence[str], page: list[Span], query_ids: list[int]) -> Unit:
         sp = self.special
         head = [sp.bos] + (query_ids + [sp.eos] if query_ids else [])
         ids = head + [t for span in page for t in span.token_ids] + [sp.eos]
         document, start, end = page[0].document, page[0].start, page[-1].end
-        return Unit(document, start, end, documents[document][start:end], tuple(ids))
+        return Unit(document, start, end, documents[document][start:end], tuple(ids), len(head))
+
+
+MAX_PIECE_CHARS = 2000  # longest text handed to the tokenizer at once
+
+
+def _pieces(text: str, start: int, end: int) -> list[tuple[int, int, int, bool]]:
+    """A sentence as (start, end, lead, last) pieces of at most MAX_PIECE_CHARS characters, cut before a
+    whitespace run where one is in reach, so words stay whole and tokenize as in the whole sentence. `lead` is
+    the spaces to tokenize the piece with: 1, as every sentence, or 0 after a cut inside a word."""
+    pieces = []
+    lead = 1
+    while end - start > MAX_PIECE_CHARS:
+        limit = start + MAX_PIECE_CHARS
+        cut = limit
+        while cut > start + MAX_PIECE_CHARS // 2 and not text[cut].isspace():
+            cut -= 1
+        if not text[cut].isspace():
+            cut = limit
+        while cut > start and text[cut - 1].isspace():
+            cut -= 1
+        cut = cut if cut > start else limit
+        pieces.append((start, cut, lead, False))
+        lead = int(text[cut].isspace())
+        start = cut
+        while start < end and text[start].isspace():
+            start += 1
+    pieces.append((start, end, lead, True))
+    return pieces

@@ -70,7 +70,7 @@ def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
     return model.eval()
 
 
-TINY_UNITS = {"policy": "spatial", "max_pages": 64, "page_tokens": 64}
+TINY_UNITS = {"policy": "spatial", "max_pages": 64, "page_tokens": 64}  # max_pages: a training-only cap
 TINY_GENERATION = {"num_beams": 1, "max_length": 24}
 
 

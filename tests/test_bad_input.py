@@ -42,44 +42,80 @@ def test_bytes_that_are_not_utf8(summarizer):
         summarizer.summarize("déjà vu. ".encode("latin-1") * 5)
 
 
-def test_document_over_the_limit(summarizer):
+def test_document_over_the_token_limit(summarizer):
     text = "The committee discussed the budget of the project. " * 400
-    with pytest.raises(InputTooLongError, match="max_pages"):
-        summarizer.summarize(text)
+    with pytest.raises(InputTooLongError, match="max_tokens=500"):
+        summarizer.summarize(text, max_tokens=500)
 
 
 def test_truncation_is_announced(summarizer, caplog):
     text = "The committee discussed the budget of the project. " * 400
     with caplog.at_level("WARNING", logger="locsum_sdk"):
-        summary = summarizer.summarize(text, truncate=True, max_length=4)
-    assert "truncated" in caplog.text and len(summary.units) == 64
+        summary = summarizer.summarize(text, truncate=True, max_tokens=500, max_length=4)
+    assert "truncated" in caplog.text and 0 < sum(len(u.text_ids) for u in summary.units) <= 500
 
 
-@pytest.mark.parametrize("options", [dict(beams=4), dict(temperature=0.7), dict(num_beams=0), dict(page_tokens=4096)])
+@pytest.mark.parametrize("options", [
+    dict(beams=4), dict(temperature=0.7), dict(num_beams=0), dict(page_tokens=4096), dict(num_beams="4"),
+    dict(num_beams=2.5), dict(max_length=2.5), dict(page_tokens="64"), dict(truncate="no"), dict(truncate=1),
+    dict(length_penalty=float("nan")), dict(length_penalty=float("inf")), dict(max_tokens=1.5), dict(max_tokens=0),
+    dict(select="best"), dict(memory_limit="lots"), dict(memory_limit=-1), dict(max_length=10**6),
+    dict(min_length=30, max_length=8), dict(early_stopping="yes"), dict(no_repeat_ngram_size=-1),
+])
 def test_unknown_or_bad_options(summarizer, options):
     with pytest.raises(OptionError) as err:
         summarizer.summarize("Short text to summarize.", **options)
-    if "beams" in options:
-        assert "num_beams" in str(err.value)  # lists the accepted names
+    assert next(iter(options)).split("_")[0] in str(err.value)  # names the option (and lists accepted values)
 
 
-def test_empty_query_and_bad_batches(summarizer):
-    with pytest.raises(EmptyInputError, match="query"):
-        summarizer.summarize("Some text.", query="  ")
+def test_a_bundle_default_yields_to_the_option_it_contradicts(summarizer):
+    summarizer = Summarizer(summarizer.backend, summarizer.tokenizer, summarizer.special,
+                            summarizer.defaults.replace(min_length=20), summarizer.model)
+    assert len(summarizer.summarize("Short text to summarize.", max_length=8).token_ids) <= 7
+
+
+@pytest.mark.parametrize("query,error,message", [
+    ("  ", EmptyInputError, "query"), ("\u200b", EmptyInputError, "query"), (5, InputError, "query is a int"),
+    ("\udc80", EncodingError, "surrogate"),
+])
+def test_bad_queries(summarizer, query, error, message):
+    with pytest.raises(error, match=message):
+        summarizer.summarize("Some text.", query=query)
+
+
+def test_bad_batches(summarizer):
     with pytest.raises(InputError, match="summarize_batch"):
         summarizer.summarize_batch("one string")
     with pytest.raises(InputError, match="queries"):
         summarizer.summarize_batch(["a text.", "another."], queries=["only one"])
+    with pytest.raises(InputError, match="queries is a str"):
+        summarizer.summarize_batch(["a text.", "another."], queries="ab")
+    with pytest.raises(InputError, match="dict"):
+        summarizer.summarize({"a": "text.", "b": "more text."})
 
 
-def test_default_bundle_comes_from_the_environment(bundle_dir, tmp_path, monkeypatch):
-    from locsum_sdk import summarizer as module
-
-    monkeypatch.setattr(module, "DEFAULT_BUNDLE", bundle_dir)
+def test_default_bundle_comes_from_the_environment_at_call_time(bundle_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCSUM_BUNDLE", str(bundle_dir))
     assert Summarizer.from_pretrained().summarize("The board met on Monday.", max_length=4).token_ids
-    monkeypatch.setattr(module, "DEFAULT_BUNDLE", tmp_path / "absent")
-    with pytest.raises(BundleNotFoundError, match="no default bundle"):
+    monkeypatch.setenv("LOCSUM_BUNDLE", str(tmp_path / "absent"))
+    with pytest.raises(BundleNotFoundError, match="LOCSUM_BUNDLE"):
         Summarizer.from_pretrained()
+
+
+@pytest.mark.parametrize("arguments", [
+    dict(threads=-1), dict(threads="2"), dict(threads=1.5), dict(unit_batch_size=2.5), dict(unit_batch_size=0),
+    dict(verify="no"), dict(backend=None),
+])
+def test_bad_loading_arguments(bundle_dir, arguments):
+    with pytest.raises(OptionError, match=next(iter(arguments))):
+        Summarizer.from_pretrained(bundle_dir, **arguments)
+
+
+def test_a_directory_that_is_neither_bundle_nor_checkpoint(tmp_path):
+    with pytest.raises(BundleNotFoundError, match="neither manifest.json"):
+        Summarizer.from_pretrained(tmp_path)
+    with pytest.raises(OptionError, match="path"):
+        Summarizer.from_pretrained(5)
 
 
 def test_missing_bundle_and_unknown_backend(tmp_path, bundle_dir):
@@ -110,14 +146,56 @@ def test_missing_file(bundle_copy):
 
 @pytest.mark.parametrize("change,error,message", [
     ({"format_version": 99}, BundleVersionError, "format version 99"),
+    ({"format_version": True}, BundleVersionError, "format version True"),
     ({"kind": "dyle"}, BundleVersionError, "'dyle' bundle"),
-    ({"extra": 1}, BundleIntegrityError, "unknown keys"),
+    ({"extra": 1}, BundleIntegrityError, "unknown keys \\['extra'\\]"),
+    ({"dtype": "float16"}, BundleIntegrityError, "dtype"),
+    ({"units": {"page_tokens": 4096}}, BundleIntegrityError, "page_tokens=4096 is over"),
+    ({"units": {"page_tokens": "64"}}, BundleIntegrityError, "page_tokens"),
+    ({"units": {"max_pages": 8}}, BundleIntegrityError, "max_pages"),
+    ({"generation": {"max_length": 1000}}, BundleIntegrityError, "max_length=1000 is over"),
+    ({"generation": {"length_penalty": "nan"}}, BundleIntegrityError, "length_penalty"),
+    ({"special_tokens": {"bos": 0, "pad": 1, "eos": 99999, "decoder_start": 2}}, BundleIntegrityError, "eos"),
+    ({"special_tokens": {"bos": 0}}, BundleIntegrityError, "missing keys"),
+    ({"files": {"../../etc/passwd": "0" * 64}}, BundleIntegrityError, "plain file name"),
+    ({"graphs": {}}, BundleIntegrityError, "graphs lacks"),
+    ({"model": []}, BundleIntegrityError, "model"),
+    ({"model": {"d_model": -4}}, BundleIntegrityError, "unknown keys|d_model"),
+    ({"limits": {"max_tokens": 0}}, BundleIntegrityError, "max_tokens"),
 ])
-def test_manifest_for_another_version_or_kind(bundle_copy, change, error, message):
+def test_manifest_that_breaks_its_schema(bundle_copy, change, error, message):
     path = bundle_copy / C.MANIFEST_FILE
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.raises(error, match=message):
         Bundle.load(bundle_copy)
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"[1, 2]", "not an object"), (b"\xff\xfe{}", "not UTF-8"), (b"{}", "format version None"), (b"", "not valid JSON"),
+])
+def test_damaged_manifest(bundle_copy, content, message):
+    (bundle_copy / C.MANIFEST_FILE).write_bytes(content)
+    with pytest.raises(BundleError, match=message):
+        Summarizer.from_pretrained(bundle_copy)
+
+
+def test_manifest_missing_a_key(bundle_copy):
+    path = bundle_copy / C.MANIFEST_FILE
+    values = json.loads(path.read_text())
+    del values["graphs"]
+    path.write_text(json.dumps(values))
+    with pytest.raises(BundleIntegrityError, match="missing keys \\['graphs'\\]"):
+        Bundle.load(bundle_copy)
+
+
+def test_format_3_manifest_is_read_with_limits_in_tokens(bundle_copy):
+    path = bundle_copy / C.MANIFEST_FILE
+    values = json.loads(path.read_text())
+    values["units"] = {**values["units"], "max_pages": 16, "truncate": False}
+    del values["limits"]
+    path.write_text(json.dumps({**values, "format_version": 3}))
+    manifest = Bundle.load(bundle_copy).manifest
+    assert "max_pages" not in manifest.units and manifest.limits == {"truncate": False}
 
 
 def test_tokenizer_of_another_model(bundle_copy):

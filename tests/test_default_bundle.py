@@ -24,9 +24,7 @@ def test_default_bundle_is_intact_and_documented():
 
 
 def test_from_pretrained_with_no_path_summarizes_the_example_meeting(monkeypatch):
-    import locsum_sdk.summarizer as module
-
-    monkeypatch.setattr(module, "DEFAULT_BUNDLE", DEFAULT)
+    monkeypatch.delenv("LOCSUM_BUNDLE", raising=False)
     summarizer = Summarizer.from_pretrained(threads=2)
     summary = summarizer.summarize(MEETING.read_text(encoding="utf-8"))
     assert len(summary.units) > 4

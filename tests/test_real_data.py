@@ -17,7 +17,7 @@ def examples(name: str, count: int, seed: int = 0) -> list[dict]:
 
 
 def test_qmsum_transcripts_page_by_turns_within_budget(tokenizer):
-    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(page_tokens=512, max_pages=512))
+    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(page_tokens=512))
     for example in examples("qmsum/test.jsonl", 3):
         (transcript,) = example["documents"]
         units = pager(as_documents(example["documents"]), example["query"])
@@ -27,7 +27,7 @@ def test_qmsum_transcripts_page_by_turns_within_budget(tokenizer):
 
 
 def test_multinews_clusters_page_by_document(tokenizer):
-    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(policy="document", page_tokens=1024, max_pages=512))
+    pager = Pager(tokenizer, SpecialTokens(), PagingOptions(policy="document", page_tokens=1024))
     for example in examples("multinews/test.jsonl", 5):
         units = pager(as_documents(example["documents"]))
         assert sorted({u.document for u in units}) == list(range(len(example["documents"])))
@@ -37,7 +37,7 @@ def test_summarize_a_real_meeting_on_both_backends(bundle_dir, checkpoint_dir):
     from locsum_sdk import Summarizer
 
     (example,) = examples("qmsum/test.jsonl", 1, seed=3)
-    options = dict(num_beams=2, max_length=12, page_tokens=128, max_pages=1024)
+    options = dict(num_beams=2, max_length=12, page_tokens=128)
     ort = Summarizer.from_pretrained(bundle_dir, threads=1).summarize(example["documents"], example["query"], **options)
     ref = Summarizer.from_pretrained(checkpoint_dir, backend="torch").summarize(
         example["documents"], example["query"], **options

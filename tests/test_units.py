@@ -5,14 +5,14 @@ import random
 import pytest
 
 from conftest import document
-from locsum_sdk.errors import EmptyInputError, EncodingError, InputTooLongError, OptionError
+from locsum_sdk.errors import EmptyInputError, EncodingError, InputError, OptionError
 from locsum_sdk.units import Pager, PagingOptions, SpecialTokens, as_documents, split_sentences
 
 SPECIAL = SpecialTokens()
 
 
-def pager(tokenizer, **options):
-    return Pager(tokenizer, SPECIAL, PagingOptions(**options))
+def pager(tokenizer, max_tokens=None, **options):
+    return Pager(tokenizer, SPECIAL, PagingOptions(**options), max_tokens)
 
 
 def test_split_sentences_keeps_exact_spans():
@@ -25,7 +25,7 @@ def test_split_sentences_keeps_exact_spans():
 
 def test_pages_cover_the_text_in_order_within_budget(tokenizer):
     text = document(random.Random(1), 80)
-    units = pager(tokenizer, page_tokens=64, max_pages=64)(as_documents(text))
+    units = pager(tokenizer, page_tokens=64)(as_documents(text))
     assert len(units) > 3
     for unit in units:
         assert len(unit.token_ids) <= 64
@@ -38,7 +38,7 @@ def test_pages_cover_the_text_in_order_within_budget(tokenizer):
 
 def test_spatial_pages_have_near_equal_length(tokenizer):
     text = document(random.Random(2), 30)
-    units = pager(tokenizer, page_tokens=256, max_pages=8, num_pages=4)(as_documents(text))
+    units = pager(tokenizer, page_tokens=256, num_pages=4)(as_documents(text))
     sizes = [len(u.token_ids) for u in units]
     longest_sentence = max(len(tokenizer.encode(" " + text[s:e], add_special_tokens=False).ids)
                            for s, e in split_sentences(text))
@@ -48,7 +48,7 @@ def test_spatial_pages_have_near_equal_length(tokenizer):
 
 def test_overlong_sentence_is_cut_at_token_bounds(tokenizer):
     text = " ".join(["budget"] * 300) + "."
-    units = pager(tokenizer, page_tokens=32, max_pages=64)(as_documents(text))
+    units = pager(tokenizer, page_tokens=32)(as_documents(text))
     assert all(len(u.token_ids) <= 32 for u in units)
     assert all(set(u.text.split()) <= {"budget", "budget."} for u in units)  # cut between words
     assert " ".join(u.text for u in units) == text
@@ -57,7 +57,7 @@ def test_overlong_sentence_is_cut_at_token_bounds(tokenizer):
 def test_document_policy_never_mixes_documents(tokenizer):
     rng = random.Random(3)
     docs = [document(rng, n) for n in (1, 20, 1)]
-    units = pager(tokenizer, policy="document", page_tokens=128, max_pages=64)(docs)
+    units = pager(tokenizer, policy="document", page_tokens=128)(docs)
     assert units[0].document == 0 and units[-1].document == 2
     assert len([u for u in units if u.document == 0]) == 1
     assert len([u for u in units if u.document == 1]) > 1
@@ -68,7 +68,7 @@ def test_document_policy_never_mixes_documents(tokenizer):
 def test_spatial_pages_do_not_cross_documents(tokenizer):
     rng = random.Random(4)
     docs = [document(rng, 2), document(rng, 2)]
-    units = pager(tokenizer, page_tokens=512, max_pages=8)(docs)
+    units = pager(tokenizer, page_tokens=512)(docs)
     assert [u.document for u in units] == [0, 1]
 
 
@@ -77,13 +77,13 @@ def test_discourse_policy_starts_a_page_at_each_heading(tokenizer):
     text = "\n".join(
         ["# Introduction", document(rng, 3), "2. Methods Used", document(rng, 4), "RESULTS AND COSTS", document(rng, 2)]
     )
-    units = pager(tokenizer, policy="discourse", page_tokens=512, max_pages=8)(as_documents(text))
+    units = pager(tokenizer, policy="discourse", page_tokens=512)(as_documents(text))
     assert [u.text.splitlines()[0] for u in units] == ["# Introduction", "2. Methods Used", "RESULTS AND COSTS"]
 
 
 def test_discourse_merges_small_sections_when_over_the_page_limit(tokenizer):
     text = "\n".join(f"{i}. Section Title\nShort body {i}." for i in range(1, 13))
-    units = pager(tokenizer, policy="discourse", page_tokens=128, max_pages=4)(as_documents(text))
+    units = pager(tokenizer, 4 * 120, policy="discourse", page_tokens=128)(as_documents(text))
     assert len(units) <= 4
     assert units[0].text.startswith("1. Section Title")
 
@@ -91,20 +91,11 @@ def test_discourse_merges_small_sections_when_over_the_page_limit(tokenizer):
 def test_query_is_prepended_to_every_page(tokenizer):
     text = document(random.Random(6), 40)
     query_ids = tokenizer.encode(" What was decided about the budget?", add_special_tokens=False).ids
-    units = pager(tokenizer, page_tokens=64, max_pages=64)(as_documents(text), "What was decided about the budget?")
+    units = pager(tokenizer, page_tokens=64)(as_documents(text), "What was decided about the budget?")
     for unit in units:
         assert list(unit.token_ids[1 : 1 + len(query_ids)]) == query_ids
         assert unit.token_ids[1 + len(query_ids)] == SPECIAL.eos
         assert len(unit.token_ids) <= 64
-
-
-def test_limit_raises_or_truncates_with_a_warning(tokenizer, caplog):
-    text = document(random.Random(7), 80)
-    with pytest.raises(InputTooLongError, match="truncate=True"):
-        pager(tokenizer, page_tokens=64, max_pages=2)(as_documents(text))
-    with caplog.at_level("WARNING", logger="locsum_sdk"):
-        units = pager(tokenizer, page_tokens=64, max_pages=2, truncate=True)(as_documents(text))
-    assert len(units) == 2 and "truncated" in caplog.text
 
 
 @pytest.mark.parametrize("bad", ["", "   \n\t", [], ["fine text.", "  "]])
@@ -119,7 +110,47 @@ def test_bytes_must_be_utf8():
         as_documents(b"caf\xe9 latin-1")
 
 
-@pytest.mark.parametrize("options", [dict(policy="chapters"), dict(max_pages=0), dict(num_pages=20, max_pages=8)])
+@pytest.mark.parametrize("options", [
+    dict(policy="chapters"), dict(policy=None), dict(page_tokens=4), dict(page_tokens=64.0), dict(page_tokens="64"),
+    dict(page_tokens=True), dict(num_pages=0), dict(num_pages=1.5),
+])
 def test_bad_paging_options(tokenizer, options):
-    with pytest.raises(OptionError):
+    with pytest.raises(OptionError, match=next(iter(options))):
         pager(tokenizer, **options)
+
+
+def test_num_pages_beyond_the_sentences_makes_one_page_per_sentence(tokenizer):
+    units = pager(tokenizer, page_tokens=64, num_pages=10**9)(["One. Two. Three."])
+    assert [u.text for u in units] == ["One.", "Two.", "Three."]
+
+
+@pytest.mark.parametrize("text", ["budget " * 5000, ("budget. " * 3000).lower(), "x" * 20000, "é" * 9000])
+def test_long_sentences_and_words_are_paged_whole(tokenizer, text):
+    units = pager(tokenizer, page_tokens=64)([text])
+    assert all(len(u.token_ids) <= 64 for u in units)
+    assert "".join(u.text for u in units).replace(" ", "") == text.replace(" ", "")
+    assert all(u.text == text[u.start : u.end] for u in units)
+
+
+def test_pieces_of_a_long_sentence_tokenize_as_the_whole(tokenizer):
+    text = " ".join(["the committee discussed the budget"] * 800)  # one 28,000-character sentence
+    units = pager(tokenizer, page_tokens=512)([text])
+    whole = tokenizer.encode(" " + text, add_special_tokens=False).ids
+    assert [t for u in units for t in u.text_ids] == whole
+
+
+@pytest.mark.parametrize("bad", ["\0\0", "\u200b\u200b \ufeff", "\u202e\u2066\n", "\x07\x1b\x7f", "\u00ad\u2060"])
+def test_text_without_visible_characters_is_empty(bad):
+    with pytest.raises(EmptyInputError, match="visible"):
+        as_documents(bad)
+
+
+def test_lone_surrogates_are_refused():
+    with pytest.raises(EncodingError, match="surrogate"):
+        as_documents("meeting notes \ud800 more")
+
+
+@pytest.mark.parametrize("bad", [{"a": "text"}, 5, None, ["text", 3], {"text"}])
+def test_other_types_are_refused(bad):
+    with pytest.raises(InputError):
+        as_documents(bad)

@@ -64,10 +64,11 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         val_set = DenoisingSet(segments(unique_documents(val_files), tokenizer, config.segment_tokens),
                                special.bos, special.eos, mask_id, config.seed + 1) if val_files else None
     else:
-        pager = Pager(tokenizer, special, PagingOptions(**{**config.units, "truncate": True}))
-        train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens)
+        pager = Pager(tokenizer, special, PagingOptions(**config.paging()))
+        max_pages = config.units.get("max_pages")
+        train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens, max_pages)
         val_set = (SummarizationSet([config.resolve(f) for f in config.val_files], pager, tokenizer,
-                                    config.max_target_tokens) if config.val_files else None)
+                                    config.max_target_tokens, max_pages) if config.val_files else None)
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 

@@ -23,7 +23,8 @@ class TrainConfig:
     val_files: list[str] = field(default_factory=list)
     init_from: str | None = None  # checkpoint directory to start from (fine-tuning)
     output: str = "~/.cache/locsum/runs"
-    units: dict[str, Any] = field(default_factory=dict)  # PagingOptions for "summarize"
+    units: dict[str, Any] = field(default_factory=dict)  # PagingOptions for "summarize", plus `max_pages`: the
+    # pages a training example keeps (its first ones), a training-only cap on memory
     generation: dict[str, Any] = field(default_factory=dict)  # saved with the model, used for ROUGE
     seed: int = 0
     batch_size: int = 4  # samples per micro-batch
@@ -50,6 +51,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def paging(self) -> dict[str, Any]:
+        """The `PagingOptions` of `units` (without the training-only `max_pages`)."""
+        return {k: v for k, v in self.units.items() if k != "max_pages"}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":

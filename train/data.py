@@ -82,11 +82,12 @@ class Sample:
 
 
 class SummarizationSet:
-    """Examples -> (pages, summary ids); over-long inputs keep their first `max_pages` pages."""
+    """Examples -> (pages, summary ids); over-long inputs keep their first `max_pages` pages (None: all)."""
 
-    def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, max_target_tokens: int):
+    def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, max_target_tokens: int,
+                 max_pages: int | None = None):
         self.index, self.pager, self.tokenizer = JsonlIndex(paths), pager, tokenizer
-        self.max_target_tokens = max_target_tokens
+        self.max_target_tokens, self.max_pages = max_target_tokens, max_pages
 
     def __len__(self) -> int:
         return len(self.index)
@@ -96,7 +97,7 @@ class SummarizationSet:
 
     def get(self, index: int, epoch: int = 0) -> Sample:
         example = self.index[index]
-        units = self.pager(example.documents, example.query)
+        units = self.pager(example.documents, example.query)[: self.max_pages]
         eos = self.pager.special.eos
         target = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
         return Sample([list(u.token_ids) for u in units], target[: self.max_target_tokens - 1] + [eos])

@@ -169,7 +169,7 @@ class Trainer:
         final = self.checkpoints / f"step-{self.position.step:07d}"
         work = self.checkpoints / f".{final.name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
-        save_checkpoint(self.model, work, self.tokenizer_file, units=self.config.units,
+        save_checkpoint(self.model, work, self.tokenizer_file, units=self.config.paging(),
                         generation=self.config.generation, training=self.config.to_dict())
         torch.save(self.optimizer.state_dict(), work / OPTIMIZER_FILE)
         torch.save({"torch": torch.get_rng_state()}, work / RNG_FILE)

@@ -6,7 +6,6 @@ passed `onnx.checker` and matched the PyTorch model on ONNX Runtime; a failed ex
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -19,12 +18,11 @@ import numpy as np
 from .. import __version__
 from .. import constants as C
 from ..bundle import Bundle, Manifest, write_manifest
-from ..errors import BundleNotFoundError, ExportError
-from ..generation import GenerationOptions
+from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
-from ..units import PagingOptions
+from ..options import Options
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -60,6 +58,52 @@ def quantize_int8(path: Path) -> None:
     quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
                      extra_options={"MatMulConstBOnly": True})
     os.replace(target, path)
+
+
+def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int) -> Options:
+    """The bundle's default options: the checkpoint's saved ones with `options` applied one by one. Library
+    defaults that the checkpoint did not save are fitted to the model's positions (a 512-position model gets
+    page_tokens and max_length of at most 512), so no default makes a valid option fail."""
+    base = Options.from_settings(saved)
+    fitted = {}
+    for group, name in (("units", "page_tokens"), ("generation", "max_length")):
+        if name not in saved.get(group, {}) and name not in options:
+            fitted[name] = min(getattr(getattr(base, group), name), positions)
+    return base.replace(**fitted).replace(**options)
+
+
+def staging_prefix(output: Path) -> str:
+    """Name prefix of the hidden directories an export of `output` is built in (the pid of the export follows)."""
+    return f".{output.name}.staging-"
+
+
+def remove_stale_staging(output: Path) -> None:
+    """Remove staging directories left beside `output` by exports that were killed (their process is gone)."""
+    prefix = staging_prefix(output)
+    for path in output.parent.glob(prefix + "*"):
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            logger.info("removing %s, left by an export that did not finish", path)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def readable(directory: Path) -> None:
+    """Give a finished bundle the permissions of a normally created directory (mkdtemp makes it 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for path in directory.iterdir():
+        path.chmod(0o666 & ~umask)
 
 
 def check_graph(path: Path, expect_function: str | None) -> None:
@@ -100,8 +144,7 @@ def export_onnx(
     output: str | os.PathLike,
     tokenizer: str | os.PathLike | None = None,
     config: str | os.PathLike | None = None,
-    paging: PagingOptions | None = None,
-    generation: GenerationOptions | None = None,
+    options: dict[str, Any] | None = None,
     force: bool = False,
     atol: float = ATOL,
     quantize: str | None = None,
@@ -113,8 +156,8 @@ def export_onnx(
         output: bundle directory to create.
         tokenizer: `tokenizer.json`; defaults to the one beside the checkpoint.
         config: HF `config.json` for a bare research state dict file.
-        paging: unit policy and limits recorded as the bundle's defaults.
-        generation: decoding defaults recorded in the bundle.
+        options: default options recorded in the bundle, by name (any field of `PagingOptions`, `LimitOptions`
+            or `GenerationOptions`); each replaces the checkpoint's saved value, the others keep it.
         force: replace an existing output directory.
         atol: tolerance of the ONNX Runtime vs torch validation (of the float32 graphs).
         quantize: None (float32) or "int8" (dynamic quantization of the linear layers, after the float32
@@ -131,10 +174,8 @@ def export_onnx(
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
-    paging = paging or PagingOptions(**loaded.settings.get("units", {}))
-    generation = generation or GenerationOptions(**loaded.settings.get("generation", {}))
-    paging.validate()
-    generation.validate()
+    defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions)
+    paging, generation = defaults.units, defaults.generation
     model = loaded.model.float().eval()
     fold_query_scaling(model)
     from tokenizers import Tokenizer
@@ -142,11 +183,13 @@ def export_onnx(
     vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()
     if vocab > model.config.vocab_size:
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
-    if paging.page_tokens > model.config.max_positions:
-        raise ExportError(f"page_tokens={paging.page_tokens} exceeds the model's {model.config.max_positions} positions")
+    for name, value in (("page_tokens", paging.page_tokens), ("max_length", generation.max_length)):
+        if value > model.config.max_positions:
+            raise OptionError(f"{name}={value} is over the model's {model.config.max_positions} positions")
     graphs.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    remove_stale_staging(output)
+    work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
     try:
         declared: dict[str, dict[str, Any]] = {}
         for name, file, spec, function in (
@@ -168,14 +211,14 @@ def export_onnx(
         manifest = Manifest(
             kind=model.kind,
             model=cfg.to_dict(),
-            units=dataclasses.asdict(paging),
+            **defaults.to_settings(),
             special_tokens=cfg.special_tokens(),
-            generation=dataclasses.asdict(generation),
             graphs=declared,
             dtype=quantize or "float32",
             producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
         )
         write_manifest(work, manifest)
+        readable(work)
         if output.exists():
             shutil.rmtree(output)
         os.replace(work, output)

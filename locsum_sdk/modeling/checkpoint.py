@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import BundleError, BundleNotFoundError
+from ..limits import split_legacy_units
 from .config import BartConfig
 from .pagesum import KIND, PageSum
 
@@ -41,11 +42,14 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Read a safetensors file, or a torch file with `weights_only=True` (never a full unpickle)."""
     if not path.is_file():
         raise BundleNotFoundError(f"weights file {path} does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
+            return load_file(str(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # safetensors and torch raise their own types for damaged or foreign files
+        raise BundleError(f"{path} cannot be read as weights ({type(err).__name__}: {err}); restore the file") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -99,17 +103,36 @@ def build(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> Pa
     return model.eval()
 
 
+def read_config(path: Path) -> dict[str, Any]:
+    """A checkpoint's config.json as a JSON object, or a BundleError saying what is wrong with it."""
+    try:
+        config = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BundleError(f"{path} is not valid JSON ({err}); restore the checkpoint's config.json") from None
+    if not isinstance(config, dict):
+        raise BundleError(f"{path} holds a JSON {type(config).__name__}, not an object; restore it")
+    return config
+
+
 def load_locsum(directory: Path) -> Checkpoint:
-    config = json.loads((directory / CONFIG_FILE).read_text())
+    config = read_config(directory / CONFIG_FILE)
     if config.get("kind") != KIND:
         raise BundleError(f"{directory} holds a {config.get('kind')!r} checkpoint; this build supports {KIND!r}")
+    if "model" not in config:
+        raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
     model = build(BartConfig.from_dict(config["model"]), read_state_dict(directory / WEIGHTS_FILE), str(directory))
-    settings = {k: config[k] for k in ("units", "generation") if k in config}
+    settings = {k: config[k] for k in ("units", "limits", "generation") if k in config}
+    for key, value in settings.items():
+        if not isinstance(value, dict):
+            raise BundleError(f"{directory / CONFIG_FILE}: '{key}' must be an object, got {type(value).__name__}")
+    if "units" in settings:
+        settings["units"], legacy = split_legacy_units(settings["units"])
+        settings["limits"] = {**legacy, **settings.get("limits", {})}
     return Checkpoint(model, _tokenizer_beside(directory), settings)
 
 
 def load_hf_bart(directory: Path) -> Checkpoint:
-    config = BartConfig.from_hf(json.loads((directory / CONFIG_FILE).read_text()))
+    config = BartConfig.from_hf(read_config(directory / CONFIG_FILE))
     for name in (WEIGHTS_FILE, "pytorch_model.bin"):
         if (directory / name).is_file():
             state = from_hf_names(read_state_dict(directory / name))
@@ -122,7 +145,7 @@ def load_research_state_dict(path: Path, config_path: Path | None = None) -> Che
     config_path = config_path or path.parent / CONFIG_FILE
     if not config_path.is_file():
         raise BundleNotFoundError(f"{path} needs an HF BART config.json: pass one, or put it beside the file")
-    config = BartConfig.from_hf(json.loads(config_path.read_text()))
+    config = BartConfig.from_hf(read_config(config_path))
     model = build(config, from_hf_names(read_state_dict(path)), str(path))
     return Checkpoint(model, _tokenizer_beside(path.parent))
 
@@ -145,8 +168,7 @@ def detect_format(path: Path) -> str:
         return "pagesum-research"
     if not (path / CONFIG_FILE).is_file():
         raise BundleNotFoundError(f"{path} is neither a weights file nor a directory with {CONFIG_FILE}")
-    config = json.loads((path / CONFIG_FILE).read_text())
-    return "locsum" if "kind" in config else "hf-bart"
+    return "locsum" if "kind" in read_config(path / CONFIG_FILE) else "hf-bart"
 
 
 def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None) -> Checkpoint:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
+from ..validation import check_bool, check_choice, check_float, check_int
 
 #: HF BART config keys and the fields they map to.
 _HF_KEYS = {
@@ -64,10 +65,17 @@ class BartConfig:
     decoder_start_token_id: int = 2
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_heads", "decoder_heads",
+                     "encoder_ffn_dim", "decoder_ffn_dim", "max_positions"):
+            check_int(f"model.{name}", getattr(self, name), 1, error=BundleError)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            check_float(f"model.{name}", getattr(self, name), 0.0, 1.0, error=BundleError)
+        check_choice("model.activation", self.activation, ACTIVATIONS, error=BundleError)
+        check_bool("model.scale_embedding", self.scale_embedding, error=BundleError)
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads:
             raise BundleError(f"d_model={self.d_model} must be divisible by the number of heads")
-        if self.activation not in ACTIVATIONS:
-            raise BundleError(f"activation {self.activation!r} is not supported; use one of {ACTIVATIONS}")
 
     @property
     def head_dim(self) -> int:
@@ -83,6 +91,8 @@ class BartConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "BartConfig":
+        if not isinstance(values, dict):
+            raise BundleError(f"model config must be an object, got {type(values).__name__}")
         problem = unknown_fields(cls, values)
         if problem:
             raise BundleError(f"model config: {problem}")
@@ -91,6 +101,8 @@ class BartConfig:
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "BartConfig":
         """Read an HF `config.json` of model_type `bart`."""
+        if not isinstance(hf, dict):
+            raise BundleError(f"an HF config must be a JSON object, got {type(hf).__name__}")
         if hf.get("model_type", "bart") != "bart":
             raise BundleError(f"expected an HF BART config, got model_type={hf.get('model_type')!r}")
         if hf.get("normalize_before") or hf.get("add_final_layer_norm"):
