@@ -76,7 +76,7 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     model.reset_parameters(0.02)
     save_checkpoint(
         model.eval(), checkpoint, tokenizer_file,
-        units={"policy": "spatial", "max_pages": 128, "page_tokens": 1024},
+        units={"policy": "spatial", "page_tokens": 1024},
         generation={"num_beams": 1, "max_length": 33},
     )
     export_bundle(checkpoint, bundle)
@@ -121,8 +121,8 @@ def page_batch(summarizer, pages: int, page_tokens: int = 1024):
     from locsum_sdk.units import Pager, as_documents
 
     text = text_of_tokens(summarizer.tokenizer, (page_tokens - 2) * pages)
-    paging, _ = summarizer.options(num_pages=pages, max_pages=pages, page_tokens=page_tokens, truncate=True)
-    units = Pager(summarizer.tokenizer, summarizer.special, paging)(as_documents(text))
+    paging = summarizer.options(num_pages=pages, page_tokens=page_tokens).units
+    units = Pager(summarizer.tokenizer, summarizer.special, paging)(as_documents(text))[:pages]
     return UnitBatch.from_units([units], summarizer.special.pad)
 
 

@@ -211,8 +211,9 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
 
 
 def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
-    lines = [f"{'system':14s}" + "".join(f"{m:>22s}" for m in METRICS)]
+    width = max(14, *(len(name) + 1 for name in report))
+    lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in METRICS)]
     for name, metrics in report.items():
         cells = "".join(f"{v['mean']:8.2f} [{v['low']:5.2f},{v['high']:6.2f}]" for v in metrics.values())
-        lines.append(f"{name:14s}{cells}")
+        lines.append(f"{name:{width}s}{cells}")
     return "\n".join(lines)

@@ -54,7 +54,10 @@ class MemoryEstimate:
 
 
 def mb(size: float) -> str:
-    return f"{size / 2**20:,.0f} MB" if size >= 2**20 else f"{size / 2**20:.1f} MB"
+    """A byte count for people: MB, or KB and bytes below a megabyte."""
+    if size >= 2**20:
+        return f"{size / 2**20:,.0f} MB"
+    return f"{size / 2**10:.1f} KB" if size >= 2**10 else f"{size:.0f} bytes"
 
 
 def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,

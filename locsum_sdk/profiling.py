@@ -77,6 +77,9 @@ def peak_rss_mb() -> float | None:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
 
+MAX_TOKENS = 2**24  # longest filler input `locsum bench` and `locsum profile` write
+
+
 @dataclass
 class Point:
     """One measured input length."""
@@ -202,8 +205,8 @@ def parse_lengths(text: str) -> list[int]:
             value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
         except ValueError:
             raise OptionError(f"input length {part!r} is not a number; write lengths like 2000,8k,32k") from None
-        if not math.isfinite(value) or value < 1:
-            raise OptionError(f"input length {part!r} must be a finite number of at least 1 token")
+        if not math.isfinite(value) or not 1 <= value <= MAX_TOKENS:
+            raise OptionError(f"input length {part!r} must be a number of tokens from 1 to {MAX_TOKENS:,}")
         lengths.append(int(value))
     if not lengths:
         raise OptionError("no input lengths given; write lengths like 2000,8k,32k")

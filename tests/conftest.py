@@ -6,8 +6,33 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Property-based tests: a few hundred generated cases per entry point by default, 5,000 in the slow tier.
+settings.register_profile("default", max_examples=200, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("slow", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="run the slow tier: 5,000 generated cases per entry point, "
+                     "wheel builds")
+
+
+def pytest_configure(config):
+    settings.load_profile("slow" if config.getoption("--slow") else "default")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow tier: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 WORDS = (
     "the committee budget report meeting project design team market sales quarter remote control battery "

@@ -1,0 +1,20 @@
+"""The runtime (load a bundle, summarize) never imports torch, transformers or the export toolchain."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json, sys
+from locsum_sdk import Summarizer
+summary = Summarizer.from_pretrained(sys.argv[1], threads=1).summarize(
+    "The council met on Tuesday. The budget was approved. The library opens in spring.", max_length=6)
+print(json.dumps(sorted(m for m in ("torch", "transformers", "onnx", "onnxscript", "safetensors") if m in sys.modules)))
+"""
+
+
+def test_summarizing_with_a_bundle_imports_no_torch(bundle_dir):
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle_dir)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
