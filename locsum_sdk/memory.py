@@ -5,8 +5,9 @@ grid (items x units x tokens) and the decoding options, as the ONNX Runtime back
 tokens, every decoder layer's cross keys/values for every unit (the part that grows with the input), the encoder's
 activations for one micro-batch, the self-attention slot cache at its last capacity (while it grows, the old and
 the new buffers coexist), one decoding step's activations and the search's bookkeeping. The activation terms
-count the tensors alive at once in one layer, scaled by `ARENA_SLACK` for the allocator's rounding; they were
-checked against measured peaks by `locsum bench` (which prints estimate and measurement side by side).
+count the tensors alive at once in one layer (the step's scaled by `ARENA_SLACK` for the allocator's rounding of
+its many small tensors); they were checked against measured peaks by `locsum bench`, which prints estimate and
+measurement side by side.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .errors import OptionError
 
 FLOAT = 4  # bytes of a float32
 INDEX = 8  # bytes of an int64
-ARENA_SLACK = 1.5  # ONNX Runtime's arena rounds chunks up (by powers of two) and keeps freed ones
+ARENA_SLACK = 1.5  # ONNX Runtime's arena rounds a step's many small chunks up and keeps freed ones
 PAGING_BYTES_PER_TOKEN = 160  # tokenizer encodings, spans and unit ids while the input is paged
 DEFAULT_SHARE = 0.8  # share of the available memory a call may use when no memory_limit is given
 
@@ -76,8 +77,8 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
     cross = rows * length * d * 2 * layers * FLOAT
     inputs = rows * length * INDEX * 3  # ids, mask, grid mask
     run = min(unit_batch_size, rows)
-    encoder = run * length * FLOAT * (
-        8 * d + 3 * model["encoder_heads"] * length + 2 * model["encoder_ffn_dim"]
+    encoder = run * length * FLOAT * (  # one layer at a time: scores and probabilities, FFN, two hidden rows
+        2 * model["encoder_heads"] * length + model["encoder_ffn_dim"] + 2 * d
     )
     steps = max(1, max_length - 1)
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
@@ -96,7 +97,7 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
         paging=tokens * PAGING_BYTES_PER_TOKEN,
         inputs=inputs,
         cross=cross,
-        encoder=int(encoder * ARENA_SLACK),
+        encoder=encoder,
         cache=cache,
         decoder=int(decoder * ARENA_SLACK),
         search=search,
