@@ -174,15 +174,18 @@ def plot(path: Path, ylabel: str, title: str):
 
 
 def line_plot(series: dict[str, list[tuple[float, float]]], path: Path, xlabel: str, ylabel: str, title: str = "",
-              log: bool = False) -> None:
-    """One line per series of (x, y) points, written as a PNG."""
+              log: bool = False, log_x: bool = False) -> None:
+    """One line per series of (x, y) points, written as a PNG; `log`: both axes log 2, `log_x`: x alone."""
     with plot(path, ylabel, title) as ax:
         for name, points in series.items():
             if points:
                 ax.plot(*zip(*points), marker="o", label=name)
-        if log:
+        if log or log_x:
             ax.set_xscale("log", base=2)
+        if log:
             ax.set_yscale("log", base=2)
+        else:
+            ax.set_ylim(bottom=0)
         ax.set_xlabel(xlabel)
         ax.grid(True, which="both", alpha=0.3)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import random
 import time
 
-import pytest
-
 from benchmarks.common import RESULTS, line_plot, write_result
 from locsum_sdk import Summarizer
 from locsum_sdk.errors import InputTooLongError
@@ -63,11 +61,11 @@ def test_paging_time_per_token(benchmark, quick):
     print()
     for kind, points in rows.items():
         spread = max(r["ms_per_1k_tokens"] for r in points) / min(r["ms_per_1k_tokens"] for r in points)
-        print(f"{kind:>12}: " + ", ".join(f"{r['tokens']:>9,} tokens {r['seconds']:6.2f} s ({r['ms_per_1k_tokens']:.2f} "
-                                          "ms/1k)" for r in points) + f"; slowest/fastest per token {spread:.2f}x")
+        cells = [f"{r['tokens']:>9,} tokens {r['seconds']:6.2f} s ({r['ms_per_1k_tokens']:.2f} ms/1k)" for r in points]
+        print(f"{kind:>12}: " + ", ".join(cells) + f"; slowest/fastest per token {spread:.2f}x")
     write_result("paging", {"rows": rows})
     line_plot({kind: [(r["tokens"], r["ms_per_1k_tokens"]) for r in points] for kind, points in rows.items()},
-              RESULTS / "paging.png", "input tokens", "ms per 1k tokens", "paging time per token", log=True)
+              RESULTS / "paging.png", "input tokens", "ms per 1k tokens", "paging time per token", log_x=True)
 
 
 def test_a_million_words(benchmark, quick):

@@ -111,7 +111,9 @@ def _check_schema(manifest: Manifest) -> None:
     if paging.page_tokens > config.max_positions:
         raise error(f"units.page_tokens={paging.page_tokens} is over the model's {config.max_positions} positions")
     if generation.max_length > config.max_positions:
-        raise error(f"generation.max_length={generation.max_length} is over the model's {config.max_positions} positions")
+        raise error(
+            f"generation.max_length={generation.max_length} is over the model's {config.max_positions} positions"
+        )
     check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_NAMES, error=error)
     for name, value in manifest.special_tokens.items():
         check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)

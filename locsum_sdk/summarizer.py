@@ -231,7 +231,8 @@ class Summarizer:
         finally:
             session.close()
         done = time.perf_counter()
-        timings = {"paging": paged - started, "encode": encoded - paged, "decode": done - encoded, "total": done - started}
+        timings = {"paging": paged - started, "encode": encoded - paged, "decode": done - encoded,
+                   "total": done - started}
         return [
             Summary(
                 text=self.tokenizer.decode(hyp.token_ids, skip_special_tokens=True).strip(),

@@ -68,7 +68,8 @@ def check_str(name: str, value: Any, *, optional: bool = False, error: type[Locs
     if value is None and optional:
         return
     if not isinstance(value, str):
-        raise error(f"{name}={_show(value)} is not accepted; {name} must be a string" + (" or None" if optional else ""))
+        accepted = "a string" + (" or None" if optional else "")
+        raise error(f"{name}={_show(value)} is not accepted; {name} must be {accepted}")
 
 
 def check_mapping(name: str, value: Any, *, error: type[LocsumError] = OptionError) -> None:

@@ -153,3 +153,41 @@ def test_int8_export_quantizes_linear_layers_only(tmp_path, checkpoint_dir):
     assert summary.token_ids
     with pytest.raises(ExportError, match="quantize"):
         exporter.export_onnx(checkpoint_dir, tmp_path / "fp8", quantize="fp8")
+
+
+def test_flags_override_the_checkpoint_one_by_one_and_leftovers_are_removed(tmp_path, checkpoint_dir):
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    from locsum_sdk.cli import main
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".bundle.staging-{dead.stdout.strip()}-abc"  # a killed export's staging directory
+    stale.mkdir()
+    (stale / "encoder.onnx").write_bytes(b"partial")
+    live = tmp_path / f".bundle.staging-{os.getpid()}-xyz"  # one of a running export: kept
+    live.mkdir()
+    assert main(["export", "--checkpoint", str(checkpoint_dir), "--output", str(tmp_path / "bundle"),
+                 "--num-beams", "3", "--max-tokens", "5000"]) == 0
+    assert not stale.exists() and live.exists()
+    manifest = json.loads((tmp_path / "bundle" / C.MANIFEST_FILE).read_text())
+    saved = json.loads((checkpoint_dir / "config.json").read_text())
+    assert manifest["generation"]["num_beams"] == 3
+    assert all(manifest["generation"][k] == v for k, v in saved["generation"].items() if k != "num_beams")
+    assert manifest["units"]["page_tokens"] == saved["units"]["page_tokens"]  # kept, not reset to a library default
+    assert manifest["limits"]["max_tokens"] == 5000
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "bundle").stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((tmp_path / "bundle" / C.MANIFEST_FILE).stat().st_mode) == 0o666 & ~umask
+
+
+def test_export_refuses_bad_option_values(tmp_path, checkpoint_dir):
+    from locsum_sdk.errors import OptionError
+
+    for options in ({"max_pages": 0}, {"page_tokens": 4096}, {"num_beams": 0}, {"max_tokens": 0}):
+        with pytest.raises(OptionError):
+            exporter.export_onnx(checkpoint_dir, tmp_path / "b", options=options)
+    assert not list(tmp_path.iterdir())

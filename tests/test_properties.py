@@ -143,9 +143,10 @@ def test_summarize_batch(summarizer, sources, query_list, chosen):
 
 
 def json_values():
-    return st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=8)),
-                        lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=6)
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=8))
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                        max_leaves=6)
 
 
 @st.composite
@@ -227,7 +228,8 @@ def cli_options():
     numbers = st.integers(0, 5).flatmap(lambda roll: st.integers(2, 40).map(str) if roll < 4 else wrong)
     return st.lists(st.sampled_from([
         ("--num-beams", numbers), ("--max-length", numbers), ("--min-length", numbers), ("--page-tokens", numbers),
-        ("--max-tokens", numbers), ("--length-penalty", numbers), ("--select", st.sampled_from(["first", "tfidf", "x"])),
+        ("--max-tokens", numbers), ("--length-penalty", numbers),
+        ("--select", st.sampled_from(["first", "tfidf", "x"])),
         ("--memory-limit", st.sampled_from(["1KB", "4GB", "x", "-3"])), ("--truncate", None), ("--no-truncate", None),
         ("--threads", numbers), ("--policy", st.sampled_from(["spatial", "document", "x"])),
     ]), unique_by=lambda flag: flag[0], max_size=4)

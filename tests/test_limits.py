@@ -1,0 +1,105 @@
+"""Input limits: max_tokens, the memory estimate and limit, truncation that keeps the first or the best pages."""
+
+import logging
+
+import pytest
+
+from locsum_sdk import Summarizer
+from locsum_sdk.errors import InputTooLongError, MemoryLimitError, OptionError
+from locsum_sdk.limits import LimitOptions, tfidf_scores
+from locsum_sdk.memory import available_memory, estimate_memory, memory_limit, parse_size
+from locsum_sdk.units import Unit
+
+TOPICS = {
+    "budget": "The budget for the roof repair was discussed at length. Costs rose by ten percent this quarter. ",
+    "library": "The library will open a pop-up branch in the school. Students asked for longer hours. ",
+    "energy": "Energy use of the building fell after the new heating system. The network of sensors helped. ",
+}
+
+
+@pytest.fixture(scope="module")
+def summarizer(bundle_dir):
+    return Summarizer.from_pretrained(bundle_dir, threads=1)
+
+
+def topical_text(repeats: int = 6) -> str:
+    return "\n".join(TOPICS[name] * repeats for name in ("budget", "library", "energy", "budget"))
+
+
+def test_select_tfidf_keeps_the_pages_closest_to_the_query_in_order(summarizer, caplog):
+    text = topical_text()
+    with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
+        summary = summarizer.summarize(text, query="When will the library branch open for students?",
+                                       truncate=True, select="tfidf", max_tokens=150, max_length=4, page_tokens=128)
+    assert "truncated" in caplog.text
+    assert summary.units and all("library" in u.text.lower() for u in summary.units)
+    assert [u.start for u in summary.units] == sorted(u.start for u in summary.units)
+    first = summarizer.summarize(text, truncate=True, max_tokens=150, max_length=4)
+    assert first.units[0].start == 0 and "budget" in first.units[0].text
+
+
+def test_tfidf_without_a_query_scores_against_the_whole_input():
+    units = [Unit(0, 0, 0, "", (0, *ids, 2)) for ids in ([5, 6, 7], [5, 6, 8], [9, 10, 11])]
+    scores = tfidf_scores(units, [])
+    assert scores[2] < min(scores[:2])  # the odd page out is the least central
+    assert tfidf_scores(units, [9, 10]).argmax() == 2
+
+
+def test_memory_limit_refuses_with_the_estimate_and_what_to_do(summarizer):
+    with pytest.raises(MemoryLimitError) as err:
+        summarizer.summarize(topical_text(20), memory_limit="2MB", page_tokens=32)
+    message = str(err.value)
+    for part in ("needs about", "cross", "memory limit of 2 MB", "truncate=True", "num_beams", "memory_limit"):
+        assert part in message
+
+
+def test_memory_limit_with_truncate_keeps_the_pages_that_fit(summarizer, caplog):
+    text = topical_text(20)
+    full = summarizer.summarize(text, page_tokens=32, max_length=4)
+    half = [full.units[: len(full.units) // 2]]
+    limit = summarizer.estimate_memory(half, summarizer.options(max_length=4).generation)
+    with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
+        kept = summarizer.summarize(text, page_tokens=32, max_length=4, truncate=True, memory_limit=limit.total)
+    assert "fit memory" in caplog.text
+    assert 0 < len(kept.units) < len(full.units)
+    assert [u.start for u in kept.units] == [u.start for u in full.units[: len(kept.units)]]
+
+
+def test_memory_limit_too_small_for_one_page_is_refused_even_with_truncate(summarizer):
+    with pytest.raises(MemoryLimitError, match="even one page"):
+        summarizer.summarize(topical_text(), truncate=True, memory_limit="1KB")
+
+
+def test_no_page_fits_max_tokens(summarizer):
+    with pytest.raises(InputTooLongError, match="no page fits"):
+        summarizer.summarize(topical_text(), truncate=True, max_tokens=1, page_tokens=64)
+
+
+def test_estimate_grows_linearly_with_the_pages():
+    model = dict(d_model=256, vocab_size=8192, decoder_layers=3, decoder_heads=4, encoder_heads=4,
+                 encoder_ffn_dim=1024, decoder_ffn_dim=1024)
+    sizes = [estimate_memory(model, 1, pages, 512, 4, 160, 4, pages * 512).total for pages in (16, 32, 64, 128)]
+    steps = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert steps[1] == pytest.approx(2 * steps[0], rel=0.01) and steps[2] == pytest.approx(2 * steps[1], rel=0.01)
+    one_beam = estimate_memory(model, 1, 64, 512, 1, 160, 4).total
+    assert one_beam < estimate_memory(model, 1, 64, 512, 4, 160, 4).total
+
+
+@pytest.mark.parametrize("text,size", [("6GB", 6 * 10**9), ("512 MiB", 512 * 2**20), ("2.5g", 2_500_000_000),
+                                       ("1000", 1000), (4096, 4096)])
+def test_sizes(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["lots", "", "-1MB", "0", 0, -5, True, float("nan"), "6 parsecs", [1]])
+def test_bad_sizes(bad):
+    with pytest.raises(OptionError, match="memory_limit"):
+        LimitOptions(memory_limit=bad)
+
+
+def test_default_limit_is_a_share_of_the_available_memory():
+    available = available_memory()
+    assert available is None or available > 0
+    if available is not None:
+        assert 0 < memory_limit(None) <= available
+    assert memory_limit("1GB") == 10**9
