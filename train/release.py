@@ -40,7 +40,8 @@ MAX_BUNDLE_MB = 60
 
 
 def summary(summarizer: Summarizer, example: EvalExample, **options):
-    """One test example summarized as the card reports it: its query, inputs over the page limit truncated."""
+    """One test example summarized as the card reports it: its query; an input over the bundle's limits (tokens,
+    memory) keeps its first pages that fit."""
     return summarizer.summarize(example.documents, query=example.query, truncate=True, **options)
 
 
@@ -121,10 +122,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "",
         "## ROUGE F1 on the test splits (95% bootstrap intervals)",
         "",
-        f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over the page limit keep their first "
-        "pages. Lead = first N source words (N = reference length); random = random source sentences up to N words; "
-        "oracle = greedy extractive upper bound. QMSum and SQuALITY are in the training data (train splits); "
-        "Multi-News and L-Eval are not: they show how it does outside its training domains.",
+        f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over the bundle's limits (tokens, "
+        "memory) keep their first pages that fit. Lead = first N source words (N = reference length); random = random "
+        "source sentences up to N words; oracle = greedy extractive upper bound. QMSum and SQuALITY are in the "
+        "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
+        "domains.",
         "",
     ]
     for dataset, report in reports.items():
