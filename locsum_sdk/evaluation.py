@@ -72,6 +72,12 @@ def _example(raw: bytes, where: str, number: int) -> EvalExample:
         raise DataError(f"{where}: 'summary' must be a string (the reference summary)")
     if query is not None and not isinstance(query, str):
         raise DataError(f"{where}: 'query' must be a string or null")
+    for field, text in [("documents", d) for d in documents] + [("summary", summary), ("query", query or "")]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise DataError(f"{where}: '{field}' holds a lone surrogate (a broken \\u escape at character "
+                            f"{err.start}); fix the line") from None
     return EvalExample(str(row.get("id", f"line-{number}")), documents, query, summary)
 
 

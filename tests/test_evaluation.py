@@ -9,7 +9,9 @@ pytest.importorskip("rouge_score")
 
 from conftest import SHARED_DATA, document  # noqa: E402
 from locsum_sdk.cli import main  # noqa: E402
-from locsum_sdk.evaluation import EvalExample, bootstrap, evaluate, oracle, rouge_scores, run_baseline  # noqa: E402
+from locsum_sdk.evaluation import (  # noqa: E402
+    EvalExample, bootstrap, evaluate, oracle, read_examples, rouge_scores, run_baseline,
+)
 
 
 def examples(n=12, seed=0):
@@ -61,3 +63,31 @@ def test_baselines_on_real_qmsum(capsys):
     assert main(["eval", "--data", str(SHARED_DATA / "qmsum" / "test.jsonl"), "--limit", "3", "--baselines",
                  "lead,oracle"]) == 0
     assert "oracle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("line,message", [
+    (b"{not json", "not a JSON line"), (b"[1]", "not an object"), (b'{"documents": ["a"]}', "'summary'"),
+    (b'{"documents": [], "summary": "s"}', "'documents'"),
+    (b'{"documents": ["a"], "summary": "s", "query": 5}', "query"),
+    (b'{"documents": ["\\ud800"], "summary": "s"}', "lone surrogate"), (b"\xff\xfe", "not a JSON line"),
+])
+def test_bad_data_lines_name_file_and_line(tmp_path, line, message):
+    from locsum_sdk.errors import DataError
+
+    path = tmp_path / "data.jsonl"
+    first = b'{"documents": ["Fine text."], "summary": "Fine."}\n'
+    path.write_bytes(first + line + b"\n")
+    with pytest.raises(DataError, match=f"data.jsonl:2: .*{message}"):
+        read_examples(path)
+
+
+def test_empty_data_file_and_bad_limits(tmp_path):
+    from locsum_sdk.errors import DataError, OptionError
+
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(DataError, match="no examples"):
+        read_examples(path)
+    for limit in (0, -1, 1.5, True):
+        with pytest.raises(OptionError, match="limit"):
+            read_examples(path, limit)
