@@ -44,7 +44,7 @@ def test_onnxruntime_and_torch_generate_the_same_tokens(summarizers, num_beams):
 
 
 def test_reference_generate_in_torch_matches_the_summarizer(summarizers, checkpoint_dir):
-    from locsum_sdk.modeling.pagesum import generate as reference_generate
+    from locsum_sdk.backends.torch import generate_from_ids as reference_generate
 
     ort, _ = summarizers
     text = document(random.Random(21), 30)

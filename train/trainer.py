@@ -148,10 +148,10 @@ class Trainer:
             return {"val_nll": nll}
         from locsum_sdk.evaluation import rouge_scores
         from locsum_sdk.generation import GenerationOptions
-        from locsum_sdk.modeling.pagesum import generate
+        from locsum_sdk.backends.torch import generate_from_ids
 
         options = GenerationOptions(**self.config.generation)
-        hypotheses = [generate(self.model, [s.units], options)[0] for s in samples]
+        hypotheses = [generate_from_ids(self.model, [s.units], options)[0] for s in samples]
         predictions = [self.tokenizer.decode(h.token_ids, skip_special_tokens=True) for h in hypotheses]
         references = [self.val_set.example(index).summary for index in range(count)]
         rows = rouge_scores(predictions, references)

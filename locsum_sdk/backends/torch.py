@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BackendUnavailableError
+from ..generation import GenerationOptions, Hypothesis, generate
+from ..units import Unit
 from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
 
 
@@ -69,3 +71,20 @@ class TorchSession:
 
     def close(self) -> None:
         self.cache, self.cross = [], []
+
+
+def generate_from_ids(model, units: list[list[tuple[int, ...]]], options: GenerationOptions | None = None,
+                      unit_batch_size: int = 4) -> list[Hypothesis]:
+    """Reference generation in torch from token ids: each item's units -> its best hypothesis.
+
+    The decoding loop is `locsum_sdk.generation`, the one every backend runs; this skips the tokenizer and paging,
+    for training-time evaluation and parity checks."""
+    options = options or GenerationOptions()
+    cfg = model.config
+    items = [[Unit(0, 0, 0, "", tuple(ids)) for ids in item] for item in units]
+    batch = UnitBatch.from_units(items, cfg.pad_token_id)
+    session = TorchBackend(model).start(batch, options.num_beams, unit_batch_size)
+    try:
+        return generate(session, batch.batch, options, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
+    finally:
+        session.close()

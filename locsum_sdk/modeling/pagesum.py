@@ -82,24 +82,3 @@ class PageSum(nn.Module):
         hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
         return self.mix(hidden.view(batch, units, beams, -1), page_mask)
 
-
-def generate(model: PageSum, units: list[list[tuple[int, ...]]], options=None, unit_batch_size: int = 4):
-    """Reference generation in torch: token ids of each item's units -> the best hypothesis of each item.
-
-    The decoding loop is `locsum_sdk.generation`, the same one every backend runs; this only skips the
-    tokenizer and paging, for training-time evaluation and parity checks.
-    """
-    from ..backends.base import UnitBatch
-    from ..backends.torch import TorchBackend
-    from ..generation import GenerationOptions
-    from ..generation import generate as run_loop
-    from ..units import Unit
-
-    options = options or GenerationOptions()
-    cfg = model.config
-    batch = UnitBatch.from_units([[Unit(0, 0, 0, "", tuple(ids)) for ids in item] for item in units], cfg.pad_token_id)
-    session = TorchBackend(model).start(batch, options.num_beams, unit_batch_size)
-    try:
-        return run_loop(session, batch.batch, options, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
-    finally:
-        session.close()
