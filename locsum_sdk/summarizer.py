@@ -175,6 +175,8 @@ class Summarizer:
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions) -> MemoryEstimate:
         """Working memory (above the loaded model) of summarizing the pages `items` with `generation`."""
+        if not items or not all(items):
+            raise InputError("estimate_memory takes the pages of one or more inputs, each with at least one page")
         length = max(len(u.token_ids) for units in items for u in units)
         tokens = sum(len(u.token_ids) for units in items for u in units)
         return self._estimate(generation, tokens)(len(items), max(len(units) for units in items), length)

@@ -174,6 +174,8 @@ def export_onnx(
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
+    if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
+        raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
     defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions)
     paging, generation = defaults.units, defaults.generation
     model = loaded.model.float().eval()
