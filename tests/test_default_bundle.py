@@ -8,6 +8,7 @@ import pytest
 
 from locsum_sdk import Summarizer
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.units import Pager, as_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "engines" / "default"
@@ -30,6 +31,17 @@ def test_from_pretrained_with_no_path_summarizes_the_example_meeting(monkeypatch
     assert len(summary.units) > 4
     assert summary.text.strip() and len(summary.token_ids) >= summarizer.generation.min_length - 1
     assert np.allclose(summary.unit_weights.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_default_bundle_takes_long_inputs_by_default():
+    summarizer = Summarizer.from_pretrained(DEFAULT, threads=2)
+    assert summarizer.limits.max_tokens >= 128 * 1024 and not summarizer.limits.truncate
+    text = MEETING.read_text(encoding="utf-8") * 30  # about 130k words, within max_tokens: memory alone decides
+    units = Pager(summarizer.tokenizer, summarizer.special, summarizer.paging)(as_documents(text))
+    assert sum(len(u.text_ids) for u in units) > 128 * 1024
+    estimate = summarizer.estimate_memory([units], summarizer.generation)
+    assert estimate.cross > estimate.total / 3  # the input-sized part dominates: linear in the input
+    assert estimate.total < 4 * 2**30  # far within a laptop's memory
 
 
 @pytest.mark.parametrize("text", ["", "   \n"])
