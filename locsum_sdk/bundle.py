@@ -17,13 +17,13 @@ from typing import Any
 
 from . import constants as C
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
+from . import kinds
 from .generation import GenerationOptions
 from .limits import LimitOptions, split_legacy_units
 from .modeling.config import BartConfig
 from .units import PagingOptions, SpecialTokens
 from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
-SUPPORTED_KINDS = ("pagesum",)
 DTYPES = ("float32", "int8")
 READABLE_VERSIONS = (3, C.FORMAT_VERSION)  # 3: limits in pages (migrated on load, see `_upgrade`)
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a plain file name inside the bundle
@@ -34,7 +34,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 class Manifest:
     """The contents of `manifest.json`, checked against its schema when built."""
 
-    kind: str  # one of SUPPORTED_KINDS
+    kind: str  # a registered kind (`locsum_sdk.kinds`)
+    kind_revision: int  # the kind's revision the graphs were exported at
     model: dict[str, Any]  # the BartConfig of the model
     units: dict[str, Any]  # PagingOptions defaults
     special_tokens: dict[str, int]  # bos, pad, eos, decoder_start
@@ -69,8 +70,10 @@ class Manifest:
                 f"{where} has format version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
                 "export the checkpoint again with this version of locsum"
             )
-        if values.get("kind") not in SUPPORTED_KINDS:
-            raise BundleVersionError(f"{where} is a {values.get('kind')!r} bundle; this locsum runs {SUPPORTED_KINDS}")
+        if values.get("kind") not in kinds.REGISTRY:
+            raise BundleVersionError(
+                f"{where} is a {values.get('kind')!r} bundle; this locsum runs {list(kinds.names())}"
+            )
         if version < C.FORMAT_VERSION:
             values = _upgrade(values)
         known = [f.name for f in fields(cls)]
@@ -83,17 +86,24 @@ class Manifest:
 
 
 def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
-    """Format 3 -> 4: the graphs are the same; limits moved from pages (`units.max_pages`) to tokens."""
+    """Format 3 -> 4: the graphs are the same (PageSum revision 1); limits moved from pages (`units.max_pages`) to
+    tokens."""
     if not isinstance(values.get("units"), dict):
         return values
     units, limits = split_legacy_units(values["units"])
-    return {**values, "units": units, "limits": limits, "format_version": C.FORMAT_VERSION}
+    return {**values, "units": units, "limits": limits, "kind_revision": 1, "format_version": C.FORMAT_VERSION}
 
 
 def _check_schema(manifest: Manifest) -> None:
     """Types, ranges and cross-references of every manifest field; BundleError naming the first problem."""
     error = BundleIntegrityError
-    check_choice("kind", manifest.kind, SUPPORTED_KINDS, error=BundleVersionError)
+    kind = kinds.get(manifest.kind, BundleVersionError)
+    check_int("kind_revision", manifest.kind_revision, error=BundleIntegrityError)
+    if manifest.kind_revision != kind.revision:
+        raise BundleVersionError(
+            f"the graphs were exported as {kind.name} revision {manifest.kind_revision}, this locsum runs revision "
+            f"{kind.revision}; export the checkpoint again with this version of locsum"
+        )
     check_int("format_version", manifest.format_version, C.FORMAT_VERSION, C.FORMAT_VERSION, error=BundleVersionError)
     for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer"):
         check_mapping(name, getattr(manifest, name), error=error)
@@ -134,9 +144,12 @@ def _check_schema(manifest: Manifest) -> None:
         for key in ("max_abs_diff", "int8_max_abs_diff"):
             if key in graph:
                 check_float(f"graphs.{name}.{key}", graph[key], 0, error=error)
-    missing = sorted({"encoder", "decoder"} - set(manifest.graphs))
-    if missing:
-        raise error(f"graphs lacks {missing}")
+    for name, io in kind.graphs(manifest.model).items():
+        graph = manifest.graphs.get(name)
+        if graph is None:
+            raise error(f"graphs lacks {name!r}, which a {kind.name} bundle has")
+        if (graph["file"], graph["inputs"], graph["outputs"]) != (io.file, io.input_names, io.output_names):
+            raise error(f"graphs.{name} does not declare the {kind.name} graph's file and IO names")
 
 
 SPECIAL_NAMES = tuple(f.name for f in fields(SpecialTokens))

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from . import kinds
 from .errors import InputError, LocsumError, OptionError
 from .limits import SELECTIONS
 from .units import POLICIES
@@ -67,7 +68,7 @@ def _export(args: argparse.Namespace) -> int:
 
     bundle = export_onnx(
         args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, options=_overrides(args),
-        force=args.force, quantize=args.quantize,
+        force=args.force, quantize=args.quantize, kind=args.kind,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -186,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_eval)
 
     e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle")
-    e.add_argument("--kind", default="pagesum", choices=("pagesum",))
+    e.add_argument("--kind", default="pagesum", choices=kinds.names(), help="the model kind to export as")
     e.add_argument("--checkpoint", required=True, help="our checkpoint, an HF BART directory or a research state dict")
     e.add_argument("--output", required=True, help="bundle directory to create")
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")

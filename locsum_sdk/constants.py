@@ -44,19 +44,3 @@ def present_key(layer: int) -> str:
 
 def present_value(layer: int) -> str:
     return f"present_value.{layer}"  # as present_key
-
-
-def encoder_outputs(layers: int) -> list[str]:
-    return [ENCODER_HIDDEN] + [name(i) for i in range(layers) for name in (cross_key, cross_value)]
-
-
-def decoder_inputs(layers: int) -> list[str]:
-    return (
-        [INPUT_IDS, UNIT_MASK, ENCODER_ATTENTION_MASK, POSITION, CACHE_SLOTS]
-        + [name(i) for i in range(layers) for name in (past_key, past_value)]
-        + [name(i) for i in range(layers) for name in (cross_key, cross_value)]
-    )
-
-
-def decoder_outputs(layers: int) -> list[str]:
-    return [LOG_PROBS, UNIT_WEIGHTS] + [name(i) for i in range(layers) for name in (present_key, present_value)]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from locsum_sdk import constants as C
+from locsum_sdk import kinds
 from locsum_sdk.backends import base
 from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
@@ -28,7 +29,7 @@ def test_bundle_files_and_manifest(bundle_dir):
     assert m.kind == "pagesum" and m.format_version == C.FORMAT_VERSION
     assert m.special_tokens == {"bos": 0, "pad": 1, "eos": 2, "decoder_start": 2}
     assert m.units["page_tokens"] == 64 and m.generation["max_length"] == 24
-    assert m.graphs["decoder"]["inputs"] == C.decoder_inputs(2)
+    assert m.graphs["decoder"]["inputs"] == kinds.get("pagesum").graphs({"decoder_layers": 2})["decoder"].input_names
     assert all(len(digest) == 64 for digest in m.files.values())
 
 

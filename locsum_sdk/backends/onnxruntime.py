@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import constants as C
+from .. import kinds
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError
 from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
@@ -92,11 +93,13 @@ class OnnxRuntimeBackend:
             session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
             raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
-        names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
-        if names != (spec["inputs"], spec["outputs"]):
+        io = kinds.get(self.bundle.manifest.kind, BundleError).graphs(self.config)[graph]
+        found = [(t.name, t.type) for t in session.get_inputs()], [(t.name, t.type) for t in session.get_outputs()]
+        declared = [(t.name, t.onnx_type) for t in io.inputs], [(t.name, t.onnx_type) for t in io.outputs]
+        if found != declared:
             raise BundleError(
-                f"{spec['file']} has inputs/outputs {names}, but the manifest declares "
-                f"{(spec['inputs'], spec['outputs'])}; export the bundle again"
+                f"{spec['file']} has inputs/outputs {found}, but a {self.bundle.manifest.kind} {graph} takes and "
+                f"returns {declared}; export the bundle again"
             )
         return session
 

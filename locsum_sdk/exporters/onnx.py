@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import __version__
 from .. import constants as C
+from .. import kinds
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
@@ -148,6 +149,7 @@ def export_onnx(
     force: bool = False,
     atol: float = ATOL,
     quantize: str | None = None,
+    kind: str = "pagesum",
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -162,15 +164,19 @@ def export_onnx(
         atol: tolerance of the ONNX Runtime vs torch validation (of the float32 graphs).
         quantize: None (float32) or "int8" (dynamic quantization of the linear layers, after the float32
             graphs passed validation; the int8 difference from torch is recorded in the manifest).
+        kind: the kind to export as (`locsum_sdk.kinds`); the checkpoint must hold a model of that kind.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
     from ..modeling import graphs
 
+    declared = kinds.get(kind)
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
     loaded = load_checkpoint(checkpoint, config)
+    if loaded.model.kind != declared.name:
+        raise ExportError(f"{checkpoint} holds a {loaded.model.kind} model; export it as --kind {loaded.model.kind}")
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
@@ -193,29 +199,32 @@ def export_onnx(
     remove_stale_staging(output)
     work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
     try:
-        declared: dict[str, dict[str, Any]] = {}
-        for name, file, spec, function in (
-            ("encoder", C.ENCODER_FILE, graphs.encoder_spec(model), None),
-            ("decoder", C.DECODER_FILE, graphs.decoder_spec(model), page_combine.NAME),
+        written: dict[str, dict[str, Any]] = {}
+        io = declared.graphs(model.config.to_dict())
+        for name, spec, function in (
+            ("encoder", graphs.encoder_spec(model), None),
+            ("decoder", graphs.decoder_spec(model), page_combine.NAME),
         ):
+            file = io[name].file
             logger.info("exporting %s", file)
             expected = graphs.export_graph(spec, work / file, OPSET)
             check_graph(work / file, function)
             worst = validate(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
-            declared[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
+            written[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
             if quantize == "int8":
                 quantize_int8(work / file)
                 check_graph(work / file, function)
-                declared[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
+                written[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         cfg = model.config
         manifest = Manifest(
-            kind=model.kind,
+            kind=declared.name,
+            kind_revision=declared.revision,
             model=cfg.to_dict(),
             **defaults.to_settings(),
             special_tokens=cfg.special_tokens(),
-            graphs=declared,
+            graphs=written,
             dtype=quantize or "float32",
             producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
         )

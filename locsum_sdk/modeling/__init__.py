@@ -2,6 +2,4 @@
 
 from .config import BartConfig
 
-KINDS = ("pagesum",)
-
-__all__ = ["BartConfig", "KINDS"]
+__all__ = ["BartConfig"]

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import constants as C
+from .. import kinds
+from ..kinds import GraphIO
 from ..ops import page_combine
 from .pagesum import PageSum
 
@@ -96,13 +97,8 @@ def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
     input_ids = torch.randint(3, cfg.vocab_size, (units, length), generator=g)
     attention_mask = torch.ones(units, length, dtype=torch.int64)
     attention_mask[1, length // 2 :] = 0
-    inputs, outputs = [C.INPUT_IDS, C.ATTENTION_MASK], C.encoder_outputs(cfg.decoder_layers)
-    axes = {C.INPUT_IDS: {0: "units", 1: "length"}, C.ATTENTION_MASK: {0: "units", 1: "length"}}
-    axes[C.ENCODER_HIDDEN] = {0: "units", 1: "length"}
-    for i in range(cfg.decoder_layers):
-        axes[C.cross_key(i)] = {0: "units", 3: "length"}
-        axes[C.cross_value(i)] = {0: "units", 2: "length"}
-    return GraphSpec(EncoderGraph(model), (input_ids, attention_mask), inputs, outputs, axes)
+    io = declared(model)["encoder"]
+    return GraphSpec(EncoderGraph(model), (input_ids, attention_mask), io.input_names, io.output_names, io.axes)
 
 
 def decoder_spec(
@@ -132,19 +128,10 @@ def decoder_spec(
     for _ in range(cfg.decoder_layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),
                     torch.randn(rows, heads, length, dim, generator=g)]
-    inputs, outputs = C.decoder_inputs(cfg.decoder_layers), C.decoder_outputs(cfg.decoder_layers)
-    axes = {
-        C.INPUT_IDS: {0: "batch", 1: "beams"},
-        C.UNIT_MASK: {0: "batch", 1: "units"},
-        C.ENCODER_ATTENTION_MASK: {0: "rows", 1: "length"},
-        C.CACHE_SLOTS: {0: "batch", 1: "beams", 2: "capacity"},
-        C.LOG_PROBS: {0: "batch", 1: "beams"},
-        C.UNIT_WEIGHTS: {0: "batch", 1: "units", 2: "beams"},
-    }
-    for i in range(cfg.decoder_layers):
-        cache_axes = {0: "batch" if i == 0 else "rows", 2: "beams", 3: "capacity"}
-        for name in (C.past_key, C.past_value, C.present_key, C.present_value):
-            axes[name(i)] = cache_axes
-        axes[C.cross_key(i)] = {0: "rows", 3: "length"}
-        axes[C.cross_value(i)] = {0: "rows", 2: "length"}
-    return GraphSpec(DecoderGraph(model), tuple(example), inputs, outputs, axes)
+    io = declared(model)["decoder"]
+    return GraphSpec(DecoderGraph(model), tuple(example), io.input_names, io.output_names, io.axes)
+
+
+def declared(model: PageSum) -> dict[str, GraphIO]:
+    """The model's graphs as its kind declares them (names, dtypes, dynamic axes)."""
+    return kinds.get(model.kind).graphs(model.config.to_dict())
