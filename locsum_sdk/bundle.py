@@ -70,7 +70,7 @@ class Manifest:
                 f"{where} has format version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
                 "export the checkpoint again with this version of locsum"
             )
-        if values.get("kind") not in kinds.REGISTRY:
+        if not isinstance(values.get("kind"), str) or values["kind"] not in kinds.REGISTRY:
             raise BundleVersionError(
                 f"{where} is a {values.get('kind')!r} bundle; this locsum runs {list(kinds.names())}"
             )

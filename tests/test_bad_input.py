@@ -148,6 +148,7 @@ def test_missing_file(bundle_copy):
     ({"format_version": 99}, BundleVersionError, "format version 99"),
     ({"format_version": True}, BundleVersionError, "format version True"),
     ({"kind": "dyle"}, BundleVersionError, "'dyle' bundle"),
+    ({"kind": ["pagesum"]}, BundleVersionError, "bundle; this locsum runs"),
     ({"extra": 1}, BundleIntegrityError, "unknown keys \\['extra'\\]"),
     ({"dtype": "float16"}, BundleIntegrityError, "dtype"),
     ({"units": {"page_tokens": 4096}}, BundleIntegrityError, "page_tokens=4096 is over"),
