@@ -62,7 +62,7 @@ def mb(size: float) -> str:
 
 
 def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,
-                    unit_batch_size: int, tokens: int = 0) -> MemoryEstimate:
+                    unit_batch_size: int, tokens: int = 0, cache_rows: int | None = None) -> MemoryEstimate:
     """Working memory of summarizing `batch` items laid out on a (batch, width) grid of units of `length` tokens.
 
     Args:
@@ -70,6 +70,8 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
         beams: num_beams; max_length: the longest sequence (the decoder start token included).
         unit_batch_size: units encoded together.
         tokens: input tokens paged (for the paging term).
+        cache_rows: rows of all decoder layers' slot caches together, as the kind lays them out
+            (`Layout.cache_groups`); None: a row per grid unit in every layer.
     """
     d, vocab = model["d_model"], model["vocab_size"]
     layers, heads = model["decoder_layers"], model["decoder_heads"]
@@ -83,7 +85,7 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
     steps = max(1, max_length - 1)
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
     held = capacity + max(0, capacity - CACHE_CHUNK)  # old and new buffers during the last growth
-    groups = batch + rows * (layers - 1)  # layer 0's cache is shared by the units of an item
+    groups = rows * layers if cache_rows is None else cache_rows
     cache = groups * beams * held * d * 2 * FLOAT
     queries = rows * beams
     decoder = FLOAT * (

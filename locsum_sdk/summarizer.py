@@ -182,9 +182,11 @@ class Summarizer:
         return self._estimate(generation, tokens)(len(items), max(len(units) for units in items), length)
 
     def _estimate(self, generation: GenerationOptions, tokens: int) -> Estimate:
+        layout, layers = self.backend.kind.layout, self.model["decoder_layers"]
+
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
             return estimate_memory(self.model, batch, width, length, generation.num_beams, generation.max_length,
-                                   self.unit_batch_size, tokens)
+                                   self.unit_batch_size, tokens, sum(layout.cache_groups(batch, width, layers)))
 
         return estimate
 

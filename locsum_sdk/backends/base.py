@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
 from ..generation import StepSession
 from ..units import Unit
+
+if TYPE_CHECKING:
+    from ..kinds import Kind
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,6 @@ class BeamSlots:
         return grew
 
 
-def slot_cache_groups(batch: UnitBatch, layers: int) -> list[int]:
-    """Rows G of each decoder layer's slot cache (G, H, K, C, d): one per item for the first layer, whose cache the
-    units of an item share, one per grid unit (B*U) after."""
-    return [batch.batch] + [batch.batch * batch.width] * (layers - 1)
-
-
 def grown_cache(cache, capacity: int, zeros):
     """A slot cache (G, H, K, C, d) with room for `capacity` positions, what it held kept where it was;
     `zeros(shape)` makes the new array (numpy or torch alike)."""
@@ -112,9 +109,11 @@ def grown_cache(cache, capacity: int, zeros):
 
 
 class Backend(Protocol):
-    """Runs one model: encodes a unit batch once, then steps the decoder."""
+    """Runs one model: encodes a unit batch once, then steps the decoder. It knows no kind: what it binds comes
+    from its kind's declaration (`kind.graphs`, `kind.layout`)."""
 
     name: str
+    kind: "Kind"
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "Session": ...
 

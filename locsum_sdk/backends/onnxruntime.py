@@ -18,7 +18,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError
-from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
+from .base import BeamSlots, UnitBatch, grown_cache
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -57,6 +57,7 @@ class OnnxRuntimeBackend:
         ort = _import_ort()
         self.ort, self.bundle = ort, bundle
         self.config = bundle.manifest.model
+        self.kind = kinds.get(bundle.manifest.kind, BundleError)  # its graphs' IO and how a session binds them
         self.layers = self.config["decoder_layers"]
         self.threads = threads or os.cpu_count() or 1
         self.providers = providers or ["CPUExecutionProvider"]
@@ -93,7 +94,7 @@ class OnnxRuntimeBackend:
             session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
             raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
-        io = kinds.get(self.bundle.manifest.kind, BundleError).graphs(self.config)[graph]
+        io = self.kind.graphs(self.config)[graph]
         found = [(t.name, t.type) for t in session.get_inputs()], [(t.name, t.type) for t in session.get_outputs()]
         declared = [(t.name, t.onnx_type) for t in io.inputs], [(t.name, t.onnx_type) for t in io.outputs]
         if found != declared:
@@ -116,7 +117,7 @@ class OnnxRuntimeBackend:
 class OnnxRuntimeSession:
     def __init__(self, backend: OnnxRuntimeBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
         ort, cfg = backend.ort, backend.config
-        self.backend, self.batch, self.beams = backend, batch, beams
+        self.backend, self.batch, self.beams, self.layout = backend, batch, beams, backend.kind.layout
         self.rows = batch.batch * batch.width  # N, grid rows
         heads, dim = cfg["decoder_heads"], cfg["d_model"] // cfg["decoder_heads"]
         length = batch.input_ids.shape[1]
@@ -134,12 +135,11 @@ class OnnxRuntimeSession:
         self.fixed = {
             C.INPUT_IDS: to_ort(self.tokens),
             C.POSITION: to_ort(self.position),
-            C.UNIT_MASK: to_ort(batch.unit_mask),
-            C.ENCODER_ATTENTION_MASK: to_ort(batch.grid_mask()),
+            **{name: to_ort(np.ascontiguousarray(value)) for name, value in self.layout.decoder_inputs(batch).items()},
             **{name: to_ort(buffer) for name, buffer in self.cross.items()},
         }
-        self.cache = {}  # (past, present) name -> (G, H, K, C, d); layer 0's is shared by the units of an item
-        for i, groups in enumerate(slot_cache_groups(batch, backend.layers)):
+        self.cache = {}  # (past, present) name -> (G, H, K, C, d), G rows as the kind lays them out
+        for i, groups in enumerate(self.layout.cache_groups(batch.batch, batch.width, backend.layers)):
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
                 self.cache[past, present] = np.zeros((groups, heads, beams, self.slots.capacity, dim), np.float32)
         self.binding = backend.decoder.io_binding()
@@ -153,12 +153,10 @@ class OnnxRuntimeSession:
         """Run the encoder micro-batch by micro-batch, writing cross K/V straight into the grid buffers."""
         encoder, batch = self.backend.encoder, self.batch
         ort = self.backend.ort
-        for first, end, row in batch.runs(unit_batch_size):
+        for first, end, row in self.layout.encoder_runs(batch, unit_batch_size):
             binding = encoder.io_binding()
-            binding.bind_ortvalue_input(C.INPUT_IDS, ort.OrtValue.ortvalue_from_numpy(batch.input_ids[first:end]))
-            binding.bind_ortvalue_input(
-                C.ATTENTION_MASK, ort.OrtValue.ortvalue_from_numpy(batch.attention_mask[first:end])
-            )
+            for name, value in self.layout.encoder_inputs(batch, first, end).items():
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value)))
             for name, buffer in self.cross.items():
                 target = buffer[row : row + end - first]
                 binding.bind_output(name, "cpu", 0, np.float32, list(target.shape), target.ctypes.data)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BackendUnavailableError
+from .. import kinds
+from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
 from ..units import Unit
-from .base import BeamSlots, UnitBatch, grown_cache, slot_cache_groups
+from .base import BeamSlots, UnitBatch, grown_cache
 
 
 def _import_torch():
@@ -26,6 +27,7 @@ class TorchBackend:
         if threads:
             self.torch.set_num_threads(threads)
         self.model = model.eval()
+        self.kind = kinds.get(model.kind, BackendError)
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "TorchSession":
         return TorchSession(self, batch, beams, unit_batch_size)
@@ -35,26 +37,25 @@ class TorchSession:
     def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
         torch = backend.torch
         self.torch, self.model, self.batch, self.beams = torch, backend.model, batch, beams
+        layout, cfg = backend.kind.layout, self.model.config
         rows = batch.batch * batch.width
-        grid = torch.from_numpy(batch.unit_mask.reshape(-1))  # (N,) real grid rows
-        ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        self.cross = None  # per layer (key (N, H, d, L), value (N, H, L, d)) on the grid, written run by run
         with torch.inference_mode():
-            parts = [self.model.encode(ids[i : i + unit_batch_size], mask[i : i + unit_batch_size])[1]
-                     for i in range(0, len(ids), unit_batch_size)]
-            self.cross = []
-            for layer in range(len(parts[0])):
-                keys, values = (torch.cat([p[layer][j] for p in parts]) for j in (0, 1))  # real units only
-                k_grid = keys.new_zeros((rows, *keys.shape[1:]))  # (N, H, d, L)
-                v_grid = values.new_zeros((rows, *values.shape[1:]))  # (N, H, L, d)
-                k_grid[grid], v_grid[grid] = keys, values
-                self.cross.append((k_grid, v_grid))
-        self.unit_mask = torch.from_numpy(batch.unit_mask)
-        self.grid_mask = torch.from_numpy(batch.grid_mask())
-        cfg = self.model.config
+            for first, end, row in layout.encoder_runs(batch, unit_batch_size):
+                inputs = {name: torch.from_numpy(np.ascontiguousarray(value))
+                          for name, value in layout.encoder_inputs(batch, first, end).items()}
+                _, cross = self.model.encode(**inputs)
+                if self.cross is None:
+                    self.cross = [tuple(t.new_zeros((rows, *t.shape[1:])) for t in kv) for kv in cross]
+                for grid, part in zip(self.cross, cross):
+                    for target, values in zip(grid, part):
+                        target[row : row + end - first] = values
+        self.fixed = {name: torch.from_numpy(np.ascontiguousarray(value))
+                      for name, value in layout.decoder_inputs(batch).items()}
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
             tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim) for _ in "kv")
-            for groups in slot_cache_groups(batch, cfg.decoder_layers)
+            for groups in layout.cache_groups(batch.batch, batch.width, cfg.decoder_layers)
         ]
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -64,8 +65,8 @@ class TorchSession:
             self.cache = [tuple(grown_cache(t, capacity, t.new_zeros) for t in layer) for layer in self.cache]
         with torch.inference_mode():
             log_probs, weights = self.model.step(
-                torch.from_numpy(np.ascontiguousarray(tokens)), self.unit_mask, self.grid_mask,
-                torch.tensor([self.slots.position]), torch.from_numpy(self.slots.slots), self.cache, self.cross,
+                input_ids=torch.from_numpy(np.ascontiguousarray(tokens)), position=torch.tensor([self.slots.position]),
+                cache_slots=torch.from_numpy(self.slots.slots), cache=self.cache, cross=self.cross, **self.fixed,
             )
         return log_probs.numpy(), weights.numpy()
 

@@ -9,9 +9,14 @@ a kind (modeling, loaders, training objective) registers under the same name in 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
 
 from ..errors import LocsumError, OptionError
+
+if TYPE_CHECKING:
+    from ..backends.base import UnitBatch
 
 ONNX_TYPES = {"int64": "int64", "float32": "float", "bool": "bool"}  # dtype -> ONNX element type name
 DTYPES = tuple(ONNX_TYPES)
@@ -52,6 +57,27 @@ class GraphIO:
         return {t.name: dict(t.axes) for t in self.inputs + self.outputs if t.axes}
 
 
+class Layout(Protocol):
+    """How a kind's graphs are fed from a unit batch: all a backend asks of a kind.
+
+    The step contract is common to every kind: the decoder takes the beams' last tokens (`input_ids`, (B, K)),
+    `position`, `cache_slots`, every layer's `past_key`/`past_value` (bound as their `present_*` too) and the
+    `cross_key`/`cross_value` the encoder wrote for every grid row (B*U), and returns `log_probs` (B, K, V) and
+    `unit_weights` (B, U, K). What differs between kinds is below."""
+
+    def encoder_runs(self, batch: "UnitBatch", size: int) -> list[tuple[int, int, int]]:
+        """The encoder's micro-batches of at most `size` units: (first unit, end unit, first grid row)."""
+
+    def encoder_inputs(self, batch: "UnitBatch", first: int, end: int) -> dict[str, np.ndarray]:
+        """Inputs of one encoder run over units [first, end), by name."""
+
+    def decoder_inputs(self, batch: "UnitBatch") -> dict[str, np.ndarray]:
+        """The decoder's inputs that stay the same at every step (besides cross keys/values), by name."""
+
+    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
+        """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
+
+
 @dataclass(frozen=True)
 class Kind:
     """A model kind as the runtime knows it."""
@@ -60,6 +86,7 @@ class Kind:
     revision: int  # bumped whenever the kind's graphs or unit layout change
     unit_options: type  # frozen dataclass of the kind's unit options
     graphs: Callable[[dict[str, Any]], dict[str, GraphIO]]  # model config -> graph name -> IO declaration
+    layout: Layout  # how a session binds the graphs' inputs
 
 
 REGISTRY: dict[str, Kind] = {}
@@ -85,4 +112,4 @@ def get(name: object, error: type[LocsumError] = OptionError) -> Kind:
 
 from . import pagesum  # noqa: E402,F401  registers the kinds
 
-__all__ = ["GraphIO", "Kind", "REGISTRY", "TensorIO", "get", "names", "register"]
+__all__ = ["GraphIO", "Kind", "Layout", "REGISTRY", "TensorIO", "get", "names", "register"]

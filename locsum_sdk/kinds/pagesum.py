@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import constants as C
+from ..backends.base import UnitBatch
 from ..units import PagingOptions
 from . import GraphIO, Kind, TensorIO, register
 
@@ -47,4 +50,22 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
     return {"encoder": encoder, "decoder": decoder}
 
 
-KIND = register(Kind("pagesum", REVISION, PagingOptions, graphs))
+class PageSumLayout:
+    """Pages are encoded alone, in micro-batches that never cross an item; the decoder runs once per page, so its
+    caches hold a row per grid page, except layer 0's, which the pages of an item share (its input is the same
+    for all of them)."""
+
+    def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
+        return batch.runs(size)
+
+    def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
+        return {C.INPUT_IDS: batch.input_ids[first:end], C.ATTENTION_MASK: batch.attention_mask[first:end]}
+
+    def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
+        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
+
+    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
+        return [items] + [items * width] * (layers - 1)
+
+
+KIND = register(Kind("pagesum", REVISION, PagingOptions, graphs, PageSumLayout()))

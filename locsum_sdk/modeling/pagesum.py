@@ -62,7 +62,7 @@ class PageSum(nn.Module):
     def step(
         self,
         input_ids: torch.Tensor,
-        page_mask: torch.Tensor,
+        unit_mask: torch.Tensor,
         encoder_attention_mask: torch.Tensor,
         position: torch.Tensor,
         cache_slots: torch.Tensor,
@@ -77,8 +77,8 @@ class PageSum(nn.Module):
         one included (-1 where none). Returns log-probabilities (B, K, V) and page weights (B, U, K).
         """
         batch, beams = input_ids.shape
-        units = page_mask.shape[1]
+        units = unit_mask.shape[1]
         bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
         hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
-        return self.mix(hidden.view(batch, units, beams, -1), page_mask)
+        return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
 
