@@ -21,7 +21,7 @@ from . import kinds
 from .generation import GenerationOptions
 from .limits import LimitOptions, split_legacy_units
 from .modeling.config import BartConfig
-from .units import PagingOptions, SpecialTokens
+from .units import SpecialTokens
 from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
 DTYPES = ("float32", "int8")
@@ -113,13 +113,14 @@ def _check_schema(manifest: Manifest) -> None:
     except BundleError as err:
         raise error(str(err)) from None
     try:
-        paging = PagingOptions(**manifest.units)
+        units = kind.unit_options(**manifest.units)
         LimitOptions(**manifest.limits)
         generation = GenerationOptions(**manifest.generation)
     except (OptionError, TypeError) as err:
         raise error(f"default options: {err}") from None
-    if paging.page_tokens > config.max_positions:
-        raise error(f"units.page_tokens={paging.page_tokens} is over the model's {config.max_positions} positions")
+    field = kind.unit_options.UNIT_TOKENS
+    if getattr(units, field) > config.max_positions:
+        raise error(f"units.{field}={getattr(units, field)} is over the model's {config.max_positions} positions")
     if generation.max_length > config.max_positions:
         raise error(
             f"generation.max_length={generation.max_length} is over the model's {config.max_positions} positions"

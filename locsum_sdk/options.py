@@ -1,8 +1,8 @@
-"""The three option groups every call and every bundle's defaults are made of, and how overrides merge.
+"""The options of a call and of a bundle's defaults: the kind's unit options, the limits and the decoding options,
+and how overrides merge.
 
-`PagingOptions` (how text becomes pages), `LimitOptions` (how much input a call accepts) and `GenerationOptions`
-(decoding). Overrides name any field of any group; unknown names are refused with the accepted ones listed,
-and a default yields to an override it would contradict.
+Overrides name any field of any group; a name that belongs to another kind's unit options is refused as such, any
+other unknown name with the accepted ones listed, and a default yields to an override it would contradict.
 """
 
 from __future__ import annotations
@@ -11,52 +11,66 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from . import kinds
 from .errors import OptionError
 from .generation import GenerationOptions
+from .kinds import Kind
 from .limits import LimitOptions
-from .units import PagingOptions
 
-GROUPS = {"units": PagingOptions, "limits": LimitOptions, "generation": GenerationOptions}
-NAMES = {key: tuple(f.name for f in dataclasses.fields(group)) for key, group in GROUPS.items()}
-ALL_NAMES = tuple(sorted(name for names in NAMES.values() for name in names))
+SHARED = {"limits": LimitOptions, "generation": GenerationOptions}
+
+
+def _names(group: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(group))
 
 
 @dataclass(frozen=True)
 class Options:
-    """One value of every option."""
+    """One value of every option of one kind."""
 
-    units: PagingOptions
+    units: Any  # the kind's unit options (`Kind.unit_options`)
     limits: LimitOptions
     generation: GenerationOptions
 
     @classmethod
-    def from_settings(cls, settings: dict[str, dict[str, Any]]) -> "Options":
+    def from_settings(cls, settings: dict[str, dict[str, Any]], kind: Kind) -> "Options":
         """Options from saved settings ({"units": {...}, "limits": {...}, "generation": {...}}, each optional)."""
         values = {}
-        for key, group in GROUPS.items():
+        for key, group in {"units": kind.unit_options, **SHARED}.items():
             saved = settings.get(key) or {}
-            unknown = sorted(set(saved) - set(NAMES[key]))
+            unknown = sorted(set(saved) - set(_names(group)))
             if unknown:
-                raise OptionError(f"{key} has unknown keys {unknown}; accepted keys are {list(NAMES[key])}")
+                raise OptionError(f"{key} has unknown keys {unknown}; accepted keys are {list(_names(group))}")
             values[key] = group(**saved)
         return cls(**values)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(name for key in ("units", *SHARED) for name in _names(type(getattr(self, key)))))
 
     def replace(self, **overrides: Any) -> "Options":
         """These options with `overrides` (any field of any group) applied and validated.
 
         A default yields to an override it would contradict: `max_length=8` over a default `min_length=20`
         lowers min_length to 8."""
-        unknown = sorted(set(overrides) - set(ALL_NAMES))
+        unknown = sorted(set(overrides) - set(self.names))
         if unknown:
-            raise OptionError(f"unknown option(s) {unknown}; accepted options are {list(ALL_NAMES)}")
+            others = {name: kind.name for kind in kinds.REGISTRY.values() if kind.unit_options is not type(self.units)
+                      for name in _names(kind.unit_options)}
+            foreign = {name: others[name] for name in unknown if name in others}
+            if foreign:
+                raise OptionError(f"option(s) {foreign} belong to other kinds of model; this one takes "
+                                  f"{list(self.names)}")
+            raise OptionError(f"unknown option(s) {unknown}; accepted options are {list(self.names)}")
         overrides = dict(overrides)
         length = overrides.get("max_length")
         if "min_length" not in overrides and isinstance(length, int) and not isinstance(length, bool):
             overrides["min_length"] = max(0, min(self.generation.min_length, length))
+        groups = {key: getattr(self, key) for key in ("units", *SHARED)}
         return Options(**{
-            key: dataclasses.replace(getattr(self, key), **{k: v for k, v in overrides.items() if k in NAMES[key]})
-            for key in GROUPS
+            key: dataclasses.replace(group, **{k: v for k, v in overrides.items() if k in _names(type(group))})
+            for key, group in groups.items()
         })
 
     def to_settings(self) -> dict[str, dict[str, Any]]:
-        return {key: dataclasses.asdict(getattr(self, key)) for key in GROUPS}
+        return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}

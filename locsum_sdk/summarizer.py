@@ -20,7 +20,7 @@ from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits
 from .memory import MemoryEstimate, estimate_memory, memory_limit
 from .options import Options
-from .units import Pager, PagingOptions, SpecialTokens, Unit, as_documents
+from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
 
 CHECKPOINT_CONFIG = "config.json"  # what marks a checkpoint directory (modeling.checkpoint.CONFIG_FILE)
@@ -79,6 +79,7 @@ class Summarizer:
         shapes bound the options and size the memory estimate."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
+        self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
 
     @property
@@ -150,7 +151,7 @@ class Summarizer:
                 f"{settings['model']['vocab_size']}: it belongs to another model; export with the model's tokenizer"
             )
         try:
-            defaults = Options.from_settings(settings)
+            defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
         return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size)
@@ -160,11 +161,11 @@ class Summarizer:
         are refused, and a default yields to an override it would contradict (`max_length=8` lowers a default
         `min_length=20` to 8)."""
         options = self.defaults.replace(**overrides)
-        paging, generation = options.units, options.generation
-        if paging.page_tokens > self.max_positions:
+        generation, field = options.generation, type(options.units).UNIT_TOKENS
+        if getattr(options.units, field) > self.max_positions:
             raise OptionError(
-                f"page_tokens={paging.page_tokens} is over the model's {self.max_positions} positions; use at most "
-                f"{self.max_positions}"
+                f"{field}={getattr(options.units, field)} is over the model's {self.max_positions} positions; use at "
+                f"most {self.max_positions}"
             )
         if generation.max_length > self.max_positions:
             raise OptionError(
@@ -218,7 +219,7 @@ class Summarizer:
         paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
         documents = [as_documents(item) for item in inputs]
-        pager = Pager(self.tokenizer, self.special, paging, limits.max_tokens)
+        pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager(docs, query) for docs, query in zip(documents, queries)]
         tokens = sum(len(u.token_ids) for units in items for u in units)

@@ -50,6 +50,8 @@ class SpecialTokens:
 class PagingOptions:
     """How text becomes pages. How much input is accepted is `limits.LimitOptions`."""
 
+    UNIT_TOKENS = "page_tokens"  # the field that bounds one unit's tokens (at most the model's positions)
+
     policy: str = "spatial"  # one of POLICIES
     page_tokens: int = 1024  # token budget of one page, special tokens and query included
     num_pages: int | None = None  # spatial only: pages to spread the text over (None: as few as fit)

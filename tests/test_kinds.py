@@ -62,3 +62,23 @@ def test_the_backend_checks_graph_dtypes_against_the_declaration(bundle_dir, mon
     monkeypatch.setitem(kinds.REGISTRY, "pagesum", dataclasses.replace(kind, graphs=wrong_dtype))
     with pytest.raises(BundleError, match="takes and returns"):
         Summarizer.from_pretrained(bundle_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class SnippetOptions:
+    """Unit options of a stand-in kind, for the cross-kind check."""
+
+    UNIT_TOKENS = "snippet_tokens"
+
+    top_k: int = 25
+    snippet_tokens: int = 64
+
+
+def test_another_kinds_options_are_refused_by_name(bundle_dir, monkeypatch):
+    other = dataclasses.replace(kinds.get("pagesum"), name="snippets", unit_options=SnippetOptions)
+    monkeypatch.setitem(kinds.REGISTRY, "snippets", other)
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    with pytest.raises(OptionError, match=r"\{'top_k': 'snippets'\} belong to other kinds"):
+        summarizer.summarize("The board met on Monday.", top_k=5)
+    with pytest.raises(OptionError, match="unknown option"):
+        summarizer.summarize("The board met on Monday.", temperature=0.5)

@@ -61,13 +61,13 @@ def quantize_int8(path: Path) -> None:
     os.replace(target, path)
 
 
-def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int) -> Options:
+def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, kind: kinds.Kind) -> Options:
     """The bundle's default options: the checkpoint's saved ones with `options` applied one by one. Library
     defaults that the checkpoint did not save are fitted to the model's positions (a 512-position model gets
     page_tokens and max_length of at most 512), so no default makes a valid option fail."""
-    base = Options.from_settings(saved)
+    base = Options.from_settings(saved, kind)
     fitted = {}
-    for group, name in (("units", "page_tokens"), ("generation", "max_length")):
+    for group, name in (("units", kind.unit_options.UNIT_TOKENS), ("generation", "max_length")):
         if name not in saved.get(group, {}) and name not in options:
             fitted[name] = min(getattr(getattr(base, group), name), positions)
     return base.replace(**fitted).replace(**options)
@@ -182,7 +182,7 @@ def export_onnx(
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
-    defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions)
+    defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
     paging, generation = defaults.units, defaults.generation
     model = loaded.model.float().eval()
     fold_query_scaling(model)
@@ -191,7 +191,8 @@ def export_onnx(
     vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()
     if vocab > model.config.vocab_size:
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
-    for name, value in (("page_tokens", paging.page_tokens), ("max_length", generation.max_length)):
+    field = type(paging).UNIT_TOKENS
+    for name, value in ((field, getattr(paging, field)), ("max_length", generation.max_length)):
         if value > model.config.max_positions:
             raise OptionError(f"{name}={value} is over the model's {model.config.max_positions} positions")
     graphs.register_symbolics(OPSET)

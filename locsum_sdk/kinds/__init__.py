@@ -84,7 +84,9 @@ class Kind:
 
     name: str
     revision: int  # bumped whenever the kind's graphs or unit layout change
-    unit_options: type  # frozen dataclass of the kind's unit options
+    unit_options: type  # frozen dataclass of the kind's unit options; UNIT_TOKENS names its unit-size field
+    pager: Callable[..., Any]  # (tokenizer, special tokens, unit options, max_tokens) -> units maker: called with
+    # (documents, query) it returns the units; `query_ids(query)` validates and tokenizes a query
     graphs: Callable[[dict[str, Any]], dict[str, GraphIO]]  # model config -> graph name -> IO declaration
     layout: Layout  # how a session binds the graphs' inputs
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..units import PagingOptions
+from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, register
 
 REVISION = 1  # the layout of bundle format 4 (self-attention cache in beam slots, written in place)
@@ -68,4 +68,4 @@ class PageSumLayout:
         return [items] + [items * width] * (layers - 1)
 
 
-KIND = register(Kind("pagesum", REVISION, PagingOptions, graphs, PageSumLayout()))
+KIND = register(Kind("pagesum", REVISION, PagingOptions, Pager, graphs, PageSumLayout()))
