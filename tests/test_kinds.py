@@ -82,3 +82,20 @@ def test_another_kinds_options_are_refused_by_name(bundle_dir, monkeypatch):
         summarizer.summarize("The board met on Monday.", top_k=5)
     with pytest.raises(OptionError, match="unknown option"):
         summarizer.summarize("The board met on Monday.", temperature=0.5)
+
+
+def test_the_torch_side_registers_under_the_same_name():
+    from locsum_sdk.modeling import registry
+
+    assert set(registry.MODEL_KINDS) == set(kinds.names())
+    entry = registry.model_kind("pagesum")
+    assert entry.functions == {"decoder": "PageCombine"} and "hf-bart" in entry.formats
+    with pytest.raises(OptionError, match="no model here"):
+        registry.model_kind("dyle")
+
+
+def test_a_foreign_format_a_kind_does_not_load_is_refused(tmp_path):
+    from locsum_sdk.modeling import registry
+
+    with pytest.raises(BundleError, match="cannot be loaded as pagesum"):
+        registry.check_formats("pagesum", "hiersumm-research")

@@ -168,13 +168,14 @@ def export_onnx(
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
-    from ..modeling import graphs
+    from ..modeling import graphs, registry
 
     declared = kinds.get(kind)
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    loaded = load_checkpoint(checkpoint, config)
+    torch_kind = registry.model_kind(declared.name)
+    loaded = load_checkpoint(checkpoint, config, declared.name)
     if loaded.model.kind != declared.name:
         raise ExportError(f"{checkpoint} holds a {loaded.model.kind} model; export it as --kind {loaded.model.kind}")
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
@@ -195,18 +196,15 @@ def export_onnx(
     for name, value in ((field, getattr(paging, field)), ("max_length", generation.max_length)):
         if value > model.config.max_positions:
             raise OptionError(f"{name}={value} is over the model's {model.config.max_positions} positions")
-    graphs.register_symbolics(OPSET)
+    torch_kind.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(output)
     work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
     try:
         written: dict[str, dict[str, Any]] = {}
         io = declared.graphs(model.config.to_dict())
-        for name, spec, function in (
-            ("encoder", graphs.encoder_spec(model), None),
-            ("decoder", graphs.decoder_spec(model), page_combine.NAME),
-        ):
-            file = io[name].file
+        for name, spec in torch_kind.graphs(model).items():
+            file, function = io[name].file, torch_kind.functions.get(name)
             logger.info("exporting %s", file)
             expected = graphs.export_graph(spec, work / file, OPSET)
             check_graph(work / file, function)

@@ -8,7 +8,6 @@ with `lin.weight [1, d]`, `lin.bias [1]`). Nothing is ever unpickled: `torch.loa
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +17,9 @@ import torch
 
 from ..errors import BundleError, BundleNotFoundError
 from ..limits import split_legacy_units
+from . import registry
 from .config import BartConfig
-from .pagesum import KIND, PageSum
 
-logger = logging.getLogger("locsum_sdk")
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -33,7 +31,7 @@ TIED_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.
 class Checkpoint:
     """A loaded model with the settings saved beside it."""
 
-    model: PageSum
+    model: torch.nn.Module  # a registered kind's module (`model.kind`), in eval mode
     tokenizer_file: Path | None = None  # tokenizer.json found beside the weights
     settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
 
@@ -94,13 +92,8 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
 
 
-def build(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> PageSum:
-    model = PageSum(config)
-    if "page_conf.weight" not in state:
-        logger.warning("%s has no page confidence layer (lin.*): page_conf starts at zero, pages weigh equally", source)
-        state = {**state, "page_conf.weight": torch.zeros(1, config.d_model), "page_conf.bias": torch.zeros(1)}
-    load_into(model, state, source)
-    return model.eval()
+def build(kind: str, config: BartConfig, state: dict[str, torch.Tensor], source: str) -> torch.nn.Module:
+    return registry.build(kind, config, state, source, load_into)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -116,11 +109,13 @@ def read_config(path: Path) -> dict[str, Any]:
 
 def load_locsum(directory: Path) -> Checkpoint:
     config = read_config(directory / CONFIG_FILE)
-    if config.get("kind") != KIND:
-        raise BundleError(f"{directory} holds a {config.get('kind')!r} checkpoint; this build supports {KIND!r}")
+    kind = config.get("kind")
+    if not isinstance(kind, str) or kind not in registry.MODEL_KINDS:
+        raise BundleError(f"{directory} holds a {kind!r} checkpoint; this locsum loads {sorted(registry.MODEL_KINDS)}")
     if "model" not in config:
         raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
-    model = build(BartConfig.from_dict(config["model"]), read_state_dict(directory / WEIGHTS_FILE), str(directory))
+    state = read_state_dict(directory / WEIGHTS_FILE)
+    model = build(kind, BartConfig.from_dict(config["model"]), state, str(directory))
     settings = {k: config[k] for k in ("units", "limits", "generation") if k in config}
     for key, value in settings.items():
         if not isinstance(value, dict):
@@ -131,22 +126,25 @@ def load_locsum(directory: Path) -> Checkpoint:
     return Checkpoint(model, _tokenizer_beside(directory), settings)
 
 
-def load_hf_bart(directory: Path) -> Checkpoint:
+def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
+    """An HF BART directory as a model of `kind` (which fills in what BART lacks)."""
+    registry.check_formats(kind, "hf-bart")
     config = BartConfig.from_hf(read_config(directory / CONFIG_FILE))
     for name in (WEIGHTS_FILE, "pytorch_model.bin"):
         if (directory / name).is_file():
             state = from_hf_names(read_state_dict(directory / name))
-            return Checkpoint(build(config, state, str(directory)), _tokenizer_beside(directory))
+            return Checkpoint(build(kind, config, state, str(directory)), _tokenizer_beside(directory))
     raise BundleNotFoundError(f"{directory} has a config.json but neither {WEIGHTS_FILE} nor pytorch_model.bin")
 
 
-def load_research_state_dict(path: Path, config_path: Path | None = None) -> Checkpoint:
+def load_research_state_dict(path: Path, config_path: Path | None = None, kind: str = "pagesum") -> Checkpoint:
     """A PageSum research state dict file; its BART config.json is `config_path` or sits beside the file."""
+    registry.check_formats(kind, "pagesum-research")
     config_path = config_path or path.parent / CONFIG_FILE
     if not config_path.is_file():
         raise BundleNotFoundError(f"{path} needs an HF BART config.json: pass one, or put it beside the file")
     config = BartConfig.from_hf(read_config(config_path))
-    model = build(config, from_hf_names(read_state_dict(path)), str(path))
+    model = build(kind, config, from_hf_names(read_state_dict(path)), str(path))
     return Checkpoint(model, _tokenizer_beside(path.parent))
 
 
@@ -171,20 +169,28 @@ def detect_format(path: Path) -> str:
     return "locsum" if "kind" in read_config(path / CONFIG_FILE) else "hf-bart"
 
 
-def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None) -> Checkpoint:
-    """Load any supported checkpoint into a `PageSum` model in eval mode."""
+def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None,
+                    kind: str | None = None) -> Checkpoint:
+    """Load any supported checkpoint as a model in eval mode.
+
+    Args:
+        config: HF config.json for a bare research state dict file.
+        kind: the kind to load a foreign checkpoint (HF BART, research state dict) as; our own checkpoints carry
+            their kind (None: theirs; "pagesum" for foreign ones).
+    """
     path = Path(path)
     if not path.exists():
         raise BundleNotFoundError(f"checkpoint {path} does not exist")
     source = detect_format(path)
+    if source == "locsum":
+        return load_locsum(path)
     if source == "pagesum-research":
-        return load_research_state_dict(path, Path(config) if config else None)
-    return LOADERS[source](path)
+        return load_research_state_dict(path, Path(config) if config else None, kind or "pagesum")
+    return LOADERS[source](path, kind or "pagesum")
 
 
-def save_checkpoint(
-    model: PageSum, directory: str | os.PathLike, tokenizer_file: str | os.PathLike | None = None, **settings: Any
-) -> Path:
+def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike,
+                    tokenizer_file: str | os.PathLike | None = None, **settings: Any) -> Path:
     """Write our checkpoint format: config.json (kind, model config, settings) + model.safetensors."""
     from safetensors.torch import save_file
 

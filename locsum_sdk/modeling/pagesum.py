@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -16,6 +18,8 @@ from .bart import Bart, CrossKV, SlotCache, attention_bias, init_weights
 from .config import BartConfig
 
 KIND = "pagesum"
+
+logger = logging.getLogger("locsum_sdk")
 
 
 class PageSum(nn.Module):
@@ -82,3 +86,23 @@ class PageSum(nn.Module):
         hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
         return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
 
+
+def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """A BART without PageSum's page confidence layer (`lin.*` in the research code) gets it at zero: pages weigh
+    equally until it is trained."""
+    if "page_conf.weight" in state:
+        return state
+    logger.warning("%s has no page confidence layer (lin.*): page_conf starts at zero, pages weigh equally", source)
+    return {**state, "page_conf.weight": torch.zeros(1, config.d_model), "page_conf.bias": torch.zeros(1)}
+
+
+def register_model_kind() -> None:
+    from . import graphs
+    from .registry import ModelKind, register
+
+    register(ModelKind(
+        name=KIND, model=PageSum, complete=complete,
+        graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},
+        functions={"decoder": page_combine.NAME}, register_symbolics=graphs.register_symbolics,
+        formats=("hf-bart", "pagesum-research"),
+    ))

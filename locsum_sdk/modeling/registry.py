@@ -1,0 +1,75 @@
+"""The torch side of each kind, registered under the kind's name (the runtime side is `locsum_sdk.kinds`).
+
+A kind's entry says which module class it builds from a `BartConfig`, how weights a source format lacks are filled
+in, which graphs it exports (wrapper modules, example inputs; names and axes come from the runtime declaration) and
+which `locsum`-domain function each graph must hold, and how its custom ops export. Checkpoint loaders are looked
+up by (kind, source format).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import BundleError, OptionError
+from .config import BartConfig
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A kind's modeling and export, as the torch side knows it."""
+
+    name: str
+    model: Callable[[BartConfig], nn.Module]  # the module of this kind (it has `.kind` and `.config`)
+    complete: Callable[[BartConfig, State, str], State]  # fill what a source lacks (e.g. a new head), or refuse
+    graphs: Callable[[nn.Module], dict[str, Any]]  # graph name -> `graphs.GraphSpec`, in export order
+    functions: dict[str, str]  # graph name -> the locsum-domain function the exported graph must hold
+    register_symbolics: Callable[[int], None]  # make its custom ops export as locsum-domain functions
+    formats: tuple[str, ...] = field(default=())  # source formats it loads, besides our own checkpoints
+
+
+MODEL_KINDS: dict[str, ModelKind] = {}
+
+
+def register(kind: ModelKind) -> ModelKind:
+    if kind.name in MODEL_KINDS:
+        raise ValueError(f"model kind {kind.name!r} is registered twice")
+    MODEL_KINDS[kind.name] = kind
+    return kind
+
+
+def model_kind(name: object) -> ModelKind:
+    if not isinstance(name, str) or name not in MODEL_KINDS:
+        raise OptionError(f"kind {name!r} has no model here; known kinds are {sorted(MODEL_KINDS)}")
+    return MODEL_KINDS[name]
+
+
+def build(kind: str, config: BartConfig, state: State, source: str, load_into: Callable) -> nn.Module:
+    """A model of `kind` with `state`'s weights (completed by the kind), every name and shape checked."""
+    entry = model_kind(kind)
+    model = entry.model(config)
+    load_into(model, entry.complete(config, state, source), source)
+    return model.eval()
+
+
+def _register_all() -> None:
+    from . import pagesum
+
+    pagesum.register_model_kind()
+
+
+def check_formats(kind: str, source_format: str) -> None:
+    entry = model_kind(kind)
+    if source_format != "locsum" and source_format not in entry.formats:
+        raise BundleError(
+            f"a {source_format} checkpoint cannot be loaded as {kind}; {kind} loads our checkpoints and "
+            f"{list(entry.formats)}"
+        )
+
+
+_register_all()
