@@ -156,11 +156,17 @@ class Summarizer:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
         return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size)
 
-    def options(self, **overrides: Any) -> Options:
-        """This summarizer's defaults with `overrides` (any option's name) applied and validated; unknown names
-        are refused, and a default yields to an override it would contradict (`max_length=8` lowers a default
-        `min_length=20` to 8)."""
-        options = self.defaults.replace(**overrides)
+    def options(self, options: Options | None = None, **overrides: Any) -> Options:
+        """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
+        validated; unknown names are refused, and a default yields to an override it would contradict
+        (`max_length=8` lowers a default `min_length=20` to 8). The result can be passed to `summarize`."""
+        base = self.defaults if options is None else options
+        if not isinstance(base, Options) or type(base.units) is not type(self.defaults.units):
+            raise OptionError(
+                f"options is a {type(base).__name__}; pass the Options of this summarizer's kind ({self.kind.name}), "
+                "as summarizer.options(...) returns them, or None"
+            )
+        options = base.replace(**overrides)
         generation, field = options.generation, type(options.units).UNIT_TOKENS
         if getattr(options.units, field) > self.max_positions:
             raise OptionError(
@@ -191,18 +197,21 @@ class Summarizer:
 
         return estimate
 
-    def summarize(self, text_or_documents: Input, query: str | None = None, **options: Any) -> Summary:
+    def summarize(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
+                  **overrides: Any) -> Summary:
         """Summarize one text, or one cluster of documents (a list of strings).
 
         Args:
             text_or_documents: a string (UTF-8 bytes accepted) or a list of documents.
             query: optional question; it is prepended to every page.
-            **options: any field of `PagingOptions`, `LimitOptions` or `GenerationOptions` (see `options`).
+            options: all options at once (`summarizer.options(...)`); None: the bundle's defaults.
+            **overrides: any field of the kind's unit options, `LimitOptions` or `GenerationOptions`.
         """
-        return self.summarize_batch([text_or_documents], [query], **options)[0]
+        return self.summarize_batch([text_or_documents], [query], options, **overrides)[0]
 
     def summarize_batch(
-        self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, **options: Any
+        self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, options: Options | None = None,
+        **overrides: Any,
     ) -> list[Summary]:
         """Summarize several inputs together; they share the encoder and decoder batches."""
         if not isinstance(inputs, (list, tuple)) or not inputs:
@@ -215,7 +224,7 @@ class Summarizer:
             )
         if len(queries) != len(inputs):
             raise InputError(f"{len(queries)} queries for {len(inputs)} inputs; give one query (or None) per input")
-        chosen = self.options(**options)
+        chosen = self.options(options, **overrides)
         paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
         documents = [as_documents(item) for item in inputs]

@@ -212,3 +212,12 @@ def test_manifest_that_is_not_json(bundle_copy):
     (bundle_copy / C.MANIFEST_FILE).write_text("{not json")
     with pytest.raises(BundleIntegrityError, match="not valid JSON"):
         Bundle.load(bundle_copy)
+
+
+def test_options_object_with_overrides(summarizer):
+    chosen = summarizer.options(num_beams=2, max_length=6)
+    summary = summarizer.summarize("The board met on Monday. It approved the budget.", options=chosen, max_length=4)
+    assert 1 <= len(summary.token_ids) <= 3
+    for bad in ({"num_beams": 2}, chosen.generation, "greedy"):
+        with pytest.raises(OptionError, match="options is a"):
+            summarizer.summarize("The board met on Monday.", options=bad)

@@ -13,7 +13,7 @@ import torch
 
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.config import BartConfig
-from locsum_sdk.modeling.pagesum import PageSum
+from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.units import Pager, PagingOptions, SpecialTokens
 
 from .config import TrainConfig
@@ -52,7 +52,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     if config.init_from:
         model = load_checkpoint(config.resolve(config.init_from)).model
     else:
-        model = PageSum(BartConfig(**{**config.model, "vocab_size": tokenizer.get_vocab_size()}))
+        model = model_kind(config.kind).model(BartConfig(**{**config.model, "vocab_size": tokenizer.get_vocab_size()}))
         model.reset_parameters(0.02)
     cfg = model.config
     special = SpecialTokens(**cfg.special_tokens())

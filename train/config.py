@@ -16,12 +16,13 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 @dataclass(frozen=True)
 class TrainConfig:
     name: str  # run name: checkpoints go to <output>/<name>
-    objective: str  # "denoise" (BART pretraining) or "summarize" (PageSum fine-tuning)
+    objective: str  # "denoise" (BART pretraining) or "summarize" (fine-tuning)
     model: dict[str, Any]  # BartConfig fields (ignored when init_from is set)
     tokenizer: str  # tokenizer.json (trained first if it does not exist)
     train_files: list[str]  # JSON Lines files (train splits only)
     val_files: list[str] = field(default_factory=list)
     init_from: str | None = None  # checkpoint directory to start from (fine-tuning)
+    kind: str = "pagesum"  # the model kind trained (a registered kind)
     output: str = "~/.cache/locsum/runs"
     units: dict[str, Any] = field(default_factory=dict)  # PagingOptions for "summarize", plus `max_pages`: the
     # pages a training example keeps (its first ones), a training-only cap on memory
