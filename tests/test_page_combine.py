@@ -44,7 +44,7 @@ def test_onnx_function_matches_reference():
         [value("mixed", TensorProto.FLOAT, list("BKD")), value("weights", TensorProto.FLOAT, list("BUK"))],
     )
     opsets = [helper.make_opsetid("", page_combine.OPSET), helper.make_opsetid(page_combine.DOMAIN, 1)]
-    proto = helper.make_model(graph, opset_imports=opsets, functions=[page_combine.PageCombine.to_function_proto()])
+    proto = helper.make_model(graph, opset_imports=opsets, functions=[page_combine.function().to_function_proto()])
     proto.ir_version = 10  # the newest IR version ONNX Runtime 1.31 reads
     checker.check_model(proto, full_check=True)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -1,4 +1,5 @@
-"""The runtime (load a bundle, summarize) never imports torch, transformers or the export toolchain."""
+"""The runtime (load a bundle, summarize, the ops' numpy references) never imports torch, transformers or the
+export toolchain."""
 
 import json
 import subprocess
@@ -7,6 +8,7 @@ from pathlib import Path
 
 SCRIPT = """
 import json, sys
+import locsum_sdk.ops  # the numpy references of every op
 from locsum_sdk import Summarizer
 summary = Summarizer.from_pretrained(sys.argv[1], threads=1).summarize(
     "The council met on Tuesday. The budget was approved. The library opens in spring.", max_length=6)

@@ -36,7 +36,7 @@ def register_symbolics(opset: int) -> None:
     page_combine.torch_op()
 
     def symbolic(g, hidden, scores, mask):
-        mixed, weights = g.onnxscript_op(page_combine.PageCombine, hidden, scores, mask, outputs=2)
+        mixed, weights = g.onnxscript_op(page_combine.function(), hidden, scores, mask, outputs=2)
         mixed.setType(hidden.type().with_sizes([None, None, None]))  # (B, K, D)
         weights.setType(scores.type())  # (B, U, K)
         return mixed, weights

@@ -8,7 +8,7 @@
     weights [B, U, K]     w = softmax over u of scores, padding units get exactly 0
 
 Three implementations of the same maths: `reference` (numpy), `torch_op()` (a `torch.library` custom op with
-autograd, used by modeling and export) and `PageCombine` (the onnxscript body of the ONNX local function).
+autograd, used by modeling and export) and `function()` (the onnxscript body of the ONNX local function).
 """
 
 from __future__ import annotations
@@ -71,21 +71,22 @@ def torch_op():
 
 OPSET = 17  # the ONNX opset of the function body and of the graphs that use it
 
-try:
-    import onnxscript
-    from onnxscript import BOOL, FLOAT
-except ImportError:  # run time: the body is already inside the exported graph
-    onnxscript = None
 
-if onnxscript is not None:
+@functools.cache
+def function():
+    """The onnxscript function of PageCombine (needs onnxscript: export time only)."""
+    import onnxscript
+
     op = onnxscript.values.Opset("", OPSET)
     locsum = onnxscript.values.Opset(DOMAIN, 1)
 
     @onnxscript.script(locsum, default_opset=op)
-    def PageCombine(hidden: FLOAT, scores: FLOAT, mask: BOOL):
+    def PageCombine(hidden, scores, mask):  # float, float, bool
         unit_mask = op.Unsqueeze(mask, op.Constant(value_ints=[2]))  # (B, U, 1)
         neg_inf = op.CastLike(op.Constant(value_float=float("-inf")), scores)
         weights = op.Softmax(op.Where(unit_mask, scores, neg_inf), axis=1)  # (B, U, K)
         weighted = op.Mul(op.Unsqueeze(weights, op.Constant(value_ints=[3])), hidden)  # (B, U, K, D)
         mixed = op.ReduceSum(weighted, op.Constant(value_ints=[1]), keepdims=0)  # (B, K, D)
         return mixed, weights
+
+    return PageCombine
