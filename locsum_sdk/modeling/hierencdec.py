@@ -1,0 +1,202 @@
+"""HierEncDec (Shen et al. 2023): BART weights, hierarchical attention. Documents are units on a (B, D, L) grid,
+each starting with `<s>`.
+
+    encoder: a token attends only inside its document; each document's <s> also attends to every other real
+             document's <s>; positions restart at 0 in every document
+    decoder: one decoder per item; cross-attention = softmax over documents of the <s> scores x softmax over the
+             tokens of each document (`locsum.DocScaledAttention`)
+    unit weights: the softmax over documents, averaged over heads and layers        (B, D, K)
+
+The encoder never builds a dense (D*L)^2 mask: documents run as their own sequences, and only the <s> keys and
+values of an item are gathered for the <s> queries, so its memory is O(D * L * (L + D)). `dense_encode` is the
+dense-mask form, kept to prove the two equal and for the ablation without hierarchy. Each part can be switched
+off (`Parts`) to run the paper's ablation rows; with all three off it is plain BART on concatenated documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import doc_scaled_attention
+from .bart import (
+    POSITION_OFFSET, Bart, CrossKV, Embeddings, SlotCache, attention_bias, init_weights, slot_bias, write_index,
+)
+from .config import BartConfig
+
+KIND = "hierencdec"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Which of HierEncDec's changes to BART are on (all by default)."""
+
+    hierarchical_encoder: bool = True  # tokens attend inside their document, <s> to every <s>; off: across all
+    restart_positions: bool = True  # positions restart at 0 in every document; off: they run on across documents
+    document_scaled_attention: bool = True  # decoder: doc softmax x token softmax; off: one softmax over all tokens
+
+
+class HierEncDec(nn.Module):
+    kind = KIND
+
+    def __init__(self, config: BartConfig, parts: Parts | None = None):
+        super().__init__()
+        self.config, self.parts = config, parts or Parts()
+        self.model = Bart(config)
+        self.attend_documents = doc_scaled_attention.torch_op()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        init_weights(self, std)
+
+    # ---- encoder ------------------------------------------------------------------------------------------------
+    def embed(self, input_ids: torch.Tensor, unit_mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings of the grid rows (N, L) -> (N, L, D). Positions restart in every document,
+        or, with `restart_positions` off, run on from the previous documents of the item."""
+        encoder, (rows, length) = self.model.encoder, input_ids.shape
+        positions = torch.arange(length, device=input_ids.device)[None, :].expand(rows, -1)  # (N, L)
+        if not self.parts.restart_positions:
+            docs = unit_mask.shape[1]
+            lengths = attention_mask.sum(-1).view(-1, docs)  # (B, D)
+            before = torch.cumsum(lengths, dim=1) - lengths  # (B, D) tokens of the item's earlier documents
+            positions = positions + before.reshape(-1, 1)
+        x = encoder.shared[0](input_ids) * encoder.scale + encoder.embed_positions(positions + POSITION_OFFSET)
+        return F.dropout(encoder.layernorm_embedding(x), encoder.dropout, self.training)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor):
+        """Grid rows of whole items: input_ids, attention_mask (N, L), N = B*D; unit_mask (B, D) -> encoder
+        states (N, L, D) and every decoder layer's cross key/value."""
+        if not self.parts.hierarchical_encoder:
+            memory = self.dense_encode(input_ids, attention_mask, unit_mask)
+            return memory, self.model.cross_kv(memory)
+        x = self.embed(input_ids, unit_mask, attention_mask)  # (N, L, D)
+        rows, length, dim = x.shape
+        docs = unit_mask.shape[1]
+        own = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
+        # <s> (position 0) queries also see the other real documents' <s> keys: (N, 1, L, D) bias
+        other = unit_mask[:, None, :].expand(-1, docs, -1) & ~torch.eye(docs, dtype=torch.bool,
+                                                                          device=x.device)  # (B, D, D)
+        sos = torch.zeros(length, dtype=torch.bool, device=x.device)
+        sos[0] = True
+        open_ = other.reshape(rows, 1, 1, docs) & sos[None, None, :, None]  # (N, 1, L, D)
+        extra = (~open_).to(x.dtype) * torch.finfo(x.dtype).min
+        h = x.reshape(-1, dim)  # (N*L, D)
+        for layer in self.model.encoder.layers:
+            attn = layer.self_attn
+            q, k, v = (attn.split(proj(h), length) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))  # (N,H,L,d)
+            sos_k = k[:, :, 0].reshape(-1, docs, attn.heads, attn.head_dim)  # (B, D, H, d)
+            sos_v = v[:, :, 0].reshape(-1, docs, attn.heads, attn.head_dim)
+            item_k = sos_k[:, None].expand(-1, docs, -1, -1, -1).reshape(rows, docs, attn.heads, -1)  # (N, D, H, d)
+            item_v = sos_v[:, None].expand(-1, docs, -1, -1, -1).reshape(rows, docs, attn.heads, -1)
+            keys = torch.cat([k, item_k.transpose(1, 2)], dim=2)  # (N, H, L + D, d)
+            values = torch.cat([v, item_v.transpose(1, 2)], dim=2)
+            bias = torch.cat([own.expand(-1, -1, length, -1), extra], dim=-1)  # (N, 1, L, L + D)
+            out = attn.out_proj(attn.merge(attn.attend(q, keys.transpose(2, 3), values, bias)))
+            h = layer.self_attn_layer_norm(h + F.dropout(out, layer.dropout, self.training))
+            h = layer.final_layer_norm(h + F.dropout(layer.ffn(h), layer.dropout, self.training))
+        memory = h.view(rows, length, dim)
+        return memory, self.model.cross_kv(memory)
+
+    def dense_encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     unit_mask: torch.Tensor) -> torch.Tensor:
+        """The same encoder with each item's documents concatenated into one sequence under a dense mask: a
+        token sees its own document and, if it is a <s>, every real <s> (or, with `hierarchical_encoder` off,
+        every real token of the item). (N, L) rows -> (N, L, D)."""
+        x = self.embed(input_ids, unit_mask, attention_mask)  # (N, L, D)
+        rows, length, dim = x.shape
+        docs = unit_mask.shape[1]
+        items = rows // docs
+        real = attention_mask.bool().view(items, 1, docs * length)  # (B, 1, D*L) keys that are real tokens
+        if self.parts.hierarchical_encoder:
+            doc = torch.arange(docs, device=x.device).repeat_interleave(length)  # (D*L,)
+            is_sos = (torch.arange(docs * length, device=x.device) % length) == 0
+            pairs = (doc[:, None] == doc[None, :]) | (is_sos[:, None] & is_sos[None, :])  # (D*L, D*L)
+            allowed = pairs[None] & real  # (B, D*L, D*L)
+        else:
+            allowed = real.expand(-1, docs * length, -1)
+        bias = (~allowed).to(x.dtype)[:, None] * torch.finfo(x.dtype).min  # (B, 1, D*L, D*L)
+        h = x.reshape(-1, dim)
+        for layer in self.model.encoder.layers:
+            h = layer(h, docs * length, bias)
+        return h.view(rows, length, dim)
+
+    # ---- decoder ------------------------------------------------------------------------------------------------
+    def cross(self, layer, h: torch.Tensor, cross, key_mask, unit_mask, queries: int):
+        """Cross-attention block of one decoder layer: h (B*Q, D) -> (B*Q, D), and the document weights
+        (B, D, H, Q). key_mask (B, D, L) bool, unit_mask (B, D) bool."""
+        attn = layer.encoder_attn
+        k_t, v = cross  # (N, H, d, L), (N, H, L, d)
+        batch, docs, length = key_mask.shape
+        q = attn.split(attn.q_proj(h), queries)  # (B, H, Q, d)
+        if attn.scaling != 1.0:
+            q = q * attn.scaling
+        key = k_t.view(batch, docs, *k_t.shape[1:])  # (B, D, H, d, L)
+        value = v.view(batch, docs, *v.shape[1:])  # (B, D, H, L, d)
+        if self.parts.document_scaled_attention:
+            out, weights = self.attend_documents(q, key, value, key_mask, unit_mask)
+        else:  # one softmax over every real token of the item
+            scores = torch.matmul(q.unsqueeze(1), key)  # (B, D, H, Q, L)
+            scores = scores.masked_fill(~key_mask[:, :, None, None, :], torch.finfo(scores.dtype).min)
+            probs = torch.softmax(scores.permute(0, 2, 3, 1, 4).reshape(batch, attn.heads, queries, -1), dim=-1)
+            probs = probs.view(batch, attn.heads, queries, docs, length).permute(0, 3, 1, 2, 4)  # (B, D, H, Q, L)
+            out = torch.matmul(probs, value).sum(dim=1)  # (B, H, Q, d)
+            weights = probs.sum(-1)  # (B, D, H, Q): each document's share of the attention
+        x = layer.encoder_attn_layer_norm(h + F.dropout(attn.out_proj(attn.merge(out)), layer.dropout, self.training))
+        x = layer.final_layer_norm(x + F.dropout(layer.ffn(x), layer.dropout, self.training))
+        return x, weights
+
+    def decode(self, x: torch.Tensor, queries: int, cross: CrossKV, key_mask, unit_mask, attend_self):
+        """Every decoder layer on rows x (B*Q, D) -> hidden (B*Q, D), document weights (B, D, Q) averaged over
+        heads and layers."""
+        total = 0.0
+        for i, layer in enumerate(self.model.decoder.layers):
+            x, weights = self.cross(layer, attend_self(i, layer, x), cross[i], key_mask, unit_mask, queries)
+            total = total + weights.mean(dim=2)  # (B, D, Q)
+        return x, total / len(self.model.decoder.layers)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
+                decoder_input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing. input_ids, attention_mask (B, D, L), unit_mask (B, D), decoder_input_ids (B, T) ->
+        log-probabilities (B, T, V) and document weights (B, D, T)."""
+        batch, docs, length = input_ids.shape
+        _, cross = self.encode(input_ids.view(-1, length), attention_mask.view(-1, length), unit_mask)
+        steps = decoder_input_ids.shape[1]
+        x = Embeddings.forward(self.model.decoder, decoder_input_ids).reshape(-1, self.config.d_model)  # (B*T, D)
+        future = torch.ones(steps, steps, dtype=torch.bool, device=x.device).triu(1)
+        causal = torch.zeros(steps, steps, dtype=x.dtype, device=x.device).masked_fill(future, torch.finfo(x.dtype).min)
+
+        def attend_self(i, layer, h):
+            return layer.attend_self(h, steps, causal)
+
+        hidden, weights = self.decode(x, steps, cross, attention_mask.bool(), unit_mask, attend_self)
+        logits = self.model.lm_logits(hidden.view(batch, steps, -1))
+        return torch.log_softmax(logits, dim=-1), weights
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        unit_mask: torch.Tensor,
+        encoder_attention_mask: torch.Tensor,
+        position: torch.Tensor,
+        cache_slots: torch.Tensor,
+        cache: SlotCache,
+        cross: CrossKV,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoding step for K beams of B items of D documents: input_ids (B, K) at `position` (1,);
+        encoder_attention_mask (B*D, L); cache per layer (B, H, K, C, d), written in place at `position`;
+        cache_slots (B, K, C). Returns log-probabilities (B, K, V) and document weights (B, D, K)."""
+        batch, beams = input_ids.shape
+        docs = unit_mask.shape[1]
+        x = Embeddings.forward(self.model.decoder, input_ids.reshape(-1, 1), position).reshape(-1, self.config.d_model)
+        bias = slot_bias(cache_slots, x.dtype)  # (B, 1, K, K*C)
+        at = write_index(cache[0][0], position)
+
+        def attend_self(i, layer, h):
+            return layer.attend_self(h, beams, bias, cache[i], at)
+
+        key_mask = encoder_attention_mask.bool().view(batch, docs, -1)  # (B, D, L)
+        hidden, weights = self.decode(x, beams, cross, key_mask, unit_mask, attend_self)
+        logits = self.model.lm_logits(hidden.view(batch, beams, -1))
+        return torch.log_softmax(logits, dim=-1), weights
