@@ -62,7 +62,8 @@ def mb(size: float) -> str:
 
 
 def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,
-                    unit_batch_size: int, tokens: int = 0, cache_rows: int | None = None) -> MemoryEstimate:
+                    unit_batch_size: int, tokens: int = 0, cache_rows: int | None = None,
+                    encoder_rows: int | None = None) -> MemoryEstimate:
     """Working memory of summarizing `batch` items laid out on a (batch, width) grid of units of `length` tokens.
 
     Args:
@@ -72,13 +73,14 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
         tokens: input tokens paged (for the paging term).
         cache_rows: rows of all decoder layers' slot caches together, as the kind lays them out
             (`Layout.cache_groups`); None: a row per grid unit in every layer.
+        encoder_rows: units in the encoder's largest micro-batch (`Layout.largest_run`); None: unit_batch_size.
     """
     d, vocab = model["d_model"], model["vocab_size"]
     layers, heads = model["decoder_layers"], model["decoder_heads"]
     rows = batch * width  # grid rows: every item is padded to the widest
     cross = rows * length * d * 2 * layers * FLOAT
     inputs = rows * length * INDEX * 3  # ids, mask, grid mask
-    run = min(unit_batch_size, rows)
+    run = min(unit_batch_size if encoder_rows is None else encoder_rows, rows)
     encoder = run * length * FLOAT * (  # one layer at a time: scores and probabilities, FFN, two hidden rows
         2 * model["encoder_heads"] * length + model["encoder_ffn_dim"] + 2 * d
     )

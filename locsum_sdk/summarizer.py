@@ -193,7 +193,8 @@ class Summarizer:
 
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
             return estimate_memory(self.model, batch, width, length, generation.num_beams, generation.max_length,
-                                   self.unit_batch_size, tokens, sum(layout.cache_groups(batch, width, layers)))
+                                   self.unit_batch_size, tokens, sum(layout.cache_groups(batch, width, layers)),
+                                   layout.largest_run(width, self.unit_batch_size))
 
         return estimate
 

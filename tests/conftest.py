@@ -95,6 +95,20 @@ def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
     return model.eval()
 
 
+def hf_bart_directory(path: Path, vocab_size: int = 400) -> Path:
+    """A tiny random HF BART saved with `save_pretrained` (config.json + model.safetensors)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+    )
+    transformers.BartForConditionalGeneration(config).save_pretrained(path)
+    return path
+
+
 TINY_UNITS = {"policy": "spatial", "max_pages": 64, "page_tokens": 64}  # max_pages: a training-only cap
 TINY_GENERATION = {"num_beams": 1, "max_length": 24}
 

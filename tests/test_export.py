@@ -5,8 +5,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-import torch
 
+from conftest import hf_bart_directory
 from locsum_sdk import constants as C
 from locsum_sdk import kinds
 from locsum_sdk.backends import base
@@ -119,13 +119,8 @@ def test_export_from_hf_bart_directory_through_the_script(tmp_path, tokenizer_fi
     import sys
     from pathlib import Path
 
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.BartConfig(
-        vocab_size=400, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
-    )
-    transformers.BartForConditionalGeneration(config).save_pretrained(tmp_path / "hf")
+    pytest.importorskip("transformers")
+    hf_bart_directory(tmp_path / "hf")
     script = Path(__file__).resolve().parents[1] / "export" / "to_onnx.py"
     result = subprocess.run(
         [sys.executable, str(script), "--kind", "pagesum", "--checkpoint", str(tmp_path / "hf"), "--output",

@@ -26,7 +26,7 @@ def test_pagesum_is_registered_with_its_unit_options_and_graphs():
 
 
 def test_unknown_kinds_are_named_with_the_known_ones():
-    with pytest.raises(OptionError, match=r"'dyle' is not known; this locsum runs \['pagesum'\]"):
+    with pytest.raises(OptionError, match=r"'dyle' is not known; this locsum runs \['hierencdec', 'pagesum'\]"):
         kinds.get("dyle")
     with pytest.raises(ValueError, match="twice"):
         kinds.register(kinds.get("pagesum"))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
+from .. import constants as C
 from ..errors import LocsumError, OptionError
 
 if TYPE_CHECKING:
@@ -57,6 +58,34 @@ class GraphIO:
         return {t.name: dict(t.axes) for t in self.inputs + self.outputs if t.axes}
 
 
+def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:
+    """Every decoder layer's cross key (rows, H, d, L) and value (rows, H, L, d), as the encoder writes them."""
+    return tuple(t for i in range(layers) for t in (TensorIO(C.cross_key(i), "float32", {0: rows, 3: "length"}),
+                                                    TensorIO(C.cross_value(i), "float32", {0: rows, 2: "length"})))
+
+
+def step_graph(layers: int, cache_rows: Callable[[int], str]) -> GraphIO:
+    """decoder.onnx under the step contract every kind shares (see `Layout`); `cache_rows(layer)` names the axis of
+    that layer's slot-cache rows."""
+
+    def cache(name, i):
+        return TensorIO(name(i), "float32", {0: cache_rows(i), 2: "beams", 3: "capacity"})
+
+    return GraphIO(
+        C.DECODER_FILE,
+        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
+                TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
+                TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.POSITION, "int64", {}),
+                TensorIO(C.CACHE_SLOTS, "int64", {0: "batch", 1: "beams", 2: "capacity"}),
+                *[cache(name, i) for i in range(layers) for name in (C.past_key, C.past_value)],
+                *cross_outputs(layers, "rows")),
+        outputs=(TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
+                 TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}),
+                 *[cache(name, i) for i in range(layers) for name in (C.present_key, C.present_value)]),
+    )
+
+
 class Layout(Protocol):
     """How a kind's graphs are fed from a unit batch: all a backend asks of a kind.
 
@@ -73,6 +102,9 @@ class Layout(Protocol):
 
     def decoder_inputs(self, batch: "UnitBatch") -> dict[str, np.ndarray]:
         """The decoder's inputs that stay the same at every step (besides cross keys/values), by name."""
+
+    def largest_run(self, width: int, size: int) -> int:
+        """Units in the encoder's largest micro-batch when items have `width` units (for the memory estimate)."""
 
     def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
         """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
@@ -112,6 +144,6 @@ def get(name: object, error: type[LocsumError] = OptionError) -> Kind:
     return REGISTRY[name]
 
 
-from . import pagesum  # noqa: E402,F401  registers the kinds
+from . import hierencdec, pagesum  # noqa: E402,F401  registers the kinds
 
 __all__ = ["GraphIO", "Kind", "Layout", "REGISTRY", "TensorIO", "get", "names", "register"]

@@ -8,6 +8,7 @@ with `lin.weight [1, d]`, `lin.bias [1]`). Nothing is ever unpickled: `torch.loa
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,11 +108,13 @@ def read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def load_locsum(directory: Path) -> Checkpoint:
+def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
+    """Our checkpoint directory, as the kind it was saved as, or as `kind` (its weights adapted by that kind)."""
     config = read_config(directory / CONFIG_FILE)
-    kind = config.get("kind")
-    if not isinstance(kind, str) or kind not in registry.MODEL_KINDS:
-        raise BundleError(f"{directory} holds a {kind!r} checkpoint; this locsum loads {sorted(registry.MODEL_KINDS)}")
+    saved = config.get("kind")
+    if not isinstance(saved, str) or saved not in registry.MODEL_KINDS:
+        raise BundleError(f"{directory} holds a {saved!r} checkpoint; this locsum loads {sorted(registry.MODEL_KINDS)}")
+    kind = kind or saved
     if "model" not in config:
         raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
     state = read_state_dict(directory / WEIGHTS_FILE)
@@ -123,6 +126,8 @@ def load_locsum(directory: Path) -> Checkpoint:
     if "units" in settings:
         settings["units"], legacy = split_legacy_units(settings["units"])
         settings["limits"] = {**legacy, **settings.get("limits", {})}
+    if kind != saved and settings.pop("units", None) is not None:
+        logging.getLogger("locsum_sdk").info("%s: %s unit options left out (loaded as %s)", directory, saved, kind)
     return Checkpoint(model, _tokenizer_beside(directory), settings)
 
 
@@ -175,15 +180,15 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
 
     Args:
         config: HF config.json for a bare research state dict file.
-        kind: the kind to load a foreign checkpoint (HF BART, research state dict) as; our own checkpoints carry
-            their kind (None: theirs; "pagesum" for foreign ones).
+        kind: the kind to load the checkpoint as (None: the kind our checkpoints were saved as, "pagesum" for
+            foreign ones: HF BART, research state dicts); the kind completes or drops weights as it needs.
     """
     path = Path(path)
     if not path.exists():
         raise BundleNotFoundError(f"checkpoint {path} does not exist")
     source = detect_format(path)
     if source == "locsum":
-        return load_locsum(path)
+        return load_locsum(path, kind)
     if source == "pagesum-research":
         return load_research_state_dict(path, Path(config) if config else None, kind or "pagesum")
     return LOADERS[source](path, kind or "pagesum")

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import constants as C
 from .. import kinds
 from ..kinds import GraphIO
-from ..ops import page_combine
-from .pagesum import PageSum
+from ..ops import doc_scaled_attention, page_combine
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,21 @@ def register_symbolics(opset: int) -> None:
     torch.onnx.register_custom_op_symbolic(page_combine.TORCH_NAME, symbolic, opset)
 
 
+def register_doc_scaled_attention(opset: int) -> None:
+    """Export `locsum::doc_scaled_attention` as one `locsum.DocScaledAttention` node per use, whose body is the
+    onnxscript function."""
+    doc_scaled_attention.torch_op()
+
+    def symbolic(g, query, key, value, key_mask, doc_mask):
+        out, weights = g.onnxscript_op(doc_scaled_attention.function(), query, key, value, key_mask, doc_mask,
+                                       outputs=2)
+        out.setType(query.type().with_sizes([None, None, None, None]))  # (B, H, Q, d)
+        weights.setType(query.type().with_sizes([None, None, None, None]))  # (B, D, H, Q)
+        return out, weights
+
+    torch.onnx.register_custom_op_symbolic(doc_scaled_attention.TORCH_NAME, symbolic, opset)
+
+
 def export_graph(spec: "GraphSpec", path: Path, opset: int) -> list[np.ndarray]:
     """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
     spec.module.eval()
@@ -61,14 +76,15 @@ def export_graph(spec: "GraphSpec", path: Path, opset: int) -> list[np.ndarray]:
 
 
 class EncoderGraph(nn.Module):
-    """input_ids, attention_mask (N, L) -> encoder_hidden (N, L, D) and every layer's cross key/value."""
+    """The kind's encoder inputs (input_ids, attention_mask (N, L), ...) -> encoder_hidden (N, L, D) and every
+    layer's cross key/value."""
 
-    def __init__(self, model: PageSum):
+    def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        memory, cross = self.model.encode(input_ids, attention_mask)
+    def forward(self, *inputs: torch.Tensor):
+        memory, cross = self.model.encode(*inputs)
         return (memory, *[t for kv in cross for t in kv])
 
 
@@ -77,7 +93,7 @@ class DecoderGraph(nn.Module):
     its past written at `position` (a ScatterND on the input), so a runtime that binds both to one buffer gets
     the write in place."""
 
-    def __init__(self, model: PageSum):
+    def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
         self.layers = model.config.decoder_layers
@@ -90,19 +106,27 @@ class DecoderGraph(nn.Module):
         return (log_probs, weights, *[t for layer in cache for t in layer])
 
 
-def encoder_spec(model: PageSum, units: int = 3, length: int = 12) -> GraphSpec:
-    """encoder.onnx."""
+def encoder_spec(model: nn.Module, items: int = 2, units: int = 3, length: int = 12) -> GraphSpec:
+    """encoder.onnx, traced on `items` x `units` grid rows (the last one a padding unit), with the inputs the
+    model's kind declares."""
     cfg = model.config
     g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(3, cfg.vocab_size, (units, length), generator=g)
-    attention_mask = torch.ones(units, length, dtype=torch.int64)
+    rows = items * units
+    unit_mask = torch.ones(items, units, dtype=torch.bool)
+    unit_mask[-1, -1] = False
+    input_ids = torch.randint(3, cfg.vocab_size, (rows, length), generator=g)
+    input_ids[:, 0] = cfg.bos_token_id  # every unit starts with <s>
+    attention_mask = torch.ones(rows, length, dtype=torch.int64)
     attention_mask[1, length // 2 :] = 0
+    attention_mask[~unit_mask.reshape(-1)] = 0
+    example = {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask, C.UNIT_MASK: unit_mask}
     io = declared(model)["encoder"]
-    return GraphSpec(EncoderGraph(model), (input_ids, attention_mask), io.input_names, io.output_names, io.axes)
+    inputs = tuple(example[name] for name in io.input_names)
+    return GraphSpec(EncoderGraph(model), inputs, io.input_names, io.output_names, io.axes)
 
 
 def decoder_spec(
-    model: PageSum, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, capacity: int = 5
+    model: nn.Module, batch: int = 2, units: int = 3, beams: int = 2, length: int = 12, capacity: int = 5
 ) -> GraphSpec:
     """decoder.onnx, traced at position 2 of a cache of `capacity` positions."""
     cfg = model.config
@@ -122,8 +146,7 @@ def decoder_spec(
         torch.tensor([2]),
         cache_slots,
     ]
-    for layer in range(cfg.decoder_layers):
-        groups = batch if layer == 0 else rows  # layer 0's cache is shared by the pages of an item
+    for groups in kinds.get(model.kind).layout.cache_groups(batch, units, cfg.decoder_layers):
         example += [torch.randn(groups, heads, beams, capacity, dim, generator=g) for _ in range(2)]
     for _ in range(cfg.decoder_layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),
@@ -132,6 +155,6 @@ def decoder_spec(
     return GraphSpec(DecoderGraph(model), tuple(example), io.input_names, io.output_names, io.axes)
 
 
-def declared(model: PageSum) -> dict[str, GraphIO]:
+def declared(model: nn.Module) -> dict[str, GraphIO]:
     """The model's graphs as its kind declares them (names, dtypes, dynamic axes)."""
     return kinds.get(model.kind).graphs(model.config.to_dict())

@@ -15,6 +15,7 @@ off (`Parts`) to run the paper's ablation rows; with all three off it is plain B
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,8 @@ from .bart import (
 from .config import BartConfig
 
 KIND = "hierencdec"
+
+logger = logging.getLogger("locsum_sdk")
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,8 @@ class HierEncDec(nn.Module):
         docs = unit_mask.shape[1]
         own = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
         # <s> (position 0) queries also see the other real documents' <s> keys: (N, 1, L, D) bias
-        other = unit_mask[:, None, :].expand(-1, docs, -1) & ~torch.eye(docs, dtype=torch.bool,
-                                                                          device=x.device)  # (B, D, D)
+        index = torch.arange(docs, device=x.device)
+        other = unit_mask[:, None, :].expand(-1, docs, -1) & (index[:, None] != index[None, :])  # (B, D, D)
         sos = torch.zeros(length, dtype=torch.bool, device=x.device)
         sos[0] = True
         open_ = other.reshape(rows, 1, 1, docs) & sos[None, None, :, None]  # (N, 1, L, D)
@@ -200,3 +203,23 @@ class HierEncDec(nn.Module):
         hidden, weights = self.decode(x, beams, cross, key_mask, unit_mask, attend_self)
         logits = self.model.lm_logits(hidden.view(batch, beams, -1))
         return torch.log_softmax(logits, dim=-1), weights
+
+
+def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """HierEncDec adds no weights to BART: a PageSum's page confidence layer is left out."""
+    extra = sorted(name for name in state if name.startswith("page_conf."))
+    if extra:
+        logger.info("%s: %s not used by hierencdec", source, extra)
+    return {name: tensor for name, tensor in state.items() if name not in extra}
+
+
+def register_model_kind() -> None:
+    from . import graphs
+    from .registry import ModelKind, register
+
+    register(ModelKind(
+        name=KIND, model=HierEncDec, complete=complete,
+        graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},
+        functions={"decoder": doc_scaled_attention.NAME}, register_symbolics=graphs.register_doc_scaled_attention,
+        formats=("hf-bart", "pagesum-research"),
+    ))

@@ -58,8 +58,9 @@ def build(kind: str, config: BartConfig, state: State, source: str, load_into: C
 
 
 def _register_all() -> None:
-    from . import pagesum
+    from . import hierencdec, pagesum
 
+    hierencdec.register_model_kind()
     pagesum.register_model_kind()
 
 

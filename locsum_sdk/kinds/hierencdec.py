@@ -1,0 +1,81 @@
+"""HierEncDec, runtime side: documents as units (one page per document; a document over the page budget is split
+into several, each starting with <s>), encoded a whole item at a time (their <s> states meet in every encoder
+layer), and one decoder per item whose cross-attention ends in `locsum.DocScaledAttention`.
+
+A document unit is framed as PageSum frames a page, `<s> [query </s>] text </s>`: the paper puts one </s> after the
+last document of a concatenated input, but here every document is its own sequence with positions restarting,
+so each ends as the BART sequences it was pretrained on do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import constants as C
+from ..backends.base import UnitBatch
+from ..units import Pager, PagingOptions
+from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
+
+REVISION = 1
+
+
+@dataclass(frozen=True)
+class DocumentOptions(PagingOptions):
+    """How text becomes documents: by default one unit per input document (`policy="document"`); a single long
+    text can be cut into sections (`discourse`) or equal pages (`spatial`) that act as documents."""
+
+    policy: str = "document"
+
+
+def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
+    """encoder and decoder IO of a HierEncDec with `model`'s decoder layers."""
+    layers = model["decoder_layers"]
+    encoder = GraphIO(
+        C.ENCODER_FILE,
+        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.UNIT_MASK, "bool", {0: "items", 1: "units"})),
+        outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
+    )
+    decoder = step_graph(layers, lambda i: "batch")  # one decoder per item: a cache row per item in every layer
+    return {"encoder": encoder, "decoder": decoder}
+
+
+class HierEncDecLayout:
+    """The encoder runs whole items (the grid rows of each, padding documents included, with the item's unit
+    mask), as many as fit `unit_batch_size` units and at least one; the decoder runs once per item."""
+
+    def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
+        per_run = max(1, size // batch.width)  # items per run
+        rows = batch.width * per_run
+        total = batch.batch * batch.width
+        return [(first, min(first + rows, total), first) for first in range(0, total, rows)]
+
+    def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
+        """Grid rows [first, end) of whole items: their units' ids and masks, zeros for padding documents."""
+        width, length = batch.width, batch.input_ids.shape[1]
+        items = range(first // width, end // width)
+        starts = np.concatenate([[0], np.cumsum(batch.counts)])  # each item's first real unit
+        input_ids = np.zeros((end - first, length), dtype=np.int64)
+        attention_mask = np.zeros((end - first, length), dtype=np.int64)
+        for i, item in enumerate(items):
+            count, start = batch.counts[item], starts[item]
+            input_ids[i * width : i * width + count] = batch.input_ids[start : start + count]
+            attention_mask[i * width : i * width + count] = batch.attention_mask[start : start + count]
+        return {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask,
+                C.UNIT_MASK: batch.unit_mask[items.start : items.stop]}
+
+    def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
+        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
+
+    def largest_run(self, width: int, size: int) -> int:
+        return max(1, size // width) * width
+
+    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
+        return [items] * layers
+
+
+KIND = register(Kind("hierencdec", REVISION, DocumentOptions, Pager, graphs, HierEncDecLayout()))
