@@ -130,3 +130,13 @@ def bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     output = tmp_path_factory.mktemp("bundles") / "tiny"
     export_onnx(checkpoint_dir, output)
     return output
+
+
+@pytest.fixture(scope="session")
+def hierencdec_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
+    """The tiny PageSum checkpoint's BART weights exported as hierencdec (`locsum export --kind hierencdec`)."""
+    from locsum_sdk.cli import main
+
+    output = tmp_path_factory.mktemp("bundles") / "tiny-hierencdec"
+    assert main(["export", "--kind", "hierencdec", "--checkpoint", str(checkpoint_dir), "--output", str(output)]) == 0
+    return output

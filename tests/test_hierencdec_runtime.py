@@ -14,9 +14,8 @@ from locsum_sdk.exporters.onnx import export_onnx
 
 
 @pytest.fixture(scope="module")
-def hier_bundle(checkpoint_dir, tmp_path_factory):
-    """The tiny PageSum checkpoint's BART weights exported as hierencdec (its page_conf is left out)."""
-    return export_onnx(checkpoint_dir, tmp_path_factory.mktemp("hier") / "bundle", kind="hierencdec").path
+def hier_bundle(hierencdec_bundle_dir):
+    return hierencdec_bundle_dir
 
 
 @pytest.fixture(scope="module")

@@ -6,17 +6,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = """
 import json, sys
 import locsum_sdk.ops  # the numpy references of every op
 from locsum_sdk import Summarizer
 summary = Summarizer.from_pretrained(sys.argv[1], threads=1).summarize(
-    "The council met on Tuesday. The budget was approved. The library opens in spring.", max_length=6)
+    ["The council met on Tuesday. The budget was approved.", "The library opens in spring."], max_length=6)
 print(json.dumps(sorted(m for m in ("torch", "transformers", "onnx", "onnxscript", "safetensors") if m in sys.modules)))
 """
 
 
-def test_summarizing_with_a_bundle_imports_no_torch(bundle_dir):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle_dir)], capture_output=True, text=True,
+@pytest.mark.parametrize("kind", ["pagesum", "hierencdec"])
+def test_summarizing_with_a_bundle_imports_no_torch(request, kind):
+    bundle = request.getfixturevalue({"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir"}[kind])
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
