@@ -110,9 +110,11 @@ def check_summary(summary: Summary, source, chosen) -> None:
     assert isinstance(summary.text, str)
 
 
-@pytest.fixture(scope="module")
-def summarizer(bundle_dir):
-    return Summarizer.from_pretrained(bundle_dir, threads=1)
+@pytest.fixture(scope="module", params=["pagesum", "hierencdec"])
+def summarizer(request):
+    """The tiny bundle of each kind."""
+    bundle = request.getfixturevalue({"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir"}[request.param])
+    return Summarizer.from_pretrained(bundle, threads=1)
 
 
 @given(source=inputs(), query=queries(), chosen=options())
