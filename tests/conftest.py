@@ -109,6 +109,31 @@ def hf_bart_directory(path: Path, vocab_size: int = 400) -> Path:
     return path
 
 
+def run_onnx_function(function, domain: str, opset: int, inputs: dict, outputs: dict[str, int]) -> list:
+    """One node calling the onnxscript `function` (an ONNX local function of `domain`), checked with
+    onnx.checker and run on ONNX Runtime on `inputs` (name -> numpy array); returns the float `outputs`
+    (name -> rank)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import checker, helper
+
+    def value(name, dtype, rank):
+        return helper.make_tensor_value_info(name, dtype, [f"{name}_{i}" for i in range(rank)])
+
+    node = helper.make_node(function.name, list(inputs), list(outputs), domain=domain)
+    graph = helper.make_graph(
+        [node], function.name,
+        [value(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.ndim) for n, a in inputs.items()],
+        [value(n, helper.np_dtype_to_tensor_dtype(np.dtype(np.float32)), rank) for n, rank in outputs.items()],
+    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(domain, 1)]
+    proto = helper.make_model(graph, opset_imports=opsets, functions=[function.to_function_proto()])
+    proto.ir_version = 10  # the newest IR version ONNX Runtime 1.31 reads
+    checker.check_model(proto, full_check=True)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(list(outputs), inputs)
+
+
 TINY_UNITS = {"policy": "spatial", "max_pages": 64, "page_tokens": 64}  # max_pages: a training-only cap
 TINY_GENERATION = {"num_beams": 1, "max_length": 24}
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_onnx_function
 from locsum_sdk.ops import doc_scaled_attention as op
 
 ATOL = 1e-5
@@ -35,26 +36,11 @@ def test_torch_op_matches_reference():
 
 
 def test_onnx_function_matches_reference():
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, checker, helper
-
+    pytest.importorskip("onnxruntime")
     inputs = example(1)
     names = ["query", "key", "value", "key_mask", "doc_mask"]
-    node = helper.make_node(op.NAME, names, ["out", "weights"], domain=op.DOMAIN)
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        [node], "doc_scaled_attention",
-        [value("query", TensorProto.FLOAT, list("BHQd")), value("key", TensorProto.FLOAT, list("BDHdL")),
-         value("value", TensorProto.FLOAT, list("BDHLd")), value("key_mask", TensorProto.BOOL, list("BDL")),
-         value("doc_mask", TensorProto.BOOL, list("BD"))],
-        [value("out", TensorProto.FLOAT, list("BHQd")), value("weights", TensorProto.FLOAT, list("BDHQ"))],
-    )
-    opsets = [helper.make_opsetid("", op.OPSET), helper.make_opsetid(op.DOMAIN, 1)]
-    proto = helper.make_model(graph, opset_imports=opsets, functions=[op.function().to_function_proto()])
-    proto.ir_version = 10  # the newest IR version ONNX Runtime 1.31 reads
-    checker.check_model(proto, full_check=True)
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    out, weights = session.run(None, dict(zip(names, inputs)))
+    out, weights = run_onnx_function(op.function(), op.DOMAIN, op.OPSET, dict(zip(names, inputs)),
+                                     {"out": 4, "weights": 4})
     ref_out, ref_weights = op.reference(*inputs)
     np.testing.assert_allclose(out, ref_out, atol=ATOL)
     np.testing.assert_allclose(weights, ref_weights, atol=ATOL)

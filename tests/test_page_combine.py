@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_onnx_function
 from locsum_sdk.ops import page_combine
 
 ATOL = 1e-6
@@ -30,25 +31,10 @@ def test_torch_op_matches_reference():
 
 
 def test_onnx_function_matches_reference():
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, checker, helper
-
+    pytest.importorskip("onnxruntime")
     hidden, scores, mask = example(1)
-    node = helper.make_node(page_combine.NAME, ["hidden", "scores", "mask"], ["mixed", "weights"],
-                            domain=page_combine.DOMAIN)
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        [node], "page_combine",
-        [value("hidden", TensorProto.FLOAT, list("BUKD")), value("scores", TensorProto.FLOAT, list("BUK")),
-         value("mask", TensorProto.BOOL, list("BU"))],
-        [value("mixed", TensorProto.FLOAT, list("BKD")), value("weights", TensorProto.FLOAT, list("BUK"))],
-    )
-    opsets = [helper.make_opsetid("", page_combine.OPSET), helper.make_opsetid(page_combine.DOMAIN, 1)]
-    proto = helper.make_model(graph, opset_imports=opsets, functions=[page_combine.function().to_function_proto()])
-    proto.ir_version = 10  # the newest IR version ONNX Runtime 1.31 reads
-    checker.check_model(proto, full_check=True)
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    mixed, weights = session.run(None, {"hidden": hidden, "scores": scores, "mask": mask})
+    mixed, weights = run_onnx_function(page_combine.function(), page_combine.DOMAIN, page_combine.OPSET,
+                                       {"hidden": hidden, "scores": scores, "mask": mask}, {"mixed": 3, "weights": 3})
     ref_mixed, ref_weights = page_combine.reference(hidden, scores, mask)
     np.testing.assert_allclose(mixed, ref_mixed, atol=ATOL)
     np.testing.assert_allclose(weights, ref_weights, atol=ATOL)
