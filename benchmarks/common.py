@@ -83,6 +83,20 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def bart_base_hierencdec() -> tuple[Path, Path]:
+    """The same bart-base-shaped weights as a HierEncDec: (checkpoint dir, bundle dir), built once in CACHE."""
+    checkpoint, bundle = CACHE / "hierencdec-checkpoint", CACHE / "hierencdec-bundle"
+    source, _ = bart_base_pagesum()
+    if not (checkpoint / "model.safetensors").is_file():
+        from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+
+        loaded = load_checkpoint(source, kind="hierencdec")
+        save_checkpoint(loaded.model, checkpoint, loaded.tokenizer_file, **loaded.settings)
+    if not current_bundle(bundle):
+        export_bundle(checkpoint, bundle, kind="hierencdec")
+    return checkpoint, bundle
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:
