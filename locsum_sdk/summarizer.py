@@ -48,9 +48,10 @@ class Summary:
 
     text: str
     token_ids: list[int]  # generated ids, without the decoder start token
-    units: list[Unit]  # the pages the input was split into, with their texts and character spans
-    unit_weights: np.ndarray  # (steps, units): the combine weights of each decoding step of the chosen beam
+    units: list[Unit]  # the units the input was split into (`kind`'s units), with their texts and character spans
+    unit_weights: np.ndarray  # (steps, units): each decoding step's weight per unit for the chosen beam
     score: float  # length-normalised log-probability of the chosen hypothesis
+    kind: str  # the model kind; `locsum_sdk.kinds.get(kind).units` says what units and unit weights are
     timings: dict[str, float] = field(default_factory=dict)  # seconds: paging, encode, decode, total
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,6 +61,7 @@ class Summary:
             "units": [u.to_dict() for u in self.units],
             "unit_weights": self.unit_weights.round(4).tolist(),
             "score": self.score,
+            "kind": self.kind,
             "timings": self.timings,
         }
 
@@ -255,6 +257,7 @@ class Summarizer:
                 units=units,
                 unit_weights=hyp.unit_weights[:, : len(units)],
                 score=hyp.score,
+                kind=self.kind.name,
                 timings=timings,
             )
             for hyp, units in zip(hypotheses, items)

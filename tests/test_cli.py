@@ -20,6 +20,7 @@ def test_summarize_files_as_documents_json(bundle_dir, tmp_path, capsys):
     assert {u["document"] for u in out["units"]} == {0, 1}
     assert len(out["unit_weights"]) == len(out["token_ids"])
     assert set(out["timings"]) == {"paging", "encode", "decode", "total"}
+    assert out["kind"] == "pagesum"
 
 
 def test_errors_are_one_line_and_exit_2(bundle_dir, tmp_path, capsys):

@@ -16,7 +16,7 @@ from locsum_sdk.units import PagingOptions
 
 def test_pagesum_is_registered_with_its_unit_options_and_graphs():
     kind = kinds.get("pagesum")
-    assert kind.unit_options is PagingOptions and kind.revision >= 1
+    assert kind.unit_options is PagingOptions and kind.revision >= 1 and "page" in kind.units
     io = kind.graphs({"decoder_layers": 3})
     assert set(io) == {"encoder", "decoder"}
     assert io["decoder"].input_names[:5] == [C.INPUT_IDS, C.UNIT_MASK, C.ENCODER_ATTENTION_MASK, C.POSITION,

@@ -116,6 +116,7 @@ class Kind:
 
     name: str
     revision: int  # bumped whenever the kind's graphs or unit layout change
+    units: str  # what a unit is and what its weight in a decoding step means (for `Summary.units`)
     unit_options: type  # frozen dataclass of the kind's unit options; UNIT_TOKENS names its unit-size field
     pager: Callable[..., Any]  # (tokenizer, special tokens, unit options, max_tokens) -> units maker: called with
     # (documents, query) it returns the units; `query_ids(query)` validates and tokenizes a query

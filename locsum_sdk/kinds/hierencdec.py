@@ -78,4 +78,7 @@ class HierEncDecLayout:
         return [items] * layers
 
 
-KIND = register(Kind("hierencdec", REVISION, DocumentOptions, Pager, graphs, HierEncDecLayout()))
+UNITS = ("documents (or the sections or pages a long one was cut into); a unit's weight is its document weight in "
+         "the step's cross-attention (softmax over the documents' <s> scores), averaged over heads and layers")
+
+KIND = register(Kind("hierencdec", REVISION, UNITS, DocumentOptions, Pager, graphs, HierEncDecLayout()))

@@ -53,4 +53,6 @@ class PageSumLayout:
         return [items] + [items * width] * (layers - 1)
 
 
-KIND = register(Kind("pagesum", REVISION, PagingOptions, Pager, graphs, PageSumLayout()))
+UNITS = "pages of the input; a unit's weight is its page weight in the step's hidden-space mixture (PageCombine)"
+
+KIND = register(Kind("pagesum", REVISION, UNITS, PagingOptions, Pager, graphs, PageSumLayout()))
