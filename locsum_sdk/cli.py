@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_eval)
 
     e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle")
-    e.add_argument("--kind", default="pagesum", choices=kinds.names(), help="the model kind to export as")
+    e.add_argument("--kind", choices=kinds.names(),
+                   help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files)")
     e.add_argument("--checkpoint", required=True, help="our checkpoint, an HF BART directory or a research state dict")
     e.add_argument("--output", required=True, help="bundle directory to create")
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")

@@ -61,15 +61,15 @@ def test_label_smoothing():
     assert torch.allclose(smoothed, 0.9 * expected + 0.1 * uniform)
 
 
-def run_config(tmp_path, jsonl, tokenizer_file, objective, name):
+def run_config(tmp_path, jsonl, tokenizer_file, objective, name, **changes):
     cfg = tiny_config(400)
-    return TrainConfig(
+    return TrainConfig(**{**dict(
         name=name, objective=objective, tokenizer=str(tokenizer_file), train_files=[str(jsonl)],
         val_files=[str(jsonl)], model={k: v for k, v in cfg.to_dict().items() if k != "vocab_size"},
         output=str(tmp_path), units=TINY_UNITS, batch_size=2, grad_accum=2, max_steps=6, lr=1e-3,
         warmup_steps=2, segment_tokens=48, max_target_tokens=24, log_every=1, eval_every=3, save_every=2,
         bf16=False, val_examples=2, generation={"num_beams": 2, "max_length": 6},
-    )
+    ), **changes})
 
 
 @pytest.mark.parametrize("objective", ["summarize", "denoise"])
@@ -100,6 +100,33 @@ def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
     bundle = export_onnx(trainer.latest(), tmp_path / "bundle")
     summary = Summarizer.from_pretrained(bundle.path).summarize(document(random.Random(1), 10), max_length=8)
     assert summary.token_ids
+
+
+def test_hierencdec_fine_tunes_from_a_pagesum_run_resumes_and_exports(tmp_path, jsonl, tokenizer_file):
+    """A kind other than PageSum through the same trainer: initialised from a PageSum checkpoint's BART weights
+    (`init_from` loads them as the configured kind), resumed exactly, exported and run."""
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.__main__ import build
+
+    base = build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "base"), progress=False)
+    base.train(max_steps=2)
+    units = {"policy": "document", "page_tokens": 64, "max_pages": 8}
+
+    def config(name):
+        return run_config(tmp_path, jsonl, tokenizer_file, "summarize", name, kind="hierencdec",
+                          init_from=str(base.latest()), units=units, max_steps=4)
+
+    straight = build(config("straight"), progress=False)
+    assert straight.model.kind == "hierencdec"
+    log = straight.train()
+    build(config("resumed"), progress=False).train(max_steps=2)
+    resumed = build(config("resumed"), progress=False).train()
+    assert [r["loss"] for r in log[2:]] == [r["loss"] for r in resumed]
+    bundle = export_onnx(straight.latest(), tmp_path / "bundle")
+    assert bundle.manifest.kind == "hierencdec"
+    summary = Summarizer.from_pretrained(bundle.path).summarize([document(random.Random(2), 4)] * 2, max_length=6)
+    assert summary.kind == "hierencdec" and summary.token_ids
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")

@@ -50,7 +50,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     tokenizer_file, tokenizer = prepare_tokenizer(config, files)
     torch.manual_seed(config.seed)
     if config.init_from:
-        model = load_checkpoint(config.resolve(config.init_from)).model
+        model = load_checkpoint(config.resolve(config.init_from), kind=config.kind).model  # e.g. BART -> hierencdec
     else:
         model = model_kind(config.kind).model(BartConfig(**{**config.model, "vocab_size": tokenizer.get_vocab_size()}))
         model.reset_parameters(0.02)

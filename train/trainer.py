@@ -23,8 +23,6 @@ import torch
 from tqdm import tqdm
 
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from locsum_sdk.modeling.pagesum import PageSum
-
 from .batching import Batch, collate, label_smoothed_nll
 from .config import TrainConfig
 
@@ -61,8 +59,8 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, model: PageSum, train_set, val_set=None, tokenizer_file: Path | None = None,
-                 progress: bool = True, tokenizer=None):
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, train_set, val_set=None,
+                 tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None):
         self.config, self.model, self.train_set, self.val_set = config, model, train_set, val_set
         self.tokenizer_file, self.progress, self.tokenizer = tokenizer_file, progress, tokenizer
         self.optimizer = optimizer_for(model, config)

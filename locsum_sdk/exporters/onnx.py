@@ -150,7 +150,7 @@ def export_onnx(
     force: bool = False,
     atol: float = ATOL,
     quantize: str | None = None,
-    kind: str = "pagesum",
+    kind: str | None = None,
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -165,20 +165,21 @@ def export_onnx(
         atol: tolerance of the ONNX Runtime vs torch validation (of the float32 graphs).
         quantize: None (float32) or "int8" (dynamic quantization of the linear layers, after the float32
             graphs passed validation; the int8 difference from torch is recorded in the manifest).
-        kind: the kind to export as (`locsum_sdk.kinds`); the checkpoint must hold a model of that kind.
+        kind: the kind to export as (`locsum_sdk.kinds`); None: the kind our checkpoint was saved as, pagesum for
+            foreign ones (HF BART, research state dicts). Another kind converts the weights where it can
+            (a PageSum's BART as hierencdec) or is refused.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
     from ..modeling import graphs, registry
 
-    declared = kinds.get(kind)
+    if kind is not None:
+        kinds.get(kind)  # an unknown kind is refused before any work
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    torch_kind = registry.model_kind(declared.name)
-    loaded = load_checkpoint(checkpoint, config, declared.name)
-    if loaded.model.kind != declared.name:
-        raise ExportError(f"{checkpoint} holds a {loaded.model.kind} model; export it as --kind {loaded.model.kind}")
+    loaded = load_checkpoint(checkpoint, config, kind)
+    declared, torch_kind = kinds.get(loaded.model.kind), registry.model_kind(loaded.model.kind)
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
