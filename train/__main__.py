@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
+from locsum_sdk import kinds
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.config import BartConfig
 from locsum_sdk.modeling.registry import model_kind
-from locsum_sdk.units import Pager, PagingOptions, SpecialTokens
+from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
 from .data import SummarizationSet, read_jsonl, segments, unique_documents
@@ -64,7 +65,8 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         val_set = DenoisingSet(segments(unique_documents(val_files), tokenizer, config.segment_tokens),
                                special.bos, special.eos, mask_id, config.seed + 1) if val_files else None
     else:
-        pager = Pager(tokenizer, special, PagingOptions(**config.paging()))
+        kind = kinds.get(config.kind)
+        pager = kind.pager(tokenizer, special, kind.unit_options(**config.paging()))
         max_pages = config.units.get("max_pages")
         train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens, max_pages)
         val_set = (SummarizationSet([config.resolve(f) for f in config.val_files], pager, tokenizer,
