@@ -166,6 +166,28 @@ def decode(summarizer, batch, options) -> tuple[list[int], list[float]]:
     return hyp.token_ids, session.times
 
 
+def interleaved_steps(benchmark, ort, ref, batch, options, rounds: int) -> tuple[list[float], list[float], bool]:
+    """Step times of the ONNX Runtime and torch summarizers decoding `batch` in turn, `rounds` times each after a
+    warm-up of both: (onnxruntime times, torch times, whether every round gave both the same tokens)."""
+    from locsum_sdk.generation import GenerationOptions
+
+    warm = GenerationOptions(num_beams=options.num_beams, max_length=3)
+    decode(ort, batch, warm)
+    decode(ref, batch, warm)
+    ort_times, ref_times, same = [], [], [True]
+
+    def run():
+        for _ in range(rounds):  # alternated, so a slow spell of the machine hits both backends
+            a_tokens, a_times = decode(ort, batch, options)
+            b_tokens, b_times = decode(ref, batch, options)
+            ort_times.extend(a_times)
+            ref_times.extend(b_times)
+            same[0] &= a_tokens == b_tokens
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    return ort_times, ref_times, same[0]
+
+
 @contextmanager
 def plot(path: Path, ylabel: str, title: str):
     """A matplotlib figure and axes for one chart; labelled, given a legend and written to `path` as a PNG after

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import bart_base_hierencdec, decode, text_of_tokens, write_result
+from benchmarks.common import bart_base_hierencdec, interleaved_steps, text_of_tokens, write_result
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.generation import GenerationOptions
@@ -30,20 +30,7 @@ def test_step_time_onnxruntime_vs_torch(benchmark, quick):
     ref = Summarizer.from_pretrained(checkpoint, backend="torch", threads=2)
     batch = documents_batch(ort, documents, 512)
     options = GenerationOptions(num_beams=4, max_length=17, min_length=17)
-    decode(ort, batch, GenerationOptions(num_beams=4, max_length=3))  # warm-up
-    decode(ref, batch, GenerationOptions(num_beams=4, max_length=3))
-    ort_times, ref_times, same = [], [], True
-
-    def run():
-        nonlocal same
-        for _ in range(rounds):
-            a_tokens, a_times = decode(ort, batch, options)
-            b_tokens, b_times = decode(ref, batch, options)
-            ort_times.extend(a_times)
-            ref_times.extend(b_times)
-            same &= a_tokens == b_tokens
-
-    benchmark.pedantic(run, rounds=1, iterations=1)
+    ort_times, ref_times, same = interleaved_steps(benchmark, ort, ref, batch, options, rounds)
     ort_ms, ref_ms = 1000 * np.median(ort_times), 1000 * np.median(ref_times)
     print(f"\nhierencdec, {batch.width} documents x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
           f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ref_ms / ort_ms:.2f}x faster; "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import decode, page_batch, write_result
+from benchmarks.common import interleaved_steps, page_batch, write_result
 from benchmarks.roofline import bandwidth_gbs, matmul_gflops, step_bound
 from locsum_sdk import Summarizer
 from locsum_sdk.generation import GenerationOptions
@@ -22,20 +22,7 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
     ref = Summarizer.from_pretrained(checkpoint, backend="torch", threads=2)
     batch = page_batch(ort, pages)
     options = GenerationOptions(num_beams=4, max_length=17, min_length=17)
-    decode(ort, batch, GenerationOptions(num_beams=4, max_length=3))  # warm-up
-    decode(ref, batch, GenerationOptions(num_beams=4, max_length=3))
-    ort_times, ref_times, same = [], [], True
-
-    def run():
-        nonlocal same
-        for _ in range(rounds):
-            a_tokens, a_times = decode(ort, batch, options)
-            b_tokens, b_times = decode(ref, batch, options)
-            ort_times.extend(a_times)
-            ref_times.extend(b_times)
-            same &= a_tokens == b_tokens
-
-    benchmark.pedantic(run, rounds=1, iterations=1)
+    ort_times, ref_times, same = interleaved_steps(benchmark, ort, ref, batch, options, rounds)
     ort_ms, ref_ms = 1000 * np.median(ort_times), 1000 * np.median(ref_times)
     ratio = ref_ms / ort_ms
     bandwidth, gflops = bandwidth_gbs(), matmul_gflops()
