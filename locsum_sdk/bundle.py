@@ -18,9 +18,9 @@ from typing import Any
 from . import constants as C
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from . import kinds
-from .generation import GenerationOptions
-from .limits import LimitOptions, split_legacy_units
+from .limits import split_legacy_units
 from .modeling.config import BartConfig
+from .options import Options
 from .units import SpecialTokens
 from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
@@ -113,18 +113,10 @@ def _check_schema(manifest: Manifest) -> None:
     except BundleError as err:
         raise error(str(err)) from None
     try:
-        units = kind.unit_options(**manifest.units)
-        LimitOptions(**manifest.limits)
-        generation = GenerationOptions(**manifest.generation)
-    except (OptionError, TypeError) as err:
+        defaults = Options.from_settings({k: getattr(manifest, k) for k in ("units", "limits", "generation")}, kind)
+    except OptionError as err:
         raise error(f"default options: {err}") from None
-    field = kind.unit_options.UNIT_TOKENS
-    if getattr(units, field) > config.max_positions:
-        raise error(f"units.{field}={getattr(units, field)} is over the model's {config.max_positions} positions")
-    if generation.max_length > config.max_positions:
-        raise error(
-            f"generation.max_length={generation.max_length} is over the model's {config.max_positions} positions"
-        )
+    defaults.check_positions(config.max_positions, error)
     check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_NAMES, error=error)
     for name, value in manifest.special_tokens.items():
         check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)

@@ -3,6 +3,7 @@
 FORMAT_VERSION = 4  # bumped whenever the bundle layout, the manifest schema or a graph signature changes
 
 MANIFEST_FILE = "manifest.json"
+CHECKPOINT_CONFIG_FILE = "config.json"  # what marks a checkpoint directory (ours or HF)
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 TOKENIZER_FILE = "tokenizer.json"

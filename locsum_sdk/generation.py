@@ -11,14 +11,10 @@ from typing import Protocol
 
 import numpy as np
 
-from .validation import check_bool, check_float, check_int
+from .validation import check_bool, check_float, check_int, is_int
 
 MAX_BEAMS = 64  # a wider beam costs memory for no measurable gain
 MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow on long hypotheses
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -35,7 +31,7 @@ class GenerationOptions:
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
         check_int("max_length", self.max_length, 2)  # the start token and one more
-        check_int("min_length", self.min_length, 0, self.max_length if _is_int(self.max_length) else None)
+        check_int("min_length", self.min_length, 0, self.max_length if is_int(self.max_length) else None)
         check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
         check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         check_bool("early_stopping", self.early_stopping)

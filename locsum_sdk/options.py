@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import kinds
-from .errors import OptionError
+from .errors import LocsumError, OptionError
 from .generation import GenerationOptions
 from .kinds import Kind
 from .limits import LimitOptions
+from .validation import check_keys, is_int
 
 SHARED = {"limits": LimitOptions, "generation": GenerationOptions}
 
@@ -38,9 +39,7 @@ class Options:
         values = {}
         for key, group in {"units": kind.unit_options, **SHARED}.items():
             saved = settings.get(key) or {}
-            unknown = sorted(set(saved) - set(_names(group)))
-            if unknown:
-                raise OptionError(f"{key} has unknown keys {unknown}; accepted keys are {list(_names(group))}")
+            check_keys(key, saved, _names(group))
             values[key] = group(**saved)
         return cls(**values)
 
@@ -64,13 +63,20 @@ class Options:
             raise OptionError(f"unknown option(s) {unknown}; accepted options are {list(self.names)}")
         overrides = dict(overrides)
         length = overrides.get("max_length")
-        if "min_length" not in overrides and isinstance(length, int) and not isinstance(length, bool):
+        if "min_length" not in overrides and is_int(length):
             overrides["min_length"] = max(0, min(self.generation.min_length, length))
         groups = {key: getattr(self, key) for key in ("units", *SHARED)}
         return Options(**{
             key: dataclasses.replace(group, **{k: v for k, v in overrides.items() if k in _names(type(group))})
             for key, group in groups.items()
         })
+
+    def check_positions(self, positions: int, error: type[LocsumError] = OptionError) -> None:
+        """The unit size and max_length fit a model of `positions` learned positions."""
+        field = type(self.units).UNIT_TOKENS
+        for name, value in ((field, getattr(self.units, field)), ("max_length", self.generation.max_length)):
+            if value > positions:
+                raise error(f"{name}={value} is over the model's {positions} positions; use at most {positions}")
 
     def to_settings(self) -> dict[str, dict[str, Any]]:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}

@@ -23,8 +23,6 @@ from .options import Options
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
 
-CHECKPOINT_CONFIG = "config.json"  # what marks a checkpoint directory (modeling.checkpoint.CONFIG_FILE)
-
 logger = logging.getLogger("locsum_sdk")
 
 BUNDLE_ENV = "LOCSUM_BUNDLE"  # a bundle path that `Summarizer.from_pretrained()` loads when given none
@@ -125,10 +123,10 @@ class Summarizer:
             where = "" if path != default_bundle() else f" (the default bundle; set {BUNDLE_ENV} or pass a path)"
             raise BundleNotFoundError(f"{path} is not a directory{where}; pass the path of a bundle or checkpoint")
         is_bundle = (path / C.MANIFEST_FILE).is_file()
-        if not is_bundle and not (path / CHECKPOINT_CONFIG).is_file():
+        if not is_bundle and not (path / C.CHECKPOINT_CONFIG_FILE).is_file():
             raise BundleNotFoundError(
-                f"{path} has neither {C.MANIFEST_FILE} (a bundle) nor {CHECKPOINT_CONFIG} (a checkpoint); pass a "
-                "bundle directory as `locsum export` writes it, or a checkpoint directory"
+                f"{path} has neither {C.MANIFEST_FILE} (a bundle) nor {C.CHECKPOINT_CONFIG_FILE} (a checkpoint); "
+                "pass a bundle directory as `locsum export` writes it, or a checkpoint directory"
             )
         if backend == "auto":
             backend = "onnxruntime" if is_bundle else "torch"
@@ -169,17 +167,7 @@ class Summarizer:
                 "as summarizer.options(...) returns them, or None"
             )
         options = base.replace(**overrides)
-        generation, field = options.generation, type(options.units).UNIT_TOKENS
-        if getattr(options.units, field) > self.max_positions:
-            raise OptionError(
-                f"{field}={getattr(options.units, field)} is over the model's {self.max_positions} positions; use at "
-                f"most {self.max_positions}"
-            )
-        if generation.max_length > self.max_positions:
-            raise OptionError(
-                f"max_length={generation.max_length} is over the model's {self.max_positions} decoder positions; "
-                f"use at most {self.max_positions}"
-            )
+        options.check_positions(self.max_positions)
         return options
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions) -> MemoryEstimate:
@@ -191,7 +179,7 @@ class Summarizer:
         return self._estimate(generation, tokens)(len(items), max(len(units) for units in items), length)
 
     def _estimate(self, generation: GenerationOptions, tokens: int) -> Estimate:
-        layout, layers = self.backend.kind.layout, self.model["decoder_layers"]
+        layout, layers = self.kind.layout, self.model["decoder_layers"]
 
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
             return estimate_memory(self.model, batch, width, length, generation.num_beams, generation.max_length,
@@ -233,7 +221,7 @@ class Summarizer:
         documents = [as_documents(item) for item in inputs]
         pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
-        items = [pager(docs, query) for docs, query in zip(documents, queries)]
+        items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
         items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)

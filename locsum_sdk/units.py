@@ -206,7 +206,10 @@ class Pager:
 
     def __call__(self, documents: Sequence[str], query: str | None = None) -> list[Unit]:
         """Documents (already validated by `as_documents`) -> pages within the token budget."""
-        query_ids = self.query_ids(query)
+        return self.pages(documents, self.query_ids(query))
+
+    def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
+        """As calling the pager, with the query already tokenized by `query_ids`."""
         frame = 2 + (len(query_ids) + 1 if query_ids else 0)
         body = self.options.page_tokens - frame
         if self.options.policy == "document":

@@ -17,7 +17,8 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An int that is not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -33,7 +34,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
         accepted += f" of at least {low}"
     elif high is not None:
         accepted += f" of at most {high}"
-    if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+    if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
         raise error(f"{name}={_show(value)} is not accepted; {name} must be {accepted}")
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from locsum_sdk.modeling.config import unknown_fields
+from locsum_sdk.errors import OptionError
+from locsum_sdk.validation import check_keys
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -59,9 +60,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        problem = unknown_fields(cls, values)
-        if problem:
-            raise ValueError(f"training config: {problem}")
+        check_keys("training config", values, [f.name for f in dataclasses.fields(cls)], error=OptionError)
         config = cls(**values)
         if config.objective not in ("denoise", "summarize"):
             raise ValueError(f"objective={config.objective!r}: use 'denoise' or 'summarize'")

@@ -186,7 +186,6 @@ def export_onnx(
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
     defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
-    paging, generation = defaults.units, defaults.generation
     model = loaded.model.float().eval()
     fold_query_scaling(model)
     from tokenizers import Tokenizer
@@ -194,10 +193,7 @@ def export_onnx(
     vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()
     if vocab > model.config.vocab_size:
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
-    field = type(paging).UNIT_TOKENS
-    for name, value in ((field, getattr(paging, field)), ("max_length", generation.max_length)):
-        if value > model.config.max_positions:
-            raise OptionError(f"{name}={value} is over the model's {model.config.max_positions} positions")
+    defaults.check_positions(model.config.max_positions)
     torch_kind.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(output)

@@ -119,7 +119,8 @@ class Kind:
     units: str  # what a unit is and what its weight in a decoding step means (for `Summary.units`)
     unit_options: type  # frozen dataclass of the kind's unit options; UNIT_TOKENS names its unit-size field
     pager: Callable[..., Any]  # (tokenizer, special tokens, unit options, max_tokens) -> units maker: called with
-    # (documents, query) it returns the units; `query_ids(query)` validates and tokenizes a query
+    # (documents, query) it returns the units; `query_ids(query)` validates and tokenizes a query, and
+    # `pages(documents, query_ids)` makes the units from those ids
     graphs: Callable[[dict[str, Any]], dict[str, GraphIO]]  # model config -> graph name -> IO declaration
     layout: Layout  # how a session binds the graphs' inputs
 

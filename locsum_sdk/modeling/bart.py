@@ -39,6 +39,12 @@ def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (1.0 - mask.to(dtype))[:, None, None, :] * torch.finfo(dtype).min
 
 
+def causal_bias(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(T, T) additive bias letting each of T positions attend to itself and those before it."""
+    future = torch.ones(length, length, dtype=torch.bool, device=device).triu(1)  # (T, T)
+    return torch.zeros(length, length, dtype=dtype, device=device).masked_fill(future, torch.finfo(dtype).min)
+
+
 def write_index(cache: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Where a step writes into a slot cache (G, H, K, C, d): every group, head and slot k, at `position` (1,).
     Built once per step and cache shape, so the exported graph builds each index once, not per layer."""
@@ -160,7 +166,10 @@ class EncoderLayer(FeedForwardMixin, nn.Module):
 
     def forward(self, x: torch.Tensor, length: int | torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """x (N*L, D) -> (N*L, D)."""
-        h = self.self_attn.self_attention(x, length, bias)
+        return self.after_attention(x, self.self_attn.self_attention(x, length, bias))
+
+    def after_attention(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The layer's residual blocks around an attention output h: x + h, norm, feed-forward, norm."""
         x = self.self_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
         return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
@@ -189,7 +198,10 @@ class DecoderLayer(FeedForwardMixin, nn.Module):
 
     def attend_memory(self, x, cross, cross_bias, queries):
         """Cross-attention and feed-forward blocks: x (N*K*T, D) -> (N*K*T, D); queries = K*T per unit."""
-        h = self.encoder_attn.cross_attention(x, cross, cross_bias, queries)
+        return self.after_memory(x, self.encoder_attn.cross_attention(x, cross, cross_bias, queries))
+
+    def after_memory(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The residual blocks around a cross-attention output h: x + h, norm, feed-forward, norm."""
         x = self.encoder_attn_layer_norm(x + F.dropout(h, self.dropout, self.training))
         h = self.ffn(x)
         return self.final_layer_norm(x + F.dropout(h, self.dropout, self.training))
@@ -207,8 +219,9 @@ class Embeddings(nn.Module):
         self.dropout = config.dropout
 
     def forward(self, input_ids: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
+        """input_ids (R, T) -> (R, T, D); positions start at `start`: a number, or one per row (R, 1)."""
         length = input_ids.shape[1]
-        positions = torch.arange(length, device=input_ids.device) + start + POSITION_OFFSET  # (T,)
+        positions = torch.arange(length, device=input_ids.device) + start + POSITION_OFFSET  # (T,) or (R, T)
         x = self.shared[0](input_ids) * self.scale + self.embed_positions(positions)  # (R, T, D)
         return F.dropout(self.layernorm_embedding(x), self.dropout, self.training)
 
@@ -242,9 +255,7 @@ class Decoder(Embeddings):
         """
         length = input_ids.shape[1]
         x = super().forward(input_ids)  # (B, T, D)
-        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)  # (T, T)
-        causal = torch.zeros(length, length, dtype=x.dtype, device=x.device)
-        causal = causal.masked_fill(future, torch.finfo(x.dtype).min)  # (T, T)
+        causal = causal_bias(length, x.dtype, x.device)  # (T, T)
 
         def attend_self(i, layer, h):
             return layer.attend_self(h, length, causal)

@@ -16,13 +16,14 @@ from typing import Any, Callable
 
 import torch
 
+from .. import constants as C
 from ..errors import BundleError, BundleNotFoundError
 from ..limits import split_legacy_units
 from . import registry
 from .config import BartConfig
 
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = C.CHECKPOINT_CONFIG_FILE
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 TIED_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")

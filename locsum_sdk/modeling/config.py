@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
-from ..validation import check_bool, check_choice, check_float, check_int
+from ..validation import check_bool, check_choice, check_float, check_int, check_keys
 
 #: HF BART config keys and the fields they map to.
 _HF_KEYS = {
@@ -32,13 +32,6 @@ _HF_KEYS = {
 }
 
 ACTIVATIONS = ("gelu", "relu")
-
-
-def unknown_fields(cls, values: dict[str, Any]) -> str | None:
-    """None when every key of `values` is a field of dataclass `cls`; otherwise a message naming both."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    return f"unknown keys {unknown}; accepted keys are {sorted(known)}" if unknown else None
 
 
 @dataclass(frozen=True)
@@ -93,9 +86,7 @@ class BartConfig:
     def from_dict(cls, values: dict[str, Any]) -> "BartConfig":
         if not isinstance(values, dict):
             raise BundleError(f"model config must be an object, got {type(values).__name__}")
-        problem = unknown_fields(cls, values)
-        if problem:
-            raise BundleError(f"model config: {problem}")
+        check_keys("model config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
         return cls(**values)
 
     @classmethod

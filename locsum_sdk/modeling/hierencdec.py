@@ -19,12 +19,11 @@ import logging
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..ops import doc_scaled_attention
 from .bart import (
-    POSITION_OFFSET, Bart, CrossKV, Embeddings, SlotCache, attention_bias, init_weights, slot_bias, write_index,
+    Bart, CrossKV, Embeddings, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index,
 )
 from .config import BartConfig
 
@@ -58,15 +57,11 @@ class HierEncDec(nn.Module):
     def embed(self, input_ids: torch.Tensor, unit_mask: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Token + position embeddings of the grid rows (N, L) -> (N, L, D). Positions restart in every document,
         or, with `restart_positions` off, run on from the previous documents of the item."""
-        encoder, (rows, length) = self.model.encoder, input_ids.shape
-        positions = torch.arange(length, device=input_ids.device)[None, :].expand(rows, -1)  # (N, L)
+        start = 0
         if not self.parts.restart_positions:
-            docs = unit_mask.shape[1]
-            lengths = attention_mask.sum(-1).view(-1, docs)  # (B, D)
-            before = torch.cumsum(lengths, dim=1) - lengths  # (B, D) tokens of the item's earlier documents
-            positions = positions + before.reshape(-1, 1)
-        x = encoder.shared[0](input_ids) * encoder.scale + encoder.embed_positions(positions + POSITION_OFFSET)
-        return F.dropout(encoder.layernorm_embedding(x), encoder.dropout, self.training)
+            lengths = attention_mask.sum(-1).view(-1, unit_mask.shape[1])  # (B, D)
+            start = (torch.cumsum(lengths, dim=1) - lengths).reshape(-1, 1)  # (N, 1) the item's earlier tokens
+        return Embeddings.forward(self.model.encoder, input_ids, start)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor):
         """Grid rows of whole items: input_ids, attention_mask (N, L), N = B*D; unit_mask (B, D) -> encoder
@@ -96,9 +91,7 @@ class HierEncDec(nn.Module):
             keys = torch.cat([k, item_k.transpose(1, 2)], dim=2)  # (N, H, L + D, d)
             values = torch.cat([v, item_v.transpose(1, 2)], dim=2)
             bias = torch.cat([own.expand(-1, -1, length, -1), extra], dim=-1)  # (N, 1, L, L + D)
-            out = attn.out_proj(attn.merge(attn.attend(q, keys.transpose(2, 3), values, bias)))
-            h = layer.self_attn_layer_norm(h + F.dropout(out, layer.dropout, self.training))
-            h = layer.final_layer_norm(h + F.dropout(layer.ffn(h), layer.dropout, self.training))
+            h = layer.after_attention(h, attn.out_proj(attn.merge(attn.attend(q, keys.transpose(2, 3), values, bias))))
         memory = h.view(rows, length, dim)
         return memory, self.model.cross_kv(memory)
 
@@ -146,8 +139,7 @@ class HierEncDec(nn.Module):
             probs = probs.view(batch, attn.heads, queries, docs, length).permute(0, 3, 1, 2, 4)  # (B, D, H, Q, L)
             out = torch.matmul(probs, value).sum(dim=1)  # (B, H, Q, d)
             weights = probs.sum(-1)  # (B, D, H, Q): each document's share of the attention
-        x = layer.encoder_attn_layer_norm(h + F.dropout(attn.out_proj(attn.merge(out)), layer.dropout, self.training))
-        x = layer.final_layer_norm(x + F.dropout(layer.ffn(x), layer.dropout, self.training))
+        x = layer.after_memory(h, attn.out_proj(attn.merge(out)))
         return x, weights
 
     def decode(self, x: torch.Tensor, queries: int, cross: CrossKV, key_mask, unit_mask, attend_self):
@@ -167,8 +159,7 @@ class HierEncDec(nn.Module):
         _, cross = self.encode(input_ids.view(-1, length), attention_mask.view(-1, length), unit_mask)
         steps = decoder_input_ids.shape[1]
         x = Embeddings.forward(self.model.decoder, decoder_input_ids).reshape(-1, self.config.d_model)  # (B*T, D)
-        future = torch.ones(steps, steps, dtype=torch.bool, device=x.device).triu(1)
-        causal = torch.zeros(steps, steps, dtype=x.dtype, device=x.device).masked_fill(future, torch.finfo(x.dtype).min)
+        causal = causal_bias(steps, x.dtype, x.device)
 
         def attend_self(i, layer, h):
             return layer.attend_self(h, steps, causal)
