@@ -15,7 +15,7 @@ import numpy as np
 from . import constants as C
 from .backends import BACKENDS, Backend, UnitBatch
 from .bundle import Bundle
-from .errors import BundleError, BundleNotFoundError, InputError, OptionError
+from .errors import BackendError, BundleError, BundleNotFoundError, InputError, OptionError
 from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits
 from .memory import MemoryEstimate, estimate_memory, memory_limit
@@ -188,6 +188,24 @@ class Summarizer:
 
         return estimate
 
+    def _select(self, units: list[Unit], query_ids: tuple[int, ...] | None, paging) -> list[Unit]:
+        """The kind's selection stage on one item: its graph scores the units a micro-batch at a time, and the
+        kind keeps the units the encoder will see."""
+        selection, size = self.kind.selection, self.unit_batch_size
+        scores = []
+        for first in range(0, len(units), size):
+            part = units[first : first + size]
+            outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids))
+            scores.append(np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1))
+            if scores[-1].shape != (len(part),) or not np.isfinite(scores[-1]).all():
+                raise BackendError(f"the {selection.graph} returned {scores[-1].size} scores (finite: "
+                                   f"{bool(np.isfinite(scores[-1]).all())}) for {len(part)} units; export the bundle "
+                                   "again")
+        kept = self.kind.selection.keep(units, np.concatenate(scores), paging)
+        if not kept:
+            raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
+        return kept
+
     def summarize(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
                   **overrides: Any) -> Summary:
         """Summarize one text, or one cluster of documents (a list of strings).
@@ -222,6 +240,8 @@ class Summarizer:
         pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
+        if self.kind.selection is not None:
+            items = [self._select(units, ids, paging) for units, ids in zip(items, query_ids)]
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
         items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)

@@ -80,6 +80,7 @@ class Unit:
     text: str
     token_ids: tuple[int, ...]  # model input: <s> [query </s>] text </s>
     head: int = 1  # ids before the text: <s> [query </s>]
+    score: float | None = None  # its score in the kind's selection stage, when the kind has one
 
     @property
     def text_ids(self) -> tuple[int, ...]:
@@ -87,7 +88,8 @@ class Unit:
         return self.token_ids[self.head : -1]
 
     def to_dict(self) -> dict:
-        return {"document": self.document, "start": self.start, "end": self.end, "text": self.text}
+        out = {"document": self.document, "start": self.start, "end": self.end, "text": self.text}
+        return out if self.score is None else {**out, "score": self.score}
 
 
 def as_documents(text_or_documents: object) -> list[str]:

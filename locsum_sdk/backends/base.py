@@ -117,6 +117,9 @@ class Backend(Protocol):
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "Session": ...
 
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the kind's graph `graph` once (a selection stage's scoring) and return its outputs by name."""
+
 
 class Session(StepSession, Protocol):
     def close(self) -> None:

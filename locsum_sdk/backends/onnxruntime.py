@@ -69,8 +69,10 @@ class OnnxRuntimeBackend:
         # with the first run's arena chunks still held, so every input of two or more micro-batches peaked about
         # one encoder run's activations higher (bart-base, 8 pages of 1024 tokens: 2168 MB instead of 1740, no
         # slower without it); the arena alone reuses the chunks.
-        self.encoder = self._session("encoder", spin=False, memory_pattern=False)
-        self.decoder = self._session("decoder", spin=True, memory_pattern=True)
+        # A selection graph (ranker, extractor) runs before the encoder as the encoder does.
+        self.sessions = {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
+                         for graph in self.kind.graphs(self.config)}
+        self.encoder, self.decoder = self.sessions["encoder"], self.sessions["decoder"]
 
     def _options(self, spin: bool, memory_pattern: bool):
         ort = self.ort
@@ -107,11 +109,22 @@ class OnnxRuntimeBackend:
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "OnnxRuntimeSession":
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size)
 
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one of the kind's graphs (e.g. a selection stage's) on `inputs` by name; its outputs by name."""
+        if graph not in self.sessions:
+            raise BackendError(f"a {self.kind.name} bundle has no {graph!r} graph; it has {sorted(self.sessions)}")
+        session = self.sessions[graph]
+        try:
+            values = session.run(None, {name: np.ascontiguousarray(value) for name, value in inputs.items()})
+        except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
+            raise BackendError(f"onnxruntime failed running the {graph} ({err})") from None
+        return dict(zip((t.name for t in session.get_outputs()), values))
+
     def end_profiling(self) -> dict[str, Path]:
         """Stop tracing (backend made with `profile_dir`) and return each graph's trace file (Chrome trace JSON)."""
         if self.profile_dir is None:
             raise BackendError("this backend was made without profile_dir, so it has no trace to end")
-        return {graph: Path(getattr(self, graph).end_profiling()) for graph in ("encoder", "decoder")}
+        return {graph: Path(session.end_profiling()) for graph, session in self.sessions.items()}
 
 
 class OnnxRuntimeSession:

@@ -32,6 +32,17 @@ class TorchBackend:
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "TorchSession":
         return TorchSession(self, batch, beams, unit_batch_size)
 
+    def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one of the kind's graphs other than the encoder and decoder (a selection stage's): the model's
+        method of that name takes the graph's inputs by name and returns its outputs in declared order."""
+        io = self.kind.graphs(self.model.config.to_dict()).get(graph)
+        if io is None or graph in ("encoder", "decoder") or not callable(getattr(self.model, graph, None)):
+            raise BackendError(f"the torch {self.kind.name} model has no {graph!r} graph to run")
+        with self.torch.inference_mode():
+            outputs = getattr(self.model, graph)(**{name: self.torch.from_numpy(np.ascontiguousarray(value))
+                                                    for name, value in inputs.items()})
+        return {name: value.numpy() for name, value in zip(io.output_names, outputs)}
+
 
 class TorchSession:
     def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int):

@@ -8,13 +8,14 @@ a kind (modeling, loaders, training objective) registers under the same name in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
+from ..units import Unit
 
 if TYPE_CHECKING:
     from ..backends.base import UnitBatch
@@ -111,6 +112,28 @@ class Layout(Protocol):
 
 
 @dataclass(frozen=True)
+class Selection:
+    """A stage between paging and encoding (DYLE's extractor, the hierarchical transformer's ranker): the kind's
+    `graph` scores an item's units, a micro-batch at a time, and `keep` chooses the units the encoder sees.
+
+    Units are scored independently, so the stage's memory is bounded by the micro-batch and its time grows with the
+    number of units."""
+
+    graph: str  # the scoring graph, one of the kind's graphs
+    inputs: Callable[[Sequence[Unit], tuple[int, ...] | None], dict[str, np.ndarray]]  # (units, query ids) -> inputs
+    scores: str  # the graph output holding one float score per unit of the micro-batch, (n,)
+    keep: Callable[[Sequence[Unit], np.ndarray, Any], list[Unit]]  # (units, scores, unit options) -> kept units
+
+
+def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:
+    """The `count` best-scored units, each carrying its score: best first (`ranked`) or in input order. Ties go to
+    the earlier unit."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:count]
+    chosen = order if ranked else np.sort(order)
+    return [replace(units[i], score=float(scores[i])) for i in chosen]
+
+
+@dataclass(frozen=True)
 class Kind:
     """A model kind as the runtime knows it."""
 
@@ -123,6 +146,7 @@ class Kind:
     # `pages(documents, query_ids)` makes the units from those ids
     graphs: Callable[[dict[str, Any]], dict[str, GraphIO]]  # model config -> graph name -> IO declaration
     layout: Layout  # how a session binds the graphs' inputs
+    selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
 
 
 REGISTRY: dict[str, Kind] = {}
@@ -148,4 +172,4 @@ def get(name: object, error: type[LocsumError] = OptionError) -> Kind:
 
 from . import hierencdec, pagesum  # noqa: E402,F401  registers the kinds
 
-__all__ = ["GraphIO", "Kind", "Layout", "REGISTRY", "TensorIO", "get", "names", "register"]
+__all__ = ["GraphIO", "Kind", "Layout", "REGISTRY", "Selection", "TensorIO", "get", "keep_top", "names", "register"]
