@@ -1,5 +1,6 @@
 """Training: data streaming and paging, denoising noise, label smoothing, exact resume."""
 
+import dataclasses
 import json
 import random
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config
-from train.batching import IGNORE, collate, label_smoothed_nll
+from locsum_sdk.modeling.objectives import IGNORE, label_smoothed_nll
+from train.batching import collate
 from train.config import TrainConfig
 from train.data import JsonlIndex, Sample, read_jsonl, segments, unique_documents
 from train.noise import NoiseOptions, corrupt
@@ -88,6 +90,25 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, jsonl, tokenizer_file
     assert first[0]["loss"] == straight[0]["loss"]
     if objective == "summarize":
         assert 0 <= straight[2]["val_rouge1"] <= 100
+
+
+def test_the_trainer_uses_the_objective_the_kind_registers(tmp_path, jsonl, tokenizer_file, monkeypatch):
+    from locsum_sdk.modeling import registry
+    from locsum_sdk.modeling.objectives import cross_entropy
+    from train.__main__ import build
+
+    seen = []
+
+    def doubled(model, batch, smoothing):  # a kind's own loss, e.g. a summary term plus an extractor term
+        seen.append(batch.input_ids.shape)
+        loss, nll = cross_entropy(model, batch, smoothing)
+        return 2 * loss, nll
+
+    monkeypatch.setitem(registry.MODEL_KINDS, "pagesum",
+                        dataclasses.replace(registry.model_kind("pagesum"), objective=doubled))
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "own", max_steps=1, val_files=[])
+    record = build(config, progress=False).train()[0]
+    assert len(seen) == config.grad_accum and record["loss"] > 1.9 * record["nll"]
 
 
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):

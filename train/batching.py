@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .data import Sample
+from locsum_sdk.modeling.objectives import IGNORE
 
-IGNORE = -100  # label of padding positions
+from .data import Sample
 
 
 @dataclass
@@ -45,15 +45,3 @@ def collate(samples: list[Sample], pad: int, decoder_start: int) -> Batch:
         decoder_input_ids[b, 0] = decoder_start
         decoder_input_ids[b, 1 : len(target)] = target[:-1]
     return Batch(input_ids, attention_mask, unit_mask, decoder_input_ids, labels)
-
-
-def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """log_probs (B, T, V), labels (B, T) -> (smoothed loss, plain NLL), both averaged over real tokens."""
-    mask = labels != IGNORE
-    safe = labels.clamp_min(0)
-    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    smooth = -log_probs.mean(-1)  # (B, T)
-    count = mask.sum().clamp_min(1)
-    nll = (nll * mask).sum() / count
-    smooth = (smooth * mask).sum() / count
-    return (1 - epsilon) * nll + epsilon * smooth, nll

@@ -23,7 +23,8 @@ import torch
 from tqdm import tqdm
 
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from .batching import Batch, collate, label_smoothed_nll
+from locsum_sdk.modeling.registry import model_kind
+from .batching import Batch, collate
 from .config import TrainConfig
 
 logger = logging.getLogger("locsum_sdk.train")
@@ -64,6 +65,7 @@ class Trainer:
         self.config, self.model, self.train_set, self.val_set = config, model, train_set, val_set
         self.tokenizer_file, self.progress, self.tokenizer = tokenizer_file, progress, tokenizer
         self.optimizer = optimizer_for(model, config)
+        self.objective = model_kind(model.kind).objective
         self.position = Position()
         self.run_dir = config.run_dir()
         self.checkpoints = self.run_dir / "checkpoints"
@@ -83,9 +85,9 @@ class Trainer:
             epoch, cursor = epoch + 1, 0
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model kind's objective on one batch: (loss, plain NLL)."""
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
-            log_probs, _ = self.model(batch.input_ids, batch.attention_mask, batch.unit_mask, batch.decoder_input_ids)
-        return label_smoothed_nll(log_probs.float(), batch.labels, self.config.label_smoothing)
+            return self.objective(self.model, batch, self.config.label_smoothing)
 
     # ---- loop -------------------------------------------------------------------------------------------
     def train(self, max_steps: int | None = None) -> list[dict]:

@@ -2,8 +2,8 @@
 
 A kind's entry says which module class it builds from a `BartConfig`, how weights a source format lacks are filled
 in, which graphs it exports (wrapper modules, example inputs; names and axes come from the runtime declaration) and
-which `locsum`-domain function each graph must hold, and how its custom ops export. Checkpoint loaders are looked
-up by (kind, source format).
+which `locsum`-domain function each graph must hold, how its custom ops export, and the objective it trains with
+(cross-entropy unless it says otherwise). Checkpoint loaders are looked up by (kind, source format).
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from torch import nn
 
 from ..errors import BundleError, OptionError
 from .config import BartConfig
+from .objectives import cross_entropy
 
 State = dict[str, torch.Tensor]
+Objective = Callable[[nn.Module, Any, float], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ModelKind:
     functions: dict[str, str]  # graph name -> the locsum-domain function the exported graph must hold
     register_symbolics: Callable[[int], None]  # make its custom ops export as locsum-domain functions
     formats: tuple[str, ...] = field(default=())  # source formats it loads, besides our own checkpoints
+    objective: Objective = cross_entropy  # (module, batch, label smoothing) -> (loss, plain NLL) in training
 
 
 MODEL_KINDS: dict[str, ModelKind] = {}
