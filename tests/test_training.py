@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,21 +152,21 @@ def test_hierencdec_fine_tunes_from_a_pagesum_run_resumes_and_exports(tmp_path, 
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
-def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file):
+def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
     from locsum_sdk.bundle import Bundle
     from train.__main__ import build
     from train.release import main as release
-
-    import dataclasses
 
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
     config = dataclasses.replace(config, units={**TINY_UNITS, "page_tokens": 128})
     trainer = build(config, progress=False)
     trainer.train(max_steps=2)
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
-             "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work")])
+             "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work"),
+             "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly."])
     card = (tmp_path / "default" / "README.md").read_text()
-    assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card
+    assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card and "| as sections |" in card
+    assert "kind `pagesum`" in card and "trained briefly." in card
     assert "of 2 summaries identical" in card
     Bundle.load(tmp_path / "default")
 
@@ -184,3 +185,16 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir):
     assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
     assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
     assert len(calls) == 1 and not list((tmp_path / "summaries").glob("*.partial"))
+    assert cached(tmp_path, bundle_dir, "set", examples, make, {"policy": "document"}) == ["summary"]
+    assert len(calls) == 2  # other options, other summaries
+
+
+def test_compared_systems_are_parsed_with_their_options(tmp_path):
+    from train.release import Comparison
+
+    spec = Comparison.parse("PageSum, document pages=~/b;policy=document;max_pages=16;truncate=true")
+    assert spec.name == "PageSum, document pages" and spec.path == Path("~/b").expanduser()
+    assert spec.options == {"policy": "document", "max_pages": 16, "truncate": True}
+    for bad in ("no-equals", "=path", "name=path;policy"):
+        with pytest.raises(ValueError, match="--compare"):
+            Comparison.parse(bad)

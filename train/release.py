@@ -1,10 +1,13 @@
 """Release a trained checkpoint as a bundle with a model card: export, evaluate, check parity, write README.
 
     python -m train.release --checkpoint RUN/checkpoints/step-N --output engines/default \
-        [--truncated OTHER_RUN/checkpoints/step-N] [--runs pretrain-small,pagesum-small] [--limit 40]
+        [--compare "NAME=CHECKPOINT_OR_BUNDLE[;option=value...]" ...] [--runs pretrain-small,pagesum-small] \
+        [--about TEXT] [--limit 40]
 
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
-to the lead / random / oracle baselines (and the truncated single-page model when given), float32 against int8,
+to the lead / random / oracle baselines and every --compare system (another checkpoint, exported here, or a
+bundle, each with its own summarize options: e.g. a single-page model of the same budget, or PageSum with one page
+per document via `policy=document`), float32 against int8,
 ONNX Runtime against the torch checkpoint (greedy, token for token), and the training budget read from the
 runs' metrics.jsonl. Summaries are kept under --work by bundle content and data set, so a release that was
 stopped picks up where it was.
@@ -18,11 +21,12 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from locsum_sdk import Summarizer
+from locsum_sdk import Summarizer, kinds
 from locsum_sdk.evaluation import EvalExample, evaluate, read_examples, run_baseline
 from locsum_sdk.exporters.onnx import export_onnx
 
@@ -36,7 +40,6 @@ TEST_SETS = {
     "multinews": "multinews/test.jsonl",
     "leval": "leval/test.jsonl",
 }
-MAX_BUNDLE_MB = 60
 
 
 def summary(summarizer: Summarizer, example: EvalExample, **options):
@@ -45,14 +48,50 @@ def summary(summarizer: Summarizer, example: EvalExample, **options):
     return summarizer.summarize(example.documents, query=example.query, truncate=True, **options)
 
 
-def summaries(summarizer: Summarizer, examples: list[EvalExample]) -> list[str]:
-    return [summary(summarizer, ex).text for ex in tqdm(examples, desc="summarizing", leave=False)]
+def summaries(summarizer: Summarizer, examples: list[EvalExample], **options) -> list[str]:
+    return [summary(summarizer, ex, **options).text for ex in tqdm(examples, desc="summarizing", leave=False)]
 
 
-def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], make) -> list[str]:
-    """`make()`'s summaries, kept under `work` by bundle content and data, so an interrupted release resumes."""
+@dataclass(frozen=True)
+class Comparison:
+    """A system the card reports beside the released one: a checkpoint (exported here) or a bundle, run with its
+    own summarize options."""
+
+    name: str
+    path: Path
+    options: dict
+
+    @classmethod
+    def parse(cls, spec: str) -> "Comparison":
+        """'NAME=PATH[;option=value...]'; values are JSON when they parse as JSON (16, true), else strings."""
+        name, sep, rest = spec.partition("=")
+        if not sep or not name.strip() or not rest:
+            raise ValueError(f"--compare {spec!r}: write NAME=CHECKPOINT_OR_BUNDLE[;option=value...]")
+        path, *pairs = rest.split(";")
+        options = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise ValueError(f"--compare {spec!r}: {pair!r} is not option=value")
+            try:
+                options[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                options[key.strip()] = value
+        return cls(name.strip(), Path(path).expanduser(), options)
+
+    def bundle(self, work: Path) -> Path:
+        if (self.path / "manifest.json").is_file():
+            return self.path
+        slug = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:12]
+        return export_onnx(self.path, work / "compare" / slug, force=True).path
+
+
+def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], make,
+           options: dict | None = None) -> list[str]:
+    """`make()`'s summaries, kept under `work` by bundle content, summarize options and data, so an interrupted
+    release resumes."""
     files = json.loads((bundle / "manifest.json").read_text())["files"]
-    key = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([files, options or {}], sort_keys=True).encode()).hexdigest()[:16]
     path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
     if path.is_file():
         return json.loads(path.read_text())
@@ -104,26 +143,30 @@ def size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 2**20
 
 
-def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None) -> str:
+DEFAULT_ABOUT = ("trained by this project on this machine with no pretrained weights: BART denoising on the train "
+                 "documents of QMSum, SQuALITY and FewSum, then fine-tuning on their train examples (query prepended "
+                 "to every unit). Val and test splits were used for nothing but validation and this card.")
+
+
+def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
+         about: str = DEFAULT_ABOUT) -> str:
     manifest = json.loads((bundle / "manifest.json").read_text())
-    model = manifest["model"]
+    model, kind = manifest["model"], kinds.get(manifest["kind"])
     params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
              "FFN {encoder_ffn_dim}, vocabulary {vocab_size}, {max_positions} positions".format(**model)
     lines = [
-        f"# {name}: a small PageSum trained from scratch on ../shared/data",
+        f"# {name}: a small {kind.name} trained from scratch on ../shared/data",
         "",
-        "**What it is.** A locality-aware summarizer (PageSum: pages encoded alone, mixed at every decoding step) "
-        f"with {params}; trained by this project on this machine with no pretrained weights: BART denoising on the "
-        "train documents of QMSum, SQuALITY and FewSum, then PageSum fine-tuning on their train examples (query "
-        "prepended to every page). Val and test splits were used for nothing but validation and this card.",
+        f"**What it is.** A locality-aware summarizer of kind `{kind.name}` (units: {kind.units}) with {params}; "
+        f"{about}",
         "",
-        f"**Bundle.** {manifest['dtype']}, {size_mb(bundle):.1f} MB; pages: {manifest['units']}; decoding: "
-        f"{manifest['generation']}.",
+        f"**Bundle.** {manifest['dtype']}, {size_mb(bundle):.1f} MB; units: {manifest['units']}; limits: "
+        f"{manifest['limits']}; decoding: {manifest['generation']}.",
         "",
         "## ROUGE F1 on the test splits (95% bootstrap intervals)",
         "",
-        f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over the bundle's limits (tokens, "
-        "memory) keep their first pages that fit. Lead = first N source words (N = reference length); random = random "
+        f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over a system's limits (tokens, "
+        "memory) keep their first units that fit. Lead = first N source words (N = reference length); random = random "
         "source sentences up to N words; oracle = greedy extractive upper bound. QMSum and SQuALITY are in the "
         "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
         "domains.",
@@ -157,7 +200,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "## Good for, not good for",
         "",
         "Good for: trying the SDK end to end offline, meeting-style and story-style inputs like its training data, "
-        "seeing which pages a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
+        "seeing which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
         "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
         "repetitive sentences, and weak results outside meetings, stories and product reviews.",
         "",
@@ -169,7 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--truncated", help="checkpoint of the single-page baseline trained with the same budget")
+    parser.add_argument("--compare", action="append", default=[], type=Comparison.parse,
+                        help="NAME=CHECKPOINT_OR_BUNDLE[;option=value...]: a system reported beside this one")
+    parser.add_argument("--max-mb", type=float, default=30.0,
+                        help="a float32 bundle over this size ships int8, when int8 keeps ROUGE-1 within 0.5")
+    parser.add_argument("--about", default=DEFAULT_ABOUT, help="how the model was trained, for the card")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget)")
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
     parser.add_argument("--sets", default=",".join(TEST_SETS))
@@ -180,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     fp32 = export_onnx(args.checkpoint, work / "float32", force=True).path
     int8 = export_onnx(args.checkpoint, work / "int8", quantize="int8", force=True).path
-    truncated = export_onnx(args.truncated, work / "truncated", force=True).path if args.truncated else None
+    compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     qmsum = read_examples(DATA / TEST_SETS["qmsum"], args.limit)
     texts, seconds = side_by_side({"float32": fp32, "int8": int8}, qmsum)
     quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum)
@@ -193,20 +240,21 @@ def main(argv: list[str] | None = None) -> None:
         ours = texts["float32"] if dataset == "qmsum" else cached(
             work, fp32, dataset, examples, lambda: summaries(Summarizer.from_pretrained(fp32), examples))
         systems = {"locsum (this bundle)": ours}
-        if truncated:
-            systems["truncated to 1 page, same budget"] = cached(
-                work, truncated, dataset, examples, lambda: summaries(Summarizer.from_pretrained(truncated), examples))
+        for system, (path, options) in compared.items():
+            systems[system] = cached(work, path, dataset, examples, lambda: summaries(
+                Summarizer.from_pretrained(path), examples, **options), options)
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
         reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")
-    ship = int8 if size_mb(fp32) > MAX_BUNDLE_MB and abs(float_r1 - int8_r1) <= 0.5 else fp32
+    ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
     parity_result = parity(fp32, Path(args.checkpoint), qmsum)
     training = budget([Path(r).expanduser() for r in filter(None, args.runs.split(","))])
     output = Path(args.output)
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
-    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training, args.limit))
+    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training, args.limit,
+                                                  args.about))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training}, indent=2))
     if output.exists():
