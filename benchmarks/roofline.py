@@ -72,14 +72,15 @@ class StepBound:
 
 
 def step_bound(config: dict, weight_bytes: int, units: int, length: int, beams: int, past: int,
-               bandwidth: float, gflops: float) -> StepBound:
-    """Lower bound of one decoding step of PageSum with `units` units of `length` tokens and `beams` beams."""
+               bandwidth: float, gflops: float, rows: int | None = None) -> StepBound:
+    """Lower bound of one decoding step with `units` units of `length` tokens and `beams` beams; `rows`: the rows
+    the decoder layers run on (PageSum, the default: one per page and beam; HierEncDec: one per beam)."""
     d, layers, ffn, vocab = config["d_model"], config["decoder_layers"], config["decoder_ffn_dim"], config["vocab_size"]
-    rows = units * beams
+    rows = units * beams if rows is None else rows
     cross = units * layers * 2 * d * length * 4  # keys and values, float32
     cache = rows * layers * 2 * d * past * 4
     flops = 2 * rows * layers * (6 * d * d + 2 * d * ffn)  # self q,k,v,out + cross q,out + FFN on every row
-    flops += 2 * rows * layers * 2 * d * (length + past)  # attention scores and mixing
+    flops += 2 * beams * layers * 2 * d * units * length + 2 * rows * layers * 2 * d * past  # scores and mixing
     flops += 2 * beams * d * vocab  # LM head on the mixed rows only
     total = weight_bytes + cross + cache
     read, compute = total / (bandwidth * 1e9), flops / (gflops * 1e9)

@@ -189,19 +189,22 @@ class Summarizer:
         return estimate
 
     def _select(self, units: list[Unit], query_ids: tuple[int, ...] | None, paging) -> list[Unit]:
-        """The kind's selection stage on one item: its graph scores the units a micro-batch at a time, and the
-        kind keeps the units the encoder will see."""
-        selection, size = self.kind.selection, self.unit_batch_size
+        """The kind's selection stage on one item: its graph scores the units run by run, and the kind keeps the
+        units the encoder will see."""
+        selection = self.kind.selection
         scores = []
-        for first in range(0, len(units), size):
-            part = units[first : first + size]
+        for first, end in selection.runs(units, self.unit_batch_size):
+            part = units[first:end]
             outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids))
             scores.append(np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1))
             if scores[-1].shape != (len(part),) or not np.isfinite(scores[-1]).all():
                 raise BackendError(f"the {selection.graph} returned {scores[-1].size} scores (finite: "
                                    f"{bool(np.isfinite(scores[-1]).all())}) for {len(part)} units; export the bundle "
                                    "again")
-        kept = self.kind.selection.keep(units, np.concatenate(scores), paging)
+        scores = np.concatenate(scores)
+        if scores.shape != (len(units),):
+            raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
+        kept = selection.keep(units, scores, paging)
         if not kept:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
         return kept

@@ -100,6 +100,26 @@ def test_the_selection_stage_keeps_the_best_scored_units_best_first(ranked_bundl
     assert summary.to_dict()["units"][0]["score"] == lengths[0]
 
 
+def test_a_kind_can_run_its_scoring_graph_over_chunks_of_its_own(ranked_bundle, monkeypatch):
+    """An extractor reads consecutive units packed into chunks: runs of the kind's choosing, scored in order."""
+    seen = []
+
+    def chunks(units, size):
+        runs = [(first, min(first + 3, len(units))) for first in range(0, len(units), 3)]
+        seen.append(runs)
+        return runs
+
+    monkeypatch.setitem(kinds.REGISTRY, "ranked", dataclasses.replace(
+        ranked_kind(), selection=dataclasses.replace(ranked_kind().selection, runs=chunks)))
+    summarizer = Summarizer.from_pretrained(ranked_bundle, threads=1, unit_batch_size=1)
+    summary = summarizer.summarize(text(6), policy="discourse", page_tokens=64, max_length=8)
+    assert seen and all(end - first <= 3 for first, end in seen[0]) and len(summary.units) == KEEP
+    monkeypatch.setitem(kinds.REGISTRY, "ranked", dataclasses.replace(
+        ranked_kind(), selection=dataclasses.replace(ranked_kind().selection, runs=lambda units, size: [(0, 1)])))
+    with pytest.raises(BackendError, match="scored 1 of"):
+        Summarizer.from_pretrained(ranked_bundle, threads=1).summarize(text(6), policy="discourse", page_tokens=64)
+
+
 def test_kept_units_can_stay_in_input_order():
     units = [Unit(0, i, i + 1, "x", (0, 5, 2), score=None) for i in range(5)]
     kept = keep_top(units, np.array([0.1, 0.9, 0.5, 0.9, 0.0]), 3, ranked=False)

@@ -111,18 +111,25 @@ class Layout(Protocol):
         """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
 
 
+def fixed_runs(units: Sequence[Unit], size: int) -> list[tuple[int, int]]:
+    """Consecutive runs of at most `size` units: [first, end) each."""
+    return [(first, min(first + size, len(units))) for first in range(0, len(units), size)]
+
+
 @dataclass(frozen=True)
 class Selection:
     """A stage between paging and encoding (DYLE's extractor, the hierarchical transformer's ranker): the kind's
-    `graph` scores an item's units, a micro-batch at a time, and `keep` chooses the units the encoder sees.
+    `graph` scores an item's units run by run, and `keep` chooses the units the encoder sees.
 
-    Units are scored independently, so the stage's memory is bounded by the micro-batch and its time grows with the
-    number of units."""
+    Each run is a few consecutive units (`runs(units, unit_batch_size)`: by count, or packed into chunks of tokens
+    as an extractor reads them), so the stage's memory is bounded by one run and its time grows with the number
+    of units."""
 
     graph: str  # the scoring graph, one of the kind's graphs
-    inputs: Callable[[Sequence[Unit], tuple[int, ...] | None], dict[str, np.ndarray]]  # (units, query ids) -> inputs
-    scores: str  # the graph output holding one float score per unit of the micro-batch, (n,)
+    inputs: Callable[[Sequence[Unit], tuple[int, ...] | None], dict[str, np.ndarray]]  # (run's units, query ids)
+    scores: str  # the graph output holding one float score per unit of the run, (n,)
     keep: Callable[[Sequence[Unit], np.ndarray, Any], list[Unit]]  # (units, scores, unit options) -> kept units
+    runs: Callable[[Sequence[Unit], int], list[tuple[int, int]]] = fixed_runs  # (units, size) -> [(first, end)]
 
 
 def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:
