@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import kinds
 from .errors import InputError, LocsumError, OptionError
+from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
 from .units import POLICIES
 
@@ -138,8 +139,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
 
 
-_OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "no_repeat_ngram_size",
-                 "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select", "memory_limit")
+_OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
+                 "no_repeat_ngram_size", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select", "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
@@ -151,6 +152,8 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--max-length", dest="max_length", type=int)
     parser.add_argument("--min-length", dest="min_length", type=int)
     parser.add_argument("--length-penalty", dest="length_penalty", type=float)
+    parser.add_argument("--length-normalization", dest="length_normalization", choices=LENGTH_NORMALIZATIONS,
+                        help="beam scores over length (hf) or GNMT's (5 + length) / 6, to the length penalty")
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
     parser.add_argument("--policy", choices=POLICIES)
     parser.add_argument("--page-tokens", dest="page_tokens", type=int)

@@ -11,10 +11,18 @@ from typing import Protocol
 
 import numpy as np
 
-from .validation import check_bool, check_float, check_int, is_int
+from .validation import check_bool, check_choice, check_float, check_int, is_int
 
 MAX_BEAMS = 64  # a wider beam costs memory for no measurable gain
 MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow on long hypotheses
+LENGTH_NORMALIZATIONS = ("hf", "gnmt")
+
+
+def length_normalized(total: float, generated: int, options: "GenerationOptions") -> float:
+    """A hypothesis' beam score: its summed log-probability over its length normalizer to the `length_penalty`
+    power; the normalizer is the generated length (HF `generate`) or GNMT's (5 + length) / 6."""
+    normalizer = generated if options.length_normalization == "hf" else (5 + generated) / 6
+    return total / normalizer**options.length_penalty
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,8 @@ class GenerationOptions:
     num_beams: int = 4  # 1 is greedy search
     max_length: int = 128  # longest sequence, decoder start token included
     min_length: int = 0  # end-of-sequence is forbidden before this length
-    length_penalty: float = 1.0  # beam score = sum log p / generated_length ** length_penalty
+    length_penalty: float = 1.0  # beam score = sum log p / normalizer ** length_penalty (see length_normalization)
+    length_normalization: str = "hf"  # normalizer: "hf" generated length n; "gnmt" (5 + n) / 6 (Wu et al. 2016)
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
 
@@ -33,6 +42,7 @@ class GenerationOptions:
         check_int("max_length", self.max_length, 2)  # the start token and one more
         check_int("min_length", self.min_length, 0, self.max_length if is_int(self.max_length) else None)
         check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
+        check_choice("length_normalization", self.length_normalization, LENGTH_NORMALIZATIONS)
         check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         check_bool("early_stopping", self.early_stopping)
 
@@ -114,7 +124,7 @@ class BeamSearch:
         self.done = np.zeros(batch, dtype=bool)
 
     def _score(self, total: float, generated: int) -> float:
-        return total / generated**self.options.length_penalty
+        return length_normalized(total, generated, self.options)
 
     def _add(self, b: int, total: float, tokens: list[int], weights: np.ndarray) -> None:
         hyps = self.hypotheses[b]

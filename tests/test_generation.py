@@ -10,7 +10,7 @@ from conftest import document
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots, UnitBatch
 from locsum_sdk.backends.torch import TorchBackend
-from locsum_sdk.generation import GenerationOptions, generate, no_repeat_ngram_filter
+from locsum_sdk.generation import GenerationOptions, generate, length_normalized, no_repeat_ngram_filter
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.units import Unit
 
@@ -94,13 +94,27 @@ def test_min_length_forbids_eos():
     assert greedy.token_ids == [3, 3, 3, 2]
 
 
+@pytest.mark.parametrize("normalization", ["hf", "gnmt"])
+def test_beam_scores_are_normalized_by_the_chosen_length_penalty(normalization):
+    row = np.array([0.05, 0.05, 0.3, 0.6])  # eos (2) or token 3
+    options = GenerationOptions(num_beams=2, max_length=8, min_length=3, length_penalty=1.5,
+                                length_normalization=normalization)
+    best = generate(ScriptedSession(row), 1, options, 0, 2, 1)[0]
+    total = float(np.log(row.astype(np.float32))[best.token_ids].sum())
+    n = len(best.token_ids)
+    normalizer = n if normalization == "hf" else (5 + n) / 6  # GNMT: Wu et al. 2016, eq. 14
+    assert best.score == pytest.approx(total / normalizer**1.5, rel=1e-5)
+    assert length_normalized(total, n, options) == pytest.approx(best.score, rel=1e-5)
+
+
 def test_no_repeat_ngram_filter_bans_completions():
     log_probs = np.zeros((1, 1, 6))
     no_repeat_ngram_filter(log_probs, np.array([[[2, 4, 5, 4]]]), 2)
     assert np.isneginf(log_probs[0, 0, 5]) and np.isfinite(log_probs[0, 0, [0, 1, 2, 3, 4]]).all()
 
 
-@pytest.mark.parametrize("option", [dict(num_beams=0), dict(max_length=1), dict(min_length=200), dict(no_repeat_ngram_size=-1)])
+@pytest.mark.parametrize("option", [dict(num_beams=0), dict(max_length=1), dict(min_length=200),
+                                    dict(no_repeat_ngram_size=-1), dict(length_normalization="wu")])
 def test_bad_generation_options(option):
     from locsum_sdk.errors import OptionError
 
