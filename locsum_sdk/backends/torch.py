@@ -41,6 +41,8 @@ class TorchBackend:
         with self.torch.inference_mode():
             outputs = getattr(self.model, graph)(**{name: self.torch.from_numpy(np.ascontiguousarray(value))
                                                     for name, value in inputs.items()})
+        if isinstance(outputs, self.torch.Tensor):  # a graph with one output
+            outputs = (outputs,)
         return {name: value.numpy() for name, value in zip(io.output_names, outputs)}
 
 
