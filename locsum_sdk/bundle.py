@@ -19,7 +19,6 @@ from . import constants as C
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from . import kinds
 from .limits import split_legacy_units
-from .modeling.config import BartConfig
 from .options import Options
 from .units import SpecialTokens
 from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
@@ -36,7 +35,7 @@ class Manifest:
 
     kind: str  # a registered kind (`locsum_sdk.kinds`)
     kind_revision: int  # the kind's revision the graphs were exported at
-    model: dict[str, Any]  # the BartConfig of the model
+    model: dict[str, Any]  # the model config (the kind's config dataclass as a dict: a BartConfig for most)
     units: dict[str, Any]  # PagingOptions defaults
     special_tokens: dict[str, int]  # bos, pad, eos, decoder_start
     generation: dict[str, Any]  # GenerationOptions defaults
@@ -109,14 +108,14 @@ def _check_schema(manifest: Manifest) -> None:
         check_mapping(name, getattr(manifest, name), error=error)
     check_choice("dtype", manifest.dtype, DTYPES, error=error)
     try:
-        config = BartConfig.from_dict(manifest.model)
+        config = kind.config.from_dict(manifest.model)
     except BundleError as err:
         raise error(str(err)) from None
     try:
         defaults = Options.from_settings({k: getattr(manifest, k) for k in ("units", "limits", "generation")}, kind)
     except OptionError as err:
         raise error(f"default options: {err}") from None
-    defaults.check_positions(config.max_positions, error)
+    defaults.check_model(config.to_dict(), error)
     check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_NAMES, error=error)
     for name, value in manifest.special_tokens.items():
         check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)

@@ -20,7 +20,7 @@ class EncodingError(InputError):
 
 
 class InputTooLongError(InputError):
-    """The input is over `max_tokens` (or its query over half a page)."""
+    """The input is over `max_tokens` (or its query over half a unit)."""
 
 
 class MemoryLimitError(InputTooLongError):

@@ -67,7 +67,7 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
         limit: bytes the call may use (None: unknown, not checked).
         queries: each input's query token ids (for `select="tfidf"`).
     """
-    items = [_within_tokens(i, units, options, query) for i, (units, query) in enumerate(zip(items, queries))]
+    items = within_tokens(items, options, queries)
     length = max(len(u.token_ids) for units in items for u in units)
     width = max(len(units) for units in items)
     needed = estimate(len(items), width, length)
@@ -95,6 +95,11 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
         "kept %d pages per input (select=%s)", len(items), width, mb(needed.total), mb(limit), fits, options.select,
     )
     return kept
+
+
+def within_tokens(items: list[list[Unit]], options: LimitOptions, queries: Sequence[Sequence[int]]) -> list[list[Unit]]:
+    """Check (or truncate to) `max_tokens` per input: the units of each input, within the limit."""
+    return [_within_tokens(i, units, options, query) for i, (units, query) in enumerate(zip(items, queries))]
 
 
 def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: Sequence[int]) -> list[Unit]:

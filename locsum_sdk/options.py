@@ -71,12 +71,16 @@ class Options:
             for key, group in groups.items()
         })
 
-    def check_positions(self, positions: int, error: type[LocsumError] = OptionError) -> None:
-        """The unit size and max_length fit a model of `positions` learned positions."""
+    def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
+        """The options fit the model (its config as a dict): the unit size and max_length within its learned
+        positions, and whatever else the kind's unit options check (their `check_model`, when they have one)."""
+        positions = model["max_positions"]
         field = type(self.units).UNIT_TOKENS
         for name, value in ((field, getattr(self.units, field)), ("max_length", self.generation.max_length)):
             if value > positions:
                 raise error(f"{name}={value} is over the model's {positions} positions; use at most {positions}")
+        if hasattr(self.units, "check_model"):
+            self.units.check_model(model, error)
 
     def to_settings(self) -> dict[str, dict[str, Any]]:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}

@@ -17,7 +17,7 @@ from .backends import BACKENDS, Backend, UnitBatch
 from .bundle import Bundle
 from .errors import BackendError, BundleError, BundleNotFoundError, InputError, OptionError
 from .generation import GenerationOptions, generate
-from .limits import Estimate, LimitOptions, apply_limits
+from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import MemoryEstimate, estimate_memory, memory_limit
 from .options import Options
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -167,7 +167,7 @@ class Summarizer:
                 "as summarizer.options(...) returns them, or None"
             )
         options = base.replace(**overrides)
-        options.check_positions(self.max_positions)
+        options.check_model(self.model)
         return options
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions) -> MemoryEstimate:
@@ -188,14 +188,14 @@ class Summarizer:
 
         return estimate
 
-    def _select(self, units: list[Unit], query_ids: tuple[int, ...] | None, paging) -> list[Unit]:
+    def _select(self, units: list[Unit], query_ids: list[int], paging) -> list[Unit]:
         """The kind's selection stage on one item: its graph scores the units run by run, and the kind keeps the
         units the encoder will see."""
         selection = self.kind.selection
         scores = []
-        for first, end in selection.runs(units, self.unit_batch_size):
+        for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
-            outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids))
+            outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids, paging))
             scores.append(np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1))
             if scores[-1].shape != (len(part),) or not np.isfinite(scores[-1]).all():
                 raise BackendError(f"the {selection.graph} returned {scores[-1].size} scores (finite: "
@@ -243,8 +243,9 @@ class Summarizer:
         pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
-        if self.kind.selection is not None:
-            items = [self._select(units, ids, paging) for units, ids in zip(items, query_ids)]
+        if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
+            items = [self._select(units, ids, paging) for units, ids in zip(within_tokens(items, limits, query_ids),
+                                                                             query_ids)]
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
         items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)

@@ -192,17 +192,19 @@ class Pager:
         self.tokenizer, self.special, self.options, self.max_tokens = tokenizer, special, options, max_tokens
 
     def query_ids(self, query: str | None) -> list[int]:
-        """Token ids of a query (validated): it must fit in half a page."""
+        """Token ids of a query (validated): it must fit in half a unit."""
         if query is None:
             return []
         if not isinstance(query, (str, bytes)):
             raise InputError(f"query is a {type(query).__name__}; pass a string, or None for a generic summary")
         query = as_text(query, "query").strip()
         ids = self.tokenizer.encode_batch([" " + query], add_special_tokens=False)[0].ids
-        if len(ids) > self.options.page_tokens // 2:
+        name = self.options.UNIT_TOKENS
+        budget = getattr(self.options, name)
+        if len(ids) > budget // 2:
             raise InputTooLongError(
-                f"the query has {len(ids)} tokens; it must fit in half a page ({self.options.page_tokens // 2} of "
-                f"page_tokens={self.options.page_tokens}): shorten it or raise page_tokens"
+                f"the query has {len(ids)} tokens; it must fit in half a unit ({budget // 2} of {name}={budget}): "
+                f"shorten it or raise {name}"
             )
         return ids
 

@@ -165,3 +165,13 @@ def hierencdec_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     output = tmp_path_factory.mktemp("bundles") / "tiny-hierencdec"
     assert main(["export", "--kind", "hierencdec", "--checkpoint", str(checkpoint_dir), "--output", str(output)]) == 0
     return output
+
+
+@pytest.fixture(scope="session")
+def dyle_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
+    """The tiny PageSum checkpoint's BART weights exported as dyle (the extractor starts from its encoder)."""
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    output = tmp_path_factory.mktemp("bundles") / "tiny-dyle"
+    export_onnx(checkpoint_dir, output, kind="dyle", options={"snippet_tokens": 48})
+    return output

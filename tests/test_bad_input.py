@@ -147,7 +147,8 @@ def test_missing_file(bundle_copy):
 @pytest.mark.parametrize("change,error,message", [
     ({"format_version": 99}, BundleVersionError, "format version 99"),
     ({"format_version": True}, BundleVersionError, "format version True"),
-    ({"kind": "dyle"}, BundleVersionError, "'dyle' bundle"),
+    ({"kind": "summit"}, BundleVersionError, "'summit' bundle"),
+    ({"kind": "dyle"}, BundleIntegrityError, "units has unknown keys \\['num_pages', 'page_tokens'\\]"),
     ({"kind": ["pagesum"]}, BundleVersionError, "bundle; this locsum runs"),
     ({"extra": 1}, BundleIntegrityError, "unknown keys \\['extra'\\]"),
     ({"dtype": "float16"}, BundleIntegrityError, "dtype"),

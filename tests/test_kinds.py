@@ -26,8 +26,8 @@ def test_pagesum_is_registered_with_its_unit_options_and_graphs():
 
 
 def test_unknown_kinds_are_named_with_the_known_ones():
-    with pytest.raises(OptionError, match=r"'dyle' is not known; this locsum runs \['hierencdec', 'pagesum'\]"):
-        kinds.get("dyle")
+    with pytest.raises(OptionError, match=r"'summit' is not known; this locsum runs \['dyle', 'hierencdec', 'pagesum'"):
+        kinds.get("summit")
     with pytest.raises(ValueError, match="twice"):
         kinds.register(kinds.get("pagesum"))
 
@@ -91,7 +91,7 @@ def test_the_torch_side_registers_under_the_same_name():
     entry = registry.model_kind("pagesum")
     assert entry.functions == {"decoder": "PageCombine"} and "hf-bart" in entry.formats
     with pytest.raises(OptionError, match="no model here"):
-        registry.model_kind("dyle")
+        registry.model_kind("summit")
 
 
 def test_a_foreign_format_a_kind_does_not_load_is_refused(tmp_path):

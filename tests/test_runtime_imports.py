@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from locsum_sdk import kinds
+
 SCRIPT = """
 import json, sys
 import locsum_sdk.ops  # the numpy references of every op
@@ -18,9 +20,13 @@ print(json.dumps(sorted(m for m in ("torch", "transformers", "onnx", "onnxscript
 """
 
 
-@pytest.mark.parametrize("kind", ["pagesum", "hierencdec"])
+BUNDLES = {"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir", "dyle": "dyle_bundle_dir"}
+
+
+@pytest.mark.parametrize("kind", kinds.names())
 def test_summarizing_with_a_bundle_imports_no_torch(request, kind):
-    bundle = request.getfixturevalue({"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir"}[kind])
+    assert kind in BUNDLES, f"kind {kind!r} has no bundle fixture here: add one, every kind's runtime must be proven"
+    bundle = request.getfixturevalue(BUNDLES[kind])
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []

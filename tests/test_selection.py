@@ -24,7 +24,7 @@ from locsum_sdk.units import Unit
 KEEP = 2
 
 
-def ranker_inputs(units, query_ids):
+def ranker_inputs(units, query_ids, options=None):
     length = max(len(u.token_ids) for u in units)
     ids = np.zeros((len(units), length), np.int64)
     mask = np.zeros((len(units), length), np.int64)
@@ -104,7 +104,7 @@ def test_a_kind_can_run_its_scoring_graph_over_chunks_of_its_own(ranked_bundle, 
     """An extractor reads consecutive units packed into chunks: runs of the kind's choosing, scored in order."""
     seen = []
 
-    def chunks(units, size):
+    def chunks(units, query_ids, options, size):
         runs = [(first, min(first + 3, len(units))) for first in range(0, len(units), 3)]
         seen.append(runs)
         return runs
@@ -115,7 +115,7 @@ def test_a_kind_can_run_its_scoring_graph_over_chunks_of_its_own(ranked_bundle, 
     summary = summarizer.summarize(text(6), policy="discourse", page_tokens=64, max_length=8)
     assert seen and all(end - first <= 3 for first, end in seen[0]) and len(summary.units) == KEEP
     monkeypatch.setitem(kinds.REGISTRY, "ranked", dataclasses.replace(
-        ranked_kind(), selection=dataclasses.replace(ranked_kind().selection, runs=lambda units, size: [(0, 1)])))
+        ranked_kind(), selection=dataclasses.replace(ranked_kind().selection, runs=lambda units, query_ids, options, size: [(0, 1)])))
     with pytest.raises(BackendError, match="scored 1 of"):
         Summarizer.from_pretrained(ranked_bundle, threads=1).summarize(text(6), policy="discourse", page_tokens=64)
 

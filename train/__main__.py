@@ -13,7 +13,6 @@ import torch
 
 from locsum_sdk import kinds
 from locsum_sdk.modeling.checkpoint import load_checkpoint
-from locsum_sdk.modeling.config import BartConfig
 from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.units import SpecialTokens
 
@@ -53,7 +52,8 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     if config.init_from:
         model = load_checkpoint(config.resolve(config.init_from), kind=config.kind).model  # e.g. BART -> hierencdec
     else:
-        model = model_kind(config.kind).model(BartConfig(**{**config.model, "vocab_size": tokenizer.get_vocab_size()}))
+        model_config = kinds.get(config.kind).config(**{**config.model, "vocab_size": tokenizer.get_vocab_size()})
+        model = model_kind(config.kind).model(model_config)
         model.reset_parameters(0.02)
     cfg = model.config
     special = SpecialTokens(**cfg.special_tokens())

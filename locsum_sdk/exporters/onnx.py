@@ -67,7 +67,8 @@ def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, ki
     page_tokens and max_length of at most 512), so no default makes a valid option fail."""
     base = Options.from_settings(saved, kind)
     fitted = {}
-    for group, name in (("units", kind.unit_options.UNIT_TOKENS), ("generation", "max_length")):
+    sized = (kind.unit_options.UNIT_TOKENS, *getattr(kind.unit_options, "ALSO_WITHIN_POSITIONS", ()))
+    for group, name in (*(("units", name) for name in sized), ("generation", "max_length")):
         if name not in saved.get(group, {}) and name not in options:
             fitted[name] = min(getattr(getattr(base, group), name), positions)
     return base.replace(**fitted).replace(**options)
@@ -193,7 +194,7 @@ def export_onnx(
     vocab = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size()
     if vocab > model.config.vocab_size:
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
-    defaults.check_positions(model.config.max_positions)
+    defaults.check_model(model.config.to_dict())
     torch_kind.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(output)

@@ -8,6 +8,8 @@ a kind (modeling, loaders, training objective) registers under the same name in 
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
@@ -15,6 +17,7 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
+from ..modeling.config import BartConfig
 from ..units import Unit
 
 if TYPE_CHECKING:
@@ -111,7 +114,7 @@ class Layout(Protocol):
         """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
 
 
-def fixed_runs(units: Sequence[Unit], size: int) -> list[tuple[int, int]]:
+def fixed_runs(units: Sequence[Unit], query_ids: Sequence[int], options: Any, size: int) -> list[tuple[int, int]]:
     """Consecutive runs of at most `size` units: [first, end) each."""
     return [(first, min(first + size, len(units))) for first in range(0, len(units), size)]
 
@@ -121,15 +124,15 @@ class Selection:
     """A stage between paging and encoding (DYLE's extractor, the hierarchical transformer's ranker): the kind's
     `graph` scores an item's units run by run, and `keep` chooses the units the encoder sees.
 
-    Each run is a few consecutive units (`runs(units, unit_batch_size)`: by count, or packed into chunks of tokens
-    as an extractor reads them), so the stage's memory is bounded by one run and its time grows with the number
-    of units."""
+    Each run is a few consecutive units (`runs(units, query_ids, unit options, unit_batch_size)`: by count, or
+    packed into chunks of tokens as an extractor reads them), so the stage's memory is bounded by one run and its
+    time grows with the number of units."""
 
     graph: str  # the scoring graph, one of the kind's graphs
-    inputs: Callable[[Sequence[Unit], tuple[int, ...] | None], dict[str, np.ndarray]]  # (run's units, query ids)
+    inputs: Callable[[Sequence[Unit], Sequence[int], Any], dict[str, np.ndarray]]  # (run's units, query ids, options)
     scores: str  # the graph output holding one float score per unit of the run, (n,)
     keep: Callable[[Sequence[Unit], np.ndarray, Any], list[Unit]]  # (units, scores, unit options) -> kept units
-    runs: Callable[[Sequence[Unit], int], list[tuple[int, int]]] = fixed_runs  # (units, size) -> [(first, end)]
+    runs: Callable[[Sequence[Unit], Sequence[int], Any, int], list[tuple[int, int]]] = fixed_runs
 
 
 def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:
@@ -153,6 +156,7 @@ class Kind:
     # `pages(documents, query_ids)` makes the units from those ids
     graphs: Callable[[dict[str, Any]], dict[str, GraphIO]]  # model config -> graph name -> IO declaration
     layout: Layout  # how a session binds the graphs' inputs
+    config: type = BartConfig  # the model config dataclass (`from_dict`, `to_dict`) the manifest's `model` holds
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
 
 
@@ -177,6 +181,12 @@ def get(name: object, error: type[LocsumError] = OptionError) -> Kind:
     return REGISTRY[name]
 
 
-from . import hierencdec, pagesum  # noqa: E402,F401  registers the kinds
+def _register_all() -> None:
+    """Import every module of this package: each registers its kind, so a new kind is a new file here."""
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{module}")
+
+
+_register_all()
 
 __all__ = ["GraphIO", "Kind", "Layout", "REGISTRY", "Selection", "TensorIO", "get", "keep_top", "names", "register"]

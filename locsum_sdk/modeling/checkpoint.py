@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from .. import constants as C
+from .. import kinds
 from ..errors import BundleError, BundleNotFoundError
 from ..limits import split_legacy_units
 from . import registry
@@ -119,7 +120,7 @@ def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
     if "model" not in config:
         raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
     state = read_state_dict(directory / WEIGHTS_FILE)
-    model = build(kind, BartConfig.from_dict(config["model"]), state, str(directory))
+    model = build(kind, kinds.get(saved).config.from_dict(config["model"]), state, str(directory))
     settings = {k: config[k] for k in ("units", "limits", "generation") if k in config}
     for key, value in settings.items():
         if not isinstance(value, dict):

@@ -11,15 +11,20 @@ decoding step the token distribution is marginalized over the snippets with dyna
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
 from ..ops import snippet_marginalize
 from .bart import Bart, CrossKV, Encoder, SlotCache, attention_bias, init_weights
 from .bert import BertEncoder
+from .config import BartConfig
 from .dyle_config import DyleConfig, ExtractorConfig
 
 KIND = "dyle"
+
+logger = logging.getLogger("locsum_sdk")
 
 
 class Extractor(nn.Module):
@@ -46,8 +51,10 @@ class Extractor(nn.Module):
 class Dyle(nn.Module):
     kind = KIND
 
-    def __init__(self, config: DyleConfig):
+    def __init__(self, config: BartConfig):
+        """config: a DyleConfig, or a BartConfig (the extractor then takes its encoder's shape)."""
         super().__init__()
+        config = config if isinstance(config, DyleConfig) else DyleConfig.from_bart(config)
         self.config = config
         self.model = Bart(config)
         d = config.d_model
@@ -104,3 +111,85 @@ class Dyle(nn.Module):
         bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
         hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
         return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
+
+
+def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """A BART (or PageSum) without DYLE's parts gets them: the extractor starts as a copy of the BART's encoder
+    (its shape by default) with a zero classifier, so every snippet scores alike until it is trained; the dynamic
+    MLP gets small random hidden layers (seeded) and a zero output layer, so snippets weigh equally."""
+    if any(name.startswith("dynamic_mlp.") for name in state):
+        return state
+    logger.warning("%s has no DYLE extractor or dynamic MLP: the extractor starts from its encoder, snippets weigh "
+                   "equally until trained", source)
+    state = {k: v for k, v in state.items() if not k.startswith("page_conf.")}  # a PageSum's page confidence
+    config = config if isinstance(config, DyleConfig) else DyleConfig.from_bart(config)
+    fresh = Dyle(config)
+    generator = torch.Generator().manual_seed(0)
+    for index in (0, 2):
+        layer = fresh.dynamic_mlp[index]
+        with torch.no_grad():
+            layer.weight.normal_(0.0, 0.02, generator=generator)
+            layer.bias.zero_()
+    same_shape = config.extractor == ExtractorConfig.from_bart(config)
+    out = dict(state)
+    for name, tensor in fresh.state_dict().items():
+        if name.startswith("dynamic_mlp.4.") or name.startswith("extractor.classifier."):
+            out[name] = torch.zeros_like(tensor)
+        elif same_shape and name.startswith("extractor.encoder."):
+            out[name] = state[name.replace("extractor.encoder.", "model.encoder.", 1)]
+        elif same_shape and name == "extractor.shared.weight":
+            out[name] = state["model.shared.weight"]
+        elif name.startswith(("dynamic_mlp.", "extractor.")):
+            out[name] = tensor
+    return out
+
+
+def register_snippet_marginalize(opset: int) -> None:
+    """Export `locsum::snippet_marginalize` as one `locsum.SnippetMarginalize` node whose body is the onnxscript
+    function."""
+    snippet_marginalize.torch_op()
+
+    def symbolic(g, log_probs, scores, mask):
+        mixed, weights = g.onnxscript_op(snippet_marginalize.function(), log_probs, scores, mask, outputs=2)
+        mixed.setType(log_probs.type().with_sizes([None, None, None]))  # (B, K, V)
+        weights.setType(scores.type())  # (B, U, K)
+        return mixed, weights
+
+    torch.onnx.register_custom_op_symbolic(snippet_marginalize.TORCH_NAME, symbolic, opset)
+
+
+class ExtractorGraph(nn.Module):
+    def __init__(self, model: Dyle):
+        super().__init__()
+        self.extractor = model.extractor
+
+    def forward(self, input_ids, attention_mask, separators):
+        return (self.extractor(input_ids, attention_mask, separators),)
+
+
+def extractor_spec(model: Dyle, chunks: int = 2, length: int = 12):
+    """extractor.onnx, traced on `chunks` chunks (the second shorter) with a separator after every 3 tokens."""
+    from . import graphs
+
+    cfg = model.config.extractor
+    g = torch.Generator().manual_seed(2)
+    input_ids = torch.randint(3, cfg.vocab_size, (chunks, length), generator=g)
+    attention_mask = torch.ones(chunks, length, dtype=torch.int64)
+    attention_mask[1, length - 3 :] = 0
+    separators = torch.tensor([c * length + p for c in range(chunks) for p in range(3, length - 3 * c, 3)])
+    io = graphs.declared(model)["extractor"]
+    return graphs.GraphSpec(ExtractorGraph(model), (input_ids, attention_mask, separators), io.input_names,
+                            io.output_names, io.axes)
+
+
+def register_model_kind() -> None:
+    from . import graphs
+    from .registry import ModelKind, register
+
+    register(ModelKind(
+        name=KIND, model=Dyle, complete=complete,
+        graphs=lambda model: {"extractor": extractor_spec(model), "encoder": graphs.encoder_spec(model),
+                              "decoder": graphs.decoder_spec(model)},
+        functions={"decoder": snippet_marginalize.NAME}, register_symbolics=register_snippet_marginalize,
+        formats=("hf-bart", "pagesum-research"),
+    ))

@@ -8,6 +8,7 @@ which `locsum`-domain function each graph must hold, how its custom ops export, 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -61,10 +62,11 @@ def build(kind: str, config: BartConfig, state: State, source: str, load_into: C
 
 
 def _register_all() -> None:
-    from . import hierencdec, pagesum
+    """Every runtime kind's torch side is `locsum_sdk.modeling.<kind>`, with a `register_model_kind()`."""
+    from .. import kinds
 
-    hierencdec.register_model_kind()
-    pagesum.register_model_kind()
+    for name in kinds.names():
+        importlib.import_module(f"{__package__}.{name}").register_model_kind()
 
 
 def check_formats(kind: str, source_format: str) -> None:

@@ -1,0 +1,160 @@
+"""DYLE, runtime side: snippets (sentences, or the speaker turns of a dialogue) as units; the extractor graph scores
+every snippet from chunks of consecutive snippets and keeps the top K (the selection stage); the K snippets are
+encoded alone and decoded as PageSum decodes pages, the decoder ending in `locsum.SnippetMarginalize`.
+
+Extractor chunks are `<s> [query </s>] snippet </s> snippet </s> ...` of at most `chunk_tokens` tokens, with the
+generator's tokenizer (an extractor of the `bart` architecture); a snippet's score is read at the `</s>` after it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import constants as C
+from ..errors import LocsumError, OptionError
+from ..modeling.dyle_config import DyleConfig
+from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit
+from ..validation import check_choice, check_int
+from . import GraphIO, Kind, Selection, TensorIO, keep_top, register
+from .pagesum import PageSumLayout
+from .pagesum import graphs as per_unit_graphs
+
+REVISION = 1
+POLICIES = ("auto", "sentence", "turn")
+SEPARATORS = "separators"  # extractor input: flat index (chunk * length + position) of the </s> after each snippet
+SCORES = "scores"
+_TURN = re.compile(r"^[^\n:]{1,40}:(\s|$)")  # "PhD D: so ..." starts a speaker turn
+
+
+@dataclass(frozen=True)
+class SnippetOptions:
+    """How text becomes snippets and how many the generator reads."""
+
+    UNIT_TOKENS = "snippet_tokens"
+    ALSO_WITHIN_POSITIONS = ("chunk_tokens",)  # an export fits its default to the model's positions
+
+    policy: str = "auto"  # "sentence", "turn" (each line a speaker turn), or "auto": turns where most lines are
+    snippet_tokens: int = 128  # one snippet as the generator reads it, query and special tokens included
+    top_k: int = 25  # snippets kept by the extractor
+    chunk_tokens: int = 512  # one extractor chunk (at most the extractor's positions)
+
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, POLICIES)
+        check_int("snippet_tokens", self.snippet_tokens, MIN_PAGE_TOKENS)
+        check_int("top_k", self.top_k, 1)
+        check_int("chunk_tokens", self.chunk_tokens, self.snippet_tokens)  # a chunk holds any one snippet
+
+    def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
+        """chunk_tokens fits the extractor, and the extractor reads the generator's tokens."""
+        extractor = model.get("extractor") or {}
+        if extractor.get("architecture", "bart") != "bart":
+            raise error(f"this runtime runs DYLE extractors of the 'bart' architecture (the generator's tokenizer), "
+                        f"not {extractor.get('architecture')!r}")
+        positions = extractor.get("max_positions", model["max_positions"])
+        if self.chunk_tokens > positions:
+            raise error(f"chunk_tokens={self.chunk_tokens} is over the extractor's {positions} positions; use at "
+                        f"most {positions}")
+
+
+def is_dialogue(text: str) -> bool:
+    """Most non-empty lines start with a speaker tag ("Name: ...")."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and sum(bool(_TURN.match(line.strip())) for line in lines) * 2 > len(lines)
+
+
+class SnippetPager(Pager):
+    """Snippets: every sentence, or every speaker turn (a line), cut at `snippet_tokens` when longer; each framed
+    `<s> [query </s>] text </s>` like a page."""
+
+    def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
+        frame = 2 + (len(query_ids) + 1 if query_ids else 0)
+        body = self.options.snippet_tokens - frame
+        snippets: list[list[Span]] = []
+        for index, text in enumerate(documents):
+            spans = self._spans(index, text, body)
+            policy = self.options.policy
+            if policy == "turn" or (policy == "auto" and is_dialogue(text)):
+                snippets += [page for turn in _by_line(text, spans) for page in self._fill(turn, body)]
+            else:
+                snippets += [[span] for span in spans]
+        return [self._unit(documents, snippet, query_ids) for snippet in snippets]
+
+
+def _by_line(text: str, spans: list[Span]) -> list[list[Span]]:
+    """Spans grouped by the line they start on."""
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    groups: dict[int, list[Span]] = {}
+    for span in spans:
+        groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)
+    return list(groups.values())
+
+
+def _chunks(units: Sequence[Unit], budget: int) -> list[list[int]]:
+    """Consecutive units packed greedily into chunks of at most `budget` tokens (the units' own head, then each
+    unit's text and its </s>): unit indices per chunk. A unit alone always fits: it is as long as its chunk."""
+    chunks: list[list[int]] = []
+    size = budget + 1
+    for i, unit in enumerate(units):
+        need = len(unit.text_ids) + 1
+        if size + need > budget:
+            chunks.append([])
+            size = unit.head
+        chunks[-1].append(i)
+        size += need
+    return chunks
+
+
+def extractor_runs(units: Sequence[Unit], query_ids: Sequence[int], options: SnippetOptions,
+                   size: int) -> list[tuple[int, int]]:
+    """Runs of at most `size` chunks: [first, end) units each, starting at chunk bounds."""
+    chunks = _chunks(units, options.chunk_tokens)
+    return [(chunks[k][0], chunks[min(k + size, len(chunks)) - 1][-1] + 1) for k in range(0, len(chunks), size)]
+
+
+def extractor_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: SnippetOptions) -> dict[str, np.ndarray]:
+    """One run's chunks, `<s> [query </s>] text </s> text </s> ...` in the units' own ids: input_ids,
+    attention_mask (C, L) and the flat index of the </s> after each unit."""
+    rows, separators = [], []
+    for chunk in _chunks(units, options.chunk_tokens):
+        first = units[chunk[0]]
+        ids = list(first.token_ids[: first.head])
+        for i in chunk:
+            ids += list(units[i].token_ids[units[i].head :])  # text and its </s>
+            separators.append((len(rows), len(ids) - 1))
+        rows.append(ids)
+    length = max(len(r) for r in rows)
+    input_ids = np.zeros((len(rows), length), dtype=np.int64)  # masked positions: any id in the vocabulary
+    attention_mask = np.zeros((len(rows), length), dtype=np.int64)
+    for r, ids in enumerate(rows):
+        input_ids[r, : len(ids)], attention_mask[r, : len(ids)] = ids, 1
+    flat = np.array([r * length + p for r, p in separators], dtype=np.int64)
+    return {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask, SEPARATORS: flat}
+
+
+def keep(units: Sequence[Unit], scores: np.ndarray, options: SnippetOptions) -> list[Unit]:
+    """The top_k snippets by extractor score, in their order in the input."""
+    return keep_top(units, scores, options.top_k, ranked=False)
+
+
+def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
+    """extractor, encoder and decoder IO; the encoder and decoder are laid out as PageSum's."""
+    extractor = GraphIO(
+        "extractor.onnx",
+        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "chunks", 1: "length"}),
+                TensorIO(C.ATTENTION_MASK, "int64", {0: "chunks", 1: "length"}),
+                TensorIO(SEPARATORS, "int64", {0: "snippets"})),
+        outputs=(TensorIO(SCORES, "float32", {0: "snippets"}),),
+    )
+    return {"extractor": extractor, **per_unit_graphs(model)}
+
+
+UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor kept, each with its extractor score; "
+         "a unit's weight is its dynamic weight p(snippet | summary so far) in the step's marginalization")
+
+KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
+                     Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs)))
