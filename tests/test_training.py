@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config
+
 from locsum_sdk.modeling.objectives import IGNORE, label_smoothed_nll
-from train.batching import collate
+from train.batching import Sample, collate
 from train.config import TrainConfig
-from train.data import JsonlIndex, Sample, read_jsonl, segments, unique_documents
+from train.data import JsonlIndex, read_jsonl, segments, unique_documents
 from train.noise import NoiseOptions, corrupt
 
 
@@ -100,16 +100,17 @@ def test_the_trainer_uses_the_objective_the_kind_registers(tmp_path, jsonl, toke
 
     seen = []
 
-    def doubled(model, batch, smoothing):  # a kind's own loss, e.g. a summary term plus an extractor term
+    def doubled(model, batch, config):  # a kind's own loss, e.g. a summary term plus an extractor term
         seen.append(batch.input_ids.shape)
-        loss, nll = cross_entropy(model, batch, smoothing)
-        return 2 * loss, nll
+        loss, nll = cross_entropy(model, batch, config)
+        return 2 * loss, nll, {"summary": loss.detach(), "again": loss.detach()}
 
     monkeypatch.setitem(registry.MODEL_KINDS, "pagesum",
                         dataclasses.replace(registry.model_kind("pagesum"), objective=doubled))
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "own", max_steps=1, val_files=[])
     record = build(config, progress=False).train()[0]
     assert len(seen) == config.grad_accum and record["loss"] > 1.9 * record["nll"]
+    assert record["loss_summary"] == record["loss_again"] == pytest.approx(record["loss"] / 2)
 
 
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):

@@ -17,7 +17,8 @@ from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
-from .data import SummarizationSet, read_jsonl, segments, unique_documents
+from .data import read_jsonl, segments, unique_documents
+from .kinds import training_set
 from .noise import DenoisingSet
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
@@ -67,10 +68,9 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     else:
         kind = kinds.get(config.kind)
         pager = kind.pager(tokenizer, special, kind.unit_options(**config.paging()))
-        max_pages = config.units.get("max_pages")
-        train_set = SummarizationSet(files, pager, tokenizer, config.max_target_tokens, max_pages)
-        val_set = (SummarizationSet([config.resolve(f) for f in config.val_files], pager, tokenizer,
-                                    config.max_target_tokens, max_pages) if config.val_files else None)
+        train_set = training_set(config.kind, files, pager, tokenizer, config, "train")
+        val_set = (training_set(config.kind, [config.resolve(f) for f in config.val_files], pager, tokenizer, config,
+                                "val") if config.val_files else None)
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 

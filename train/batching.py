@@ -8,7 +8,13 @@ import torch
 
 from locsum_sdk.modeling.objectives import IGNORE
 
-from .data import Sample
+
+@dataclass(frozen=True)
+class Sample:
+    """One training pair: the units (token ids, special tokens included) and the target ids (ending in eos)."""
+
+    units: list[list[int]]
+    target: list[int]
 
 
 @dataclass

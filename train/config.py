@@ -38,6 +38,8 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip: float = 1.0
     label_smoothing: float = 0.1
+    objective_options: dict[str, Any] = field(default_factory=dict)  # the kind's objective's own settings (DYLE:
+    # loss_weights by term, hybrid)
     bf16: bool = True  # autocast matmuls to bfloat16 (CPU AMX / AVX-512 BF16)
     segment_tokens: int = 448  # "denoise": tokens per pretraining segment
     max_target_tokens: int = 256  # "summarize": summary tokens kept

@@ -18,6 +18,8 @@ import numpy as np
 
 from locsum_sdk.units import Pager, split_sentences
 
+from .batching import Batch, Sample, collate
+
 
 @dataclass(frozen=True)
 class Example:
@@ -73,14 +75,6 @@ class JsonlIndex:
         return Example(row["id"], row["documents"], row.get("query"), row["summary"], row.get("source", ""))
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One training pair: the units (token ids, special tokens included) and the target ids (ending in eos)."""
-
-    units: list[list[int]]
-    target: list[int]
-
-
 class SummarizationSet:
     """Examples -> (pages, summary ids); over-long inputs keep their first `max_pages` pages (None: all)."""
 
@@ -95,12 +89,25 @@ class SummarizationSet:
     def example(self, index: int) -> Example:
         return self.index[index]
 
+    def units(self, example: Example) -> list:
+        """The example's units as the runtime makes them (`Unit`s), its first `max_pages`."""
+        return self.pager(example.documents, example.query)[: self.max_pages]
+
+    def target(self, example: Example) -> list[int]:
+        """The summary's ids, cut to `max_target_tokens` with the eos kept."""
+        ids = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
+        return ids[: self.max_target_tokens - 1] + [self.pager.special.eos]
+
     def get(self, index: int, epoch: int = 0) -> Sample:
         example = self.index[index]
-        units = self.pager(example.documents, example.query)[: self.max_pages]
-        eos = self.pager.special.eos
-        target = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
-        return Sample([list(u.token_ids) for u in units], target[: self.max_target_tokens - 1] + [eos])
+        return Sample([list(u.token_ids) for u in self.units(example)], self.target(example))
+
+    def collate(self, samples: list[Sample], pad: int, decoder_start: int) -> Batch:
+        return collate(samples, pad, decoder_start)
+
+    def inference_units(self, model, sample: Sample) -> list[list[int]]:
+        """The units a summary of `sample` is generated from at validation: all of them."""
+        return sample.units
 
 
 def segments(documents: Iterator[str], tokenizer, max_tokens: int) -> list[np.ndarray]:

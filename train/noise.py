@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import Sample
+from .batching import Batch, Sample, collate
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class DenoisingSet:
 
     def __len__(self) -> int:
         return len(self.segments)
+
+    def collate(self, samples: list[Sample], pad: int, decoder_start: int) -> Batch:
+        return collate(samples, pad, decoder_start)
 
     def get(self, index: int, epoch: int = 0) -> Sample:
         rng = np.random.default_rng([self.seed, epoch, index])

@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.registry import model_kind
-from .batching import Batch, collate
+
+from .batching import Batch
 from .config import TrainConfig
 
 logger = logging.getLogger("locsum_sdk.train")
@@ -81,13 +82,14 @@ class Trainer:
             while cursor + size <= len(order):
                 samples = [self.train_set.get(int(i), epoch) for i in order[cursor : cursor + size]]
                 cursor += size
-                yield epoch, cursor, collate(samples, self.pad, self.start)
+                yield epoch, cursor, self.train_set.collate(samples, self.pad, self.start)
             epoch, cursor = epoch + 1, 0
 
-    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model kind's objective on one batch: (loss, plain NLL)."""
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The model kind's objective on one batch: (loss, plain NLL, named parts of the loss (may be empty))."""
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
-            return self.objective(self.model, batch, self.config.label_smoothing)
+            loss, nll, *parts = self.objective(self.model, batch, self.config)
+        return loss, nll, (parts[0] if parts else {})
 
     # ---- loop -------------------------------------------------------------------------------------------
     def train(self, max_steps: int | None = None) -> list[dict]:
@@ -105,13 +107,15 @@ class Trainer:
             step, started = self.position.step, time.perf_counter()
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
-            losses, nlls = [], []
+            losses, nlls, parts = [], [], {}
             for _ in range(config.grad_accum):
                 epoch, cursor, batch = next(batches)
-                loss, nll = self.loss(batch)
+                loss, nll, named = self.loss(batch)
                 (loss / config.grad_accum).backward()
                 losses.append(loss.item())
                 nlls.append(nll.item())
+                for name, value in named.items():
+                    parts.setdefault(name, []).append(float(value))
                 window_tokens += batch.tokens
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
             self.optimizer.step()
@@ -119,7 +123,8 @@ class Trainer:
             self.position = Position(step + 1, epoch, cursor)
             record = {"step": step + 1, "epoch": epoch, "loss": float(np.mean(losses)), "nll": float(np.mean(nlls)),
                       "lr": learning_rate(config, step), "grad_norm": float(grad_norm),
-                      "seconds": time.perf_counter() - started}
+                      "seconds": time.perf_counter() - started,
+                      **{f"loss_{name}": float(np.mean(values)) for name, values in parts.items()}}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
                 record["tokens_per_s"] = window_tokens / elapsed
@@ -143,15 +148,17 @@ class Trainer:
         self.model.eval()
         count = min(self.config.val_examples, len(self.val_set))
         samples = [self.val_set.get(index) for index in range(count)]
-        nll = float(np.mean([self.loss(collate([s], self.pad, self.start))[1].item() for s in samples]))
+        nll = float(np.mean([self.loss(self.val_set.collate([s], self.pad, self.start))[1].item()
+                             for s in samples]))
         if self.config.objective != "summarize" or self.tokenizer is None:
             return {"val_nll": nll}
+        from locsum_sdk.backends.torch import generate_from_ids
         from locsum_sdk.evaluation import rouge_scores
         from locsum_sdk.generation import GenerationOptions
-        from locsum_sdk.backends.torch import generate_from_ids
 
         options = GenerationOptions(**self.config.generation)
-        hypotheses = [generate_from_ids(self.model, [s.units], options)[0] for s in samples]
+        hypotheses = [generate_from_ids(self.model, [self.val_set.inference_units(self.model, s)], options)[0]
+                      for s in samples]
         predictions = [self.tokenizer.decode(h.token_ids, skip_special_tokens=True) for h in hypotheses]
         references = [self.val_set.example(index).summary for index in range(count)]
         rows = rouge_scores(predictions, references)

@@ -22,8 +22,9 @@ def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor, epsilon: f
     return (1 - epsilon) * nll + epsilon * smooth, nll
 
 
-def cross_entropy(model: nn.Module, batch: Any, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy of the model's next-token log-probabilities on a batch of units (input_ids,
-    attention_mask (B, U, L), unit_mask (B, U), decoder_input_ids and labels (B, T)): (loss, plain NLL)."""
+def cross_entropy(model: nn.Module, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label-smoothed cross-entropy (`config.label_smoothing`) of the model's next-token log-probabilities on a
+    batch of units (input_ids, attention_mask (B, U, L), unit_mask (B, U), decoder_input_ids and labels (B, T)):
+    (loss, plain NLL)."""
     log_probs, _ = model(batch.input_ids, batch.attention_mask, batch.unit_mask, batch.decoder_input_ids)
-    return label_smoothed_nll(log_probs.float(), batch.labels, smoothing)
+    return label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)

@@ -20,7 +20,7 @@ from .config import BartConfig
 from .objectives import cross_entropy
 
 State = dict[str, torch.Tensor]
-Objective = Callable[[nn.Module, Any, float], tuple[torch.Tensor, torch.Tensor]]
+Objective = Callable[[nn.Module, Any, Any], tuple]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ModelKind:
     functions: dict[str, str]  # graph name -> the locsum-domain function the exported graph must hold
     register_symbolics: Callable[[int], None]  # make its custom ops export as locsum-domain functions
     formats: tuple[str, ...] = field(default=())  # source formats it loads, besides our own checkpoints
-    objective: Objective = cross_entropy  # (module, batch, label smoothing) -> (loss, plain NLL) in training
+    objective: Objective = cross_entropy  # (module, batch, training config) -> (loss, plain NLL[, parts]) in training
 
 
 MODEL_KINDS: dict[str, ModelKind] = {}
