@@ -12,6 +12,7 @@ decoding step the token distribution is marginalized over the snippets with dyna
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,6 +22,7 @@ from .bart import Bart, CrossKV, Encoder, SlotCache, attention_bias, init_weight
 from .bert import BertEncoder
 from .config import BartConfig
 from .dyle_config import DyleConfig, ExtractorConfig
+from .objectives import IGNORE, label_smoothed_nll
 
 KIND = "dyle"
 
@@ -113,6 +115,65 @@ class Dyle(nn.Module):
         return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
 
 
+LOSS_WEIGHTS = {"generation": 1.0, "oracle": 1.0, "consistency": 1.0}
+
+
+def select_snippets(scores: torch.Tensor, oracle: list[int], top_k: int, hybrid: bool) -> list[int]:
+    """The K snippets the generator trains on, in input order: the oracle's first (`hybrid`), then the extractor's
+    best of the rest, up to K."""
+    chosen = list(oracle[:top_k]) if hybrid else []
+    for index in torch.argsort(scores.detach(), descending=True, stable=True).tolist():
+        if len(chosen) >= top_k:
+            break
+        if index not in chosen:
+            chosen.append(index)
+    return sorted(chosen)
+
+
+def objective(model: "Dyle", batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """DYLE's training loss on a batch (`train.kinds.dyle.DyleBatch`):
+
+    - oracle: the extractor's cross-entropy over all of a sample's snippets, averaged over its oracle snippets;
+    - generation: label-smoothed NLL of the marginalized token distribution over the K chosen snippets (hybrid:
+      the oracle first, `objective_options.hybrid`, default on);
+    - consistency: KL(mean over the summary's steps of the dynamic weights || softmax of the extractor's scores of
+      the K snippets), with gradients to the extractor only.
+
+    Weighted by `objective_options.loss_weights` (default 1 each). Returns (loss, generation NLL, terms)."""
+    options = config.objective_options
+    weights = {**LOSS_WEIGHTS, **options.get("loss_weights", {})}
+    hybrid = options.get("hybrid", True)
+    top_k, pad = batch.top_k, model.config.pad_token_id
+    scores = [model.extractor(**chunks).float() for chunks in batch.chunks]  # per sample (n,)
+    oracle_terms = [-torch.log_softmax(s, 0)[torch.tensor(o)].mean() for s, o in zip(scores, batch.oracle) if o]
+    chosen = [select_snippets(s, o, top_k, hybrid) for s, o in zip(scores, batch.oracle)]
+    units = max(len(c) for c in chosen)
+    length = max(len(batch.snippets[b][i]) for b, c in enumerate(chosen) for i in c)
+    input_ids = torch.full((len(chosen), units, length), pad, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    unit_mask = torch.zeros((len(chosen), units), dtype=torch.bool)
+    for b, indices in enumerate(chosen):
+        for u, i in enumerate(indices):
+            ids = batch.snippets[b][i]
+            input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
+        unit_mask[b, : len(indices)] = True
+    log_probs, dynamic = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids)  # (B,T,V), (B,U,T)
+    generation, nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
+    steps = (batch.labels != IGNORE).float()  # (B, T)
+    consistency = []
+    for b, indices in enumerate(chosen):
+        target = (dynamic[b, : len(indices)].float() * steps[b]).sum(-1) / steps[b].sum().clamp_min(1)  # (K,)
+        target = target.detach().clamp_min(1e-12)
+        log_extracted = torch.log_softmax(scores[b][torch.tensor(indices)], 0)
+        consistency.append((target * (target.log() - log_extracted)).sum())
+    zero = log_probs.new_zeros(())
+    terms = {"generation": generation,
+             "oracle": torch.stack(oracle_terms).mean() if oracle_terms else zero,
+             "consistency": torch.stack(consistency).mean()}
+    loss = sum(weights[name] * value for name, value in terms.items())
+    return loss, nll, {name: value.detach() for name, value in terms.items()}
+
+
 def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
     """A BART (or PageSum) without DYLE's parts gets them: the extractor starts as a copy of the BART's encoder
     (its shape by default) with a zero classifier, so every snippet scores alike until it is trained; the dynamic
@@ -191,5 +252,5 @@ def register_model_kind() -> None:
         graphs=lambda model: {"extractor": extractor_spec(model), "encoder": graphs.encoder_spec(model),
                               "decoder": graphs.decoder_spec(model)},
         functions={"decoder": snippet_marginalize.NAME}, register_symbolics=register_snippet_marginalize,
-        formats=("hf-bart", "pagesum-research"),
+        formats=("hf-bart", "pagesum-research"), objective=objective,
     ))

@@ -1,0 +1,81 @@
+"""DYLE training: the oracle cache (per split and data), hybrid selection, the three loss terms with the
+consistency term reaching the extractor only, exact resume, and export of the trained checkpoint."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from conftest import document
+from locsum_sdk.modeling.dyle import select_snippets
+from test_training import run_config
+
+UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96, "max_pages": 40}
+
+
+@pytest.fixture(scope="module")
+def meetings(tmp_path_factory):
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    rows = []
+    for i in range(8):
+        turns = [f"{rng.choice(['Anna', 'Bob'])}: {document(rng, rng.randint(1, 2))}" for _ in range(rng.randint(8, 20))]
+        summary = " ".join(t.split(": ", 1)[1] for t in rng.sample(turns, 2))  # two turns, so the oracle has a target
+        rows.append({"id": f"m-{i}", "documents": ["\n".join(turns)], "query": "What did they decide?" if i % 2 else None,
+                     "summary": summary, "source": "test"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config(tmp_path, meetings, tokenizer_file, name, **changes):
+    return run_config(tmp_path, meetings, tokenizer_file, "summarize", name,
+                      **{"kind": "dyle", "units": UNITS, "objective_options": {"hybrid": True}, "max_steps": 4, **changes})
+
+
+def test_hybrid_selection_puts_the_oracle_first():
+    scores = torch.tensor([0.1, 0.9, 0.5, 0.8, 0.0])
+    assert select_snippets(scores, [4, 0], 3, hybrid=True) == [0, 1, 4]
+    assert select_snippets(scores, [4, 0], 3, hybrid=False) == [1, 2, 3]
+    assert select_snippets(scores, [4, 0, 2, 3], 3, hybrid=True) == [0, 2, 4]  # the oracle alone fills K
+
+
+def test_dyle_trains_resumes_exactly_and_exports(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.__main__ import build
+
+    straight = build(config(tmp_path, meetings, tokenizer_file, "straight"), progress=False)
+    assert straight.model.kind == "dyle"
+    oracles = sorted((tmp_path / ".oracle").glob("*.json"))
+    assert [p.name.split("-")[0] for p in oracles] == ["train", "val"]  # one per split, never shared
+    assert any(straight.train_set.oracles) and all(len(o) <= UNITS["top_k"] for o in straight.train_set.oracles)
+    log = straight.train()
+    for record in log:
+        assert {"loss_generation", "loss_oracle", "loss_consistency"} <= set(record)
+        assert all(record[k] == record[k] for k in record if k.startswith("loss"))  # no NaN
+    assert "val_rouge1" in log[2]
+    build(config(tmp_path, meetings, tokenizer_file, "resumed"), progress=False).train(max_steps=2)
+    resumed = build(config(tmp_path, meetings, tokenizer_file, "resumed"), progress=False).train()
+    assert [r["loss"] for r in log[2:]] == [r["loss"] for r in resumed]
+    assert sorted((tmp_path / ".oracle").glob("*.json")) == oracles  # the cache was read, not rebuilt
+    bundle = export_onnx(straight.latest(), tmp_path / "bundle")
+    summary = Summarizer.from_pretrained(bundle.path).summarize(
+        json.loads(meetings.read_text().splitlines()[0])["documents"], max_length=6)
+    assert summary.kind == "dyle" and len(summary.units) == UNITS["top_k"]
+
+
+def test_the_consistency_term_trains_the_extractor_only(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk.modeling.dyle import objective
+    from train.__main__ import build
+
+    trainer = build(config(tmp_path, meetings, tokenizer_file, "terms",
+                           objective_options={"loss_weights": {"generation": 0.0, "oracle": 0.0}}), progress=False)
+    batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+    loss, nll, terms = objective(trainer.model, batch, trainer.config)
+    assert loss.item() == pytest.approx(float(terms["consistency"])) and float(terms["consistency"]) >= 0
+    loss.backward()
+    extractor = [p.grad for p in trainer.model.extractor.parameters() if p.grad is not None]
+    generator = [p.grad for n, p in trainer.model.named_parameters() if not n.startswith("extractor.")
+                 and p.grad is not None and p.grad.abs().sum() > 0]
+    assert extractor and any(g.abs().sum() > 0 for g in extractor) and not generator

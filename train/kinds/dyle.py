@@ -1,0 +1,131 @@
+"""DYLE's training data: each example's snippets (the runtime's own pager), its extractive oracle, the extractor
+chunks over all of its snippets, and the summary.
+
+The oracle (`train.oracle`, at most `top_k` snippets) is computed once per data file and kept on disk in
+`<output>/.oracle` (beside the runs), keyed by the split, the files' contents, the tokenizer and the snippet options: a val
+or test file never reads a training file's oracle, and changing any input computes it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from locsum_sdk.kinds.dyle import extractor_inputs
+from locsum_sdk.modeling.objectives import IGNORE
+from locsum_sdk.units import Pager, Unit, split_sentences
+
+from ..config import TrainConfig
+from ..data import SummarizationSet
+from ..oracle import oracle
+
+logger = logging.getLogger("locsum_sdk.train")
+
+ORACLE_VERSION = 1  # bumped when `train.oracle` changes what it chooses
+
+
+@dataclass(frozen=True)
+class DyleSample:
+    snippets: list[Unit]  # every snippet the example keeps (its first `max_pages`)
+    oracle: list[int]  # indices of the oracle snippets, best first
+    target: list[int]  # summary ids, ending in eos
+
+    @property
+    def units(self) -> list[list[int]]:
+        return [list(u.token_ids) for u in self.snippets]
+
+
+@dataclass
+class DyleBatch:
+    """What the DYLE objective reads: per sample the extractor chunks over all its snippets, the snippets' ids and
+    its oracle; for the batch the decoder inputs and labels (B, T), and K, the snippets the generator reads."""
+
+    top_k: int
+    chunks: list[dict[str, torch.Tensor]]
+    snippets: list[list[list[int]]]
+    oracle: list[list[int]]
+    decoder_input_ids: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        """Source tokens the extractor reads + target tokens (for throughput)."""
+        return int(sum(c["attention_mask"].sum() for c in self.chunks) + (self.labels != IGNORE).sum())
+
+
+def reference_sentences(summary: str) -> list[str]:
+    return [summary[s:e] for s, e in split_sentences(summary)]
+
+
+class DyleSet(SummarizationSet):
+    def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, config: TrainConfig, split: str,
+                 progress: bool = True):
+        super().__init__(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
+        self.options = pager.options
+        self.oracles = self._oracles(paths, split, Path(config.output).expanduser() / ".oracle", progress)
+
+    def _key(self, paths: Sequence[str | os.PathLike], split: str) -> str:
+        digest = hashlib.sha256()
+        for path in paths:
+            digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+        digest.update(self.tokenizer.to_str().encode())
+        digest.update(json.dumps([split, dataclasses.asdict(self.options), self.max_pages, ORACLE_VERSION]).encode())
+        return digest.hexdigest()[:20]
+
+    def _oracles(self, paths, split: str, cache: Path, progress: bool) -> list[list[int]]:
+        path = cache / f"{split}-{self._key(paths, split)}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        found = []
+        for index in tqdm(range(len(self)), desc=f"oracle ({split})", disable=not progress):
+            example = self.example(index)
+            snippets = self.units(example)
+            found.append(oracle([u.text for u in snippets], reference_sentences(example.summary),
+                                self.options.top_k).indices)
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(found))
+        partial.replace(path)
+        return found
+
+    def get(self, index: int, epoch: int = 0) -> DyleSample:
+        example = self.example(index)
+        return DyleSample(self.units(example), self.oracles[index], self.target(example))
+
+    def chunks(self, snippets: Sequence[Unit]) -> dict[str, torch.Tensor]:
+        """The extractor's inputs over all the snippets, every chunk at once (chunks carry the query in the
+        snippets' own ids)."""
+        return {name: torch.from_numpy(value) for name, value in extractor_inputs(snippets, [], self.options).items()}
+
+    def collate(self, samples: list[DyleSample], pad: int, decoder_start: int) -> DyleBatch:
+        steps = max(len(s.target) for s in samples)
+        decoder_input_ids = torch.full((len(samples), steps), pad, dtype=torch.long)
+        labels = torch.full((len(samples), steps), IGNORE, dtype=torch.long)
+        for b, sample in enumerate(samples):
+            target = torch.tensor(sample.target)
+            labels[b, : len(target)] = target
+            decoder_input_ids[b, 0] = decoder_start
+            decoder_input_ids[b, 1 : len(target)] = target[:-1]
+        return DyleBatch(self.options.top_k, [self.chunks(s.snippets) for s in samples], [s.units for s in samples],
+                         [s.oracle for s in samples], decoder_input_ids, labels)
+
+    @torch.no_grad()
+    def inference_units(self, model, sample: DyleSample) -> list[list[int]]:
+        """The extractor's top_k snippets (in input order), as the runtime keeps them."""
+        scores = model.extractor(**self.chunks(sample.snippets)).float().numpy()
+        keep = np.sort(np.argsort(-scores, kind="stable")[: self.options.top_k])
+        return [sample.units[i] for i in keep]
+
+
+def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> DyleSet:
+    return DyleSet(paths, pager, tokenizer, config, split)
