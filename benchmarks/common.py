@@ -97,6 +97,28 @@ def bart_base_hierencdec() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def bart_base_dyle() -> tuple[Path, Path]:
+    """The same bart-base-shaped weights as a DYLE (the extractor a copy of the encoder, random scoring and
+    dynamic layers): (checkpoint dir, bundle dir), built once in CACHE."""
+    checkpoint, bundle = CACHE / "dyle-checkpoint", CACHE / "dyle-bundle"
+    source, _ = bart_base_pagesum()
+    if not (checkpoint / "model.safetensors").is_file():
+        import torch
+
+        from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+
+        loaded = load_checkpoint(source, kind="dyle")
+        torch.manual_seed(0)
+        with torch.no_grad():  # scores and weights that differ between snippets, as a trained model's do
+            for layer in (loaded.model.extractor.classifier, loaded.model.dynamic_mlp[4]):
+                layer.weight.normal_(0.0, 0.02)
+        save_checkpoint(loaded.model, checkpoint, loaded.tokenizer_file,
+                        units={"snippet_tokens": 64}, generation=loaded.settings.get("generation", {}))
+    if not current_bundle(bundle):
+        export_bundle(checkpoint, bundle)
+    return checkpoint, bundle
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from . import constants as C
-from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from . import kinds
+from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from .limits import split_legacy_units
 from .options import Options
 from .units import SpecialTokens

@@ -94,6 +94,7 @@ class Point:
     step_ms: float  # decoding time per step
     token_ids: list[int]
     estimate_mb: float | None = None  # loaded RSS + the working memory the call estimated before encoding
+    select_seconds: float = 0.0  # the kind's selection stage (DYLE's extractor), before encoding
 
 
 def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, backend: str = "auto",
@@ -110,7 +111,7 @@ def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, 
     steps_run = max(1, len(summary.token_ids))
     return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
                  peak_rss_mb(), loaded, summary.timings["encode"], 1000 * summary.timings["decode"] / steps_run,
-                 list(summary.token_ids), None if loaded is None else loaded + working)
+                 list(summary.token_ids), None if loaded is None else loaded + working, summary.timings["select"])
 
 
 def _fixed_steps(summarizer, tokens: int, steps: int, num_beams: int) -> dict:

@@ -50,7 +50,8 @@ class Summary:
     unit_weights: np.ndarray  # (steps, units): each decoding step's weight per unit for the chosen beam
     score: float  # length-normalised log-probability of the chosen hypothesis
     kind: str  # the model kind; `locsum_sdk.kinds.get(kind).units` says what units and unit weights are
-    timings: dict[str, float] = field(default_factory=dict)  # seconds: paging, encode, decode, total
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: paging (and limits), select (the
+    # kind's selection stage; 0 without one), encode, decode, total
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -243,13 +244,15 @@ class Summarizer:
         pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
+        paged = time.perf_counter()
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
             items = [self._select(units, ids, paging) for units, ids in zip(within_tokens(items, limits, query_ids),
                                                                              query_ids)]
+        selected = time.perf_counter()
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
         items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)
-        paged = time.perf_counter()
+        checked = time.perf_counter()
         batch = UnitBatch.from_units(items, self.special.pad)
         session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)
         encoded = time.perf_counter()
@@ -260,8 +263,8 @@ class Summarizer:
         finally:
             session.close()
         done = time.perf_counter()
-        timings = {"paging": paged - started, "encode": encoded - paged, "decode": done - encoded,
-                   "total": done - started}
+        timings = {"paging": paged - started + checked - selected, "select": selected - paged,
+                   "encode": encoded - checked, "decode": done - encoded, "total": done - started}
         return [
             Summary(
                 text=self.tokenizer.decode(hyp.token_ids, skip_special_tokens=True).strip(),

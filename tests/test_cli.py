@@ -19,7 +19,7 @@ def test_summarize_files_as_documents_json(bundle_dir, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert {u["document"] for u in out["units"]} == {0, 1}
     assert len(out["unit_weights"]) == len(out["token_ids"])
-    assert set(out["timings"]) == {"paging", "encode", "decode", "total"}
+    assert set(out["timings"]) == {"paging", "select", "encode", "decode", "total"}
     assert out["kind"] == "pagesum"
 
 

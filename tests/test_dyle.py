@@ -39,7 +39,9 @@ def test_the_bert_encoder_equals_hf_bert():
     assert torch.allclose(ours(ids, mask)[mask.bool()], want[mask.bool()], atol=1e-5)
     with pytest.raises(BundleError, match="not a weight of a BERT encoder"):
         from_hf_bert_names({"cls.predictions.bias": torch.zeros(1)})
-    with pytest.raises(BundleError, match="HF BERT config"):
+    with pytest.raises(BundleError, match="HF BERT or RoBERTa config"):
+        ExtractorConfig.from_hf_bert({"model_type": "gpt2"}, 0, 2)
+    with pytest.raises(BundleError, match="lacks"):
         ExtractorConfig.from_hf_bert({"model_type": "roberta"}, 0, 2)
 
 
@@ -90,3 +92,68 @@ def test_configs_round_trip_and_the_extractor_defaults_to_the_generator_shape():
     with pytest.raises(BundleError, match="unknown"):
         DyleConfig.from_dict({**config.to_dict(), "extractor": {"colour": 1}})
     assert Extractor(config.extractor).config == config.extractor
+
+
+def research_files(tmp_path, with_retriever: bool = True):
+    """A tiny DYLE research checkpoint written as the research code lays it out: an HF BART generator under
+    `rag.generator.*` with `rag.dynamic_mlp.*`, and an HF RoBERTa retriever (`roberta.*`, `classifier.*`)."""
+    torch.manual_seed(0)
+    bart_config = transformers.BartConfig(vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=2,
+                                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                          decoder_ffn_dim=64, max_position_embeddings=64)
+    bart = transformers.BartForConditionalGeneration(bart_config).eval()
+    roberta_config = transformers.RobertaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=4, intermediate_size=64,
+                                                max_position_embeddings=66, type_vocab_size=1, pad_token_id=1)
+    roberta = transformers.RobertaModel(roberta_config, add_pooling_layer=False).eval()
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 1))
+    classifier = torch.nn.Linear(32, 1)
+    generator = {f"rag.generator.{k}": v for k, v in bart.state_dict().items()}
+    generator.update({f"rag.dynamic_mlp.{k}": v for k, v in mlp.state_dict().items()})
+    torch.save(generator, tmp_path / "generator.pt")
+    bart_config.to_json_file(tmp_path / "config.json")
+    if with_retriever:
+        retriever = {f"roberta.{k}": v for k, v in roberta.state_dict().items()}
+        retriever.update({f"classifier.{k}": v for k, v in classifier.state_dict().items()})
+        torch.save(retriever, tmp_path / "retriever.pt")
+        roberta_config.to_json_file(tmp_path / "retriever_config.json")
+    return bart, roberta, mlp, classifier
+
+
+def test_a_research_checkpoint_converts_with_its_retriever(tmp_path):
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    bart, roberta, mlp, classifier = research_files(tmp_path)
+    model = load_checkpoint(tmp_path / "generator.pt").model
+    assert model.kind == "dyle" and model.config.extractor.position_offset == 2
+    assert not model.config.extractor.own_tokenizer  # RoBERTa's BPE ids are BART's
+    ids = torch.randint(3, 60, (2, 10))
+    ids[:, 0], ids[:, -1] = 0, 2
+    mask = torch.ones_like(ids)
+    target = torch.randint(3, 60, (2, 4))
+    with torch.no_grad():
+        want = bart(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+        memory = model.model.encoder(ids, mask)
+        hidden = model.model.decoder(target, model.model.cross_kv(memory), attention_bias(mask, memory.dtype))
+        assert torch.allclose(model.model.lm_logits(hidden), want, atol=1e-4)
+        assert torch.allclose(model.dynamic_mlp(hidden), mlp(hidden), atol=1e-6)
+        separators = torch.tensor([9, 19])
+        states = roberta(input_ids=ids, attention_mask=mask).last_hidden_state.reshape(20, -1)
+        assert torch.allclose(model.extractor(ids, mask, separators), classifier(states[separators]).squeeze(-1),
+                              atol=1e-5)
+    with pytest.raises(BundleError, match="loads as dyle, not pagesum"):
+        load_checkpoint(tmp_path / "generator.pt", kind="pagesum")
+
+
+def test_a_research_generator_alone_gets_its_extractor_from_its_encoder(tmp_path):
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    research_files(tmp_path, with_retriever=False)
+    model = load_checkpoint(tmp_path / "generator.pt").model
+    assert model.config.extractor.architecture == "bart"
+    assert torch.equal(model.extractor.encoder.layers[0].fc1.weight, model.model.encoder.layers[0].fc1.weight)
+    state = torch.load(tmp_path / "generator.pt", weights_only=True)
+    torch.save({**state, "rag.question_encoder.x": torch.zeros(1)}, tmp_path / "generator.pt")
+    with pytest.raises(BundleError, match="not a DYLE generator weight"):
+        load_checkpoint(tmp_path / "generator.pt")

@@ -6,10 +6,10 @@ import random
 
 import pytest
 import torch
-
 from conftest import document
-from locsum_sdk.modeling.dyle import select_snippets
 from test_training import run_config
+
+from locsum_sdk.modeling.dyle import select_snippets
 
 UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96, "max_pages": 40}
 

@@ -2,8 +2,9 @@
 every snippet from chunks of consecutive snippets and keeps the top K (the selection stage); the K snippets are
 encoded alone and decoded as PageSum decodes pages, the decoder ending in `locsum.SnippetMarginalize`.
 
-Extractor chunks are `<s> [query </s>] snippet </s> snippet </s> ...` of at most `chunk_tokens` tokens, with the
-generator's tokenizer (an extractor of the `bart` architecture); a snippet's score is read at the `</s>` after it.
+Extractor chunks are `<s> [query </s>] snippet </s> snippet </s> ...` of at most `chunk_tokens` tokens, in the
+generator's token ids (a BART encoder, or a RoBERTa sharing BART's BPE); a snippet's score is read at the `</s>`
+after it.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ class SnippetOptions:
     def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
         """chunk_tokens fits the extractor, and the extractor reads the generator's tokens."""
         extractor = model.get("extractor") or {}
-        if extractor.get("architecture", "bart") != "bart":
-            raise error(f"this runtime runs DYLE extractors of the 'bart' architecture (the generator's tokenizer), "
-                        f"not {extractor.get('architecture')!r}")
+        if extractor.get("own_tokenizer"):
+            raise error("this runtime runs DYLE extractors that read the generator's token ids (a BART encoder, or a "
+                        "RoBERTa sharing BART's BPE); this one has a tokenizer of its own")
         positions = extractor.get("max_positions", model["max_positions"])
         if self.chunk_tokens > positions:
             raise error(f"chunk_tokens={self.chunk_tokens} is over the extractor's {positions} positions; use at "

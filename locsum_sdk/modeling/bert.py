@@ -1,6 +1,8 @@
-"""A BERT encoder, equal to `transformers.BertModel`'s encoder output (post-LayerNorm), for extractors that start
-from a pretrained BERT (all-MiniLM-L6-v2). Its layers are BART's (`bart.EncoderLayer`: same maths, names mapped
-by `from_hf_bert_names`) with BERT's LayerNorm epsilon; its embeddings add token types and start positions at 0."""
+"""A BERT encoder, equal to `transformers.BertModel`'s (and, with positions offset, `RobertaModel`'s) output on
+unpadded positions (post-LayerNorm), for extractors that start from a pretrained BERT (all-MiniLM-L6-v2) or DYLE's
+RoBERTa retriever. Its layers are BART's (`bart.EncoderLayer`: same maths, names mapped by `from_hf_bert_names`)
+with the checkpoint's LayerNorm epsilon; its embeddings add token type 0 and number positions from
+`position_offset`."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ class BertEncoder(nn.Module):
         super().__init__()
         d = config.d_model
         self.word_embeddings = nn.Embedding(config.vocab_size, d)
-        self.position_embeddings = nn.Embedding(config.max_positions, d)
+        self.position_embeddings = nn.Embedding(config.max_positions + config.position_offset, d)
+        self.position_offset = config.position_offset
         self.token_type_embeddings = nn.Embedding(max(config.type_vocab_size, 1), d)
         self.layernorm_embedding = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
@@ -31,7 +34,7 @@ class BertEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """input_ids, attention_mask (N, L) -> states (N, L, D); every token has type 0."""
         length = input_ids.shape[1]
-        positions = torch.arange(length, device=input_ids.device)
+        positions = torch.arange(length, device=input_ids.device) + self.position_offset
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings.weight[0]
         x = F.dropout(self.layernorm_embedding(x), self.dropout, self.training)
         dim = x.shape[-1]
@@ -56,12 +59,13 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def from_hf_bert_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """HF `BertModel` weights (with or without the `bert.` prefix) -> `BertEncoder` names. The pooler and the
-    position-id buffer are left out (the extractor reads states at separators, not the pooled [CLS])."""
+    """HF `BertModel` or `RobertaModel` weights (with or without the `bert.` / `roberta.` prefix) -> `BertEncoder`
+    names. The pooler and the position-id buffers are left out (the extractor reads states at separators, not the
+    pooled [CLS])."""
     out = {}
     for name, tensor in state.items():
-        name = name.removeprefix("bert.")
-        if name.startswith("pooler.") or name == "embeddings.position_ids":
+        name = name.removeprefix("bert.").removeprefix("roberta.")
+        if name.startswith("pooler.") or name in ("embeddings.position_ids", "embeddings.token_type_ids"):
             continue
         if name.startswith("embeddings."):
             part = name.removeprefix("embeddings.")

@@ -1,8 +1,10 @@
 """Checkpoint loaders: one per source format, each mapping names onto ours and checking every name and shape.
 
 Sources: our own checkpoint directory (`config.json` with a `kind`, `model.safetensors`), an HF BART directory
-(`config.json` + `model.safetensors` or `pytorch_model.bin`), and the PageSum research state dict (HF BART keys
-with `lin.weight [1, d]`, `lin.bias [1]`). Nothing is ever unpickled: `torch.load(weights_only=True)` only.
+(`config.json` + `model.safetensors` or `pytorch_model.bin`), the PageSum research state dict (HF BART keys
+with `lin.weight [1, d]`, `lin.bias [1]`) and DYLE's research files (`rag.*` generator weights, a RoBERTa retriever
+beside them; `locsum_sdk.modeling.dyle.load_research`). Nothing is ever unpickled: `torch.load(weights_only=True)`
+only.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from ..errors import BundleError, BundleNotFoundError
 from ..limits import split_legacy_units
 from . import registry
 from .config import BartConfig
-
 
 CONFIG_FILE = C.CHECKPOINT_CONFIG_FILE
 WEIGHTS_FILE = "model.safetensors"
@@ -130,7 +131,7 @@ def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
         settings["limits"] = {**legacy, **settings.get("limits", {})}
     if kind != saved and settings.pop("units", None) is not None:
         logging.getLogger("locsum_sdk").info("%s: %s unit options left out (loaded as %s)", directory, saved, kind)
-    return Checkpoint(model, _tokenizer_beside(directory), settings)
+    return Checkpoint(model, tokenizer_beside(directory), settings)
 
 
 def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
@@ -140,22 +141,29 @@ def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
     for name in (WEIGHTS_FILE, "pytorch_model.bin"):
         if (directory / name).is_file():
             state = from_hf_names(read_state_dict(directory / name))
-            return Checkpoint(build(kind, config, state, str(directory)), _tokenizer_beside(directory))
+            return Checkpoint(build(kind, config, state, str(directory)), tokenizer_beside(directory))
     raise BundleNotFoundError(f"{directory} has a config.json but neither {WEIGHTS_FILE} nor pytorch_model.bin")
 
 
-def load_research_state_dict(path: Path, config_path: Path | None = None, kind: str = "pagesum") -> Checkpoint:
-    """A PageSum research state dict file; its BART config.json is `config_path` or sits beside the file."""
+def load_research_state_dict(path: Path, config_path: Path | None = None, kind: str | None = None) -> Checkpoint:
+    """A research weights file: DYLE's (`rag.*` weights, as dyle) or PageSum's (HF BART names and `lin.*`, as
+    `kind`, default pagesum); its BART config.json is `config_path` or sits beside the file."""
+    state = read_state_dict(path)
+    if any(name.startswith("rag.") for name in state):
+        from .dyle import load_research
+
+        return load_research(path, state, config_path, kind)
+    kind = kind or "pagesum"
     registry.check_formats(kind, "pagesum-research")
     config_path = config_path or path.parent / CONFIG_FILE
     if not config_path.is_file():
         raise BundleNotFoundError(f"{path} needs an HF BART config.json: pass one, or put it beside the file")
     config = BartConfig.from_hf(read_config(config_path))
-    model = build(kind, config, from_hf_names(read_state_dict(path)), str(path))
-    return Checkpoint(model, _tokenizer_beside(path.parent))
+    model = build(kind, config, from_hf_names(state), str(path))
+    return Checkpoint(model, tokenizer_beside(path.parent))
 
 
-def _tokenizer_beside(directory: Path) -> Path | None:
+def tokenizer_beside(directory: Path) -> Path | None:
     path = directory / TOKENIZER_FILE
     return path if path.is_file() else None
 
@@ -192,7 +200,7 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
     if source == "locsum":
         return load_locsum(path, kind)
     if source == "pagesum-research":
-        return load_research_state_dict(path, Path(config) if config else None, kind or "pagesum")
+        return load_research_state_dict(path, Path(config) if config else None, kind)
     return LOADERS[source](path, kind or "pagesum")
 
 

@@ -12,11 +12,13 @@ decoding step the token distribution is marginalized over the snippets with dyna
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..errors import BundleError, BundleNotFoundError
 from ..ops import snippet_marginalize
 from .bart import Bart, CrossKV, Encoder, SlotCache, attention_bias, init_weights
 from .bert import BertEncoder
@@ -175,13 +177,17 @@ def objective(model: "Dyle", batch: Any, config: Any) -> tuple[torch.Tensor, tor
 
 
 def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """A BART (or PageSum) without DYLE's parts gets them: the extractor starts as a copy of the BART's encoder
-    (its shape by default) with a zero classifier, so every snippet scores alike until it is trained; the dynamic
-    MLP gets small random hidden layers (seeded) and a zero output layer, so snippets weigh equally."""
-    if any(name.startswith("dynamic_mlp.") for name in state):
+    """Give a BART (or PageSum, or a DYLE generator without its retriever) the DYLE parts it lacks: the extractor
+    starts as a copy of the BART's encoder (its shape by default) with a zero classifier, so every snippet scores
+    alike until it is trained; the dynamic MLP gets small random hidden layers (seeded) and a zero output layer,
+    so snippets weigh equally."""
+    has_mlp = any(name.startswith("dynamic_mlp.") for name in state)
+    has_extractor = any(name.startswith("extractor.") for name in state)
+    if has_mlp and has_extractor:
         return state
-    logger.warning("%s has no DYLE extractor or dynamic MLP: the extractor starts from its encoder, snippets weigh "
-                   "equally until trained", source)
+    lacking = [part for part, has in (("extractor", has_extractor), ("dynamic MLP", has_mlp)) if not has]
+    logger.warning("%s has no DYLE %s: %s", source, " or ".join(lacking),
+                   "the extractor starts from its encoder, snippets weigh equally until trained")
     state = {k: v for k, v in state.items() if not k.startswith("page_conf.")}  # a PageSum's page confidence
     config = config if isinstance(config, DyleConfig) else DyleConfig.from_bart(config)
     fresh = Dyle(config)
@@ -194,15 +200,76 @@ def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) ->
     same_shape = config.extractor == ExtractorConfig.from_bart(config)
     out = dict(state)
     for name, tensor in fresh.state_dict().items():
-        if name.startswith("dynamic_mlp.4.") or name.startswith("extractor.classifier."):
-            out[name] = torch.zeros_like(tensor)
-        elif same_shape and name.startswith("extractor.encoder."):
-            out[name] = state[name.replace("extractor.encoder.", "model.encoder.", 1)]
-        elif same_shape and name == "extractor.shared.weight":
-            out[name] = state["model.shared.weight"]
-        elif name.startswith(("dynamic_mlp.", "extractor.")):
-            out[name] = tensor
+        if name.startswith("dynamic_mlp.") and not has_mlp:
+            out[name] = torch.zeros_like(tensor) if name.startswith("dynamic_mlp.4.") else tensor
+        elif name.startswith("extractor.") and not has_extractor:
+            if name.startswith("extractor.classifier."):
+                out[name] = torch.zeros_like(tensor)
+            elif same_shape and name.startswith("extractor.encoder."):
+                out[name] = state[name.replace("extractor.encoder.", "model.encoder.", 1)]
+            elif same_shape and name == "extractor.shared.weight":
+                out[name] = state["model.shared.weight"]
+            else:
+                out[name] = tensor
     return out
+
+
+RETRIEVER_FILES = ("retriever.safetensors", "retriever.bin", "retriever.pt")  # beside a generator file
+RETRIEVER_CONFIG = "retriever_config.json"  # HF RoBERTa config of the retriever
+
+
+def from_research_names(generator: dict[str, torch.Tensor],
+                        retriever: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """DYLE research weights -> `Dyle` names. Generator: `rag.generator.model.*` (HF BART), `rag.generator.lm_head
+    .weight` (tied: must equal the shared table), `rag.generator.final_logits_bias`, `rag.dynamic_mlp.{0,2,4}.*`.
+    Retriever: `roberta.*` (HF RoBERTa) and `classifier.{weight,bias}` (one score per separator)."""
+    from .bert import from_hf_bert_names
+    from .checkpoint import from_hf_names
+
+    bart, out = {}, {}
+    for name, tensor in generator.items():
+        if name.startswith("rag.generator."):
+            bart[name.removeprefix("rag.generator.")] = tensor
+        elif name.startswith("rag.dynamic_mlp."):
+            out[name.removeprefix("rag.")] = tensor
+        else:
+            raise BundleError(f"{name!r} is not a DYLE generator weight (rag.generator.*, rag.dynamic_mlp.*)")
+    out.update(from_hf_names(bart))
+    if retriever is not None:
+        head = {k: v for k, v in retriever.items() if k.startswith("classifier.")}
+        if set(head) != {"classifier.weight", "classifier.bias"} or head["classifier.weight"].shape[0] != 1:
+            raise BundleError(f"the retriever's classifier must be one linear score (classifier.weight (1, d), "
+                              f"classifier.bias); found {sorted((k, tuple(v.shape)) for k, v in head.items())}")
+        encoder = from_hf_bert_names({k: v for k, v in retriever.items() if not k.startswith("classifier.")})
+        out.update({f"extractor.encoder.{k}": v for k, v in encoder.items()})
+        out.update({f"extractor.{k}": v for k, v in head.items()})
+    return out
+
+
+def load_research(path: Path, generator: dict[str, torch.Tensor], config_path: Path | None, kind: str | None):
+    """A DYLE research generator file (`rag.*` weights, already read as `generator`) as a `Dyle`: its HF BART
+    config.json is `config_path` or beside the file; the retriever (`retriever.{safetensors,bin,pt}` with its HF
+    RoBERTa `retriever_config.json`) is read from beside it when there, else the extractor starts from the
+    generator's encoder."""
+    from .checkpoint import CONFIG_FILE, Checkpoint, build, read_config, read_state_dict, tokenizer_beside
+
+    if kind not in (None, KIND):
+        raise BundleError(f"{path} is a DYLE research checkpoint; it loads as dyle, not {kind}")
+    config_path = config_path or path.parent / CONFIG_FILE
+    if not config_path.is_file():
+        raise BundleNotFoundError(f"{path} needs its HF BART config.json: pass one, or put it beside the file")
+    bart = BartConfig.from_hf(read_config(config_path))
+    retriever_file = next((path.parent / f for f in RETRIEVER_FILES if (path.parent / f).is_file()), None)
+    extractor = retriever = None
+    if retriever_file is not None:
+        if not (path.parent / RETRIEVER_CONFIG).is_file():
+            raise BundleNotFoundError(f"{retriever_file} needs its HF RoBERTa config as {RETRIEVER_CONFIG} beside it")
+        extractor = ExtractorConfig.from_hf_bert(read_config(path.parent / RETRIEVER_CONFIG), bart.bos_token_id,
+                                                 bart.eos_token_id)
+        retriever = read_state_dict(retriever_file)
+    config = DyleConfig.from_bart(bart, extractor)
+    model = build(KIND, config, from_research_names(generator, retriever), str(path))
+    return Checkpoint(model, tokenizer_beside(path.parent))
 
 
 def register_snippet_marginalize(opset: int) -> None:
@@ -252,5 +319,5 @@ def register_model_kind() -> None:
         graphs=lambda model: {"extractor": extractor_spec(model), "encoder": graphs.encoder_spec(model),
                               "decoder": graphs.decoder_spec(model)},
         functions={"decoder": snippet_marginalize.NAME}, register_symbolics=register_snippet_marginalize,
-        formats=("hf-bart", "pagesum-research"), objective=objective,
+        formats=("hf-bart", "pagesum-research", "dyle-research"), objective=objective,
     ))

@@ -16,8 +16,9 @@ ARCHITECTURES = ("bart", "bert")  # our BART's encoder (the generator's tokenize
 @dataclass(frozen=True)
 class ExtractorConfig:
     """The extractor's encoder: `bart` is an encoder of our BART (post-LayerNorm, positions offset by 2, the
-    generator's tokenizer); `bert` is a BERT encoder (HF names, token types, its own WordPiece tokenizer, e.g.
-    all-MiniLM-L6-v2). A snippet's score is a linear projection of the state at the separator after it."""
+    generator's tokenizer); `bert` is a BERT or RoBERTa encoder (HF names, token types): all-MiniLM-L6-v2 with its
+    own WordPiece tokenizer, or DYLE's RoBERTa retriever, whose BPE ids are BART's. A snippet's score is a linear
+    projection of the state at the separator after it."""
 
     architecture: str = "bart"  # one of ARCHITECTURES
     vocab_size: int = 8192
@@ -30,6 +31,8 @@ class ExtractorConfig:
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = False  # bart only
     type_vocab_size: int = 0  # bert only: token type embeddings (type 0 is used)
+    position_offset: int = 0  # bert only: the position row of the first token (RoBERTa: padding id + 1)
+    own_tokenizer: bool = False  # True: its ids are not the generator's (a WordPiece BERT beside a BPE BART)
     start_token_id: int = 0  # first token of a chunk (<s>, [CLS])
     separator_token_id: int = 2  # after the query and after each snippet (</s>, [SEP])
     pad_token_id: int = 1
@@ -42,6 +45,7 @@ class ExtractorConfig:
         for name in ("vocab_size", "d_model", "layers", "heads", "ffn_dim", "max_positions"):
             check_int(f"extractor.{name}", getattr(self, name), 1, error=BundleError)
         check_int("extractor.type_vocab_size", self.type_vocab_size, 0, error=BundleError)
+        check_int("extractor.position_offset", self.position_offset, 0, error=BundleError)
         for name in ("start_token_id", "separator_token_id", "pad_token_id"):
             check_int(f"extractor.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
@@ -49,6 +53,7 @@ class ExtractorConfig:
         check_float("extractor.layer_norm_eps", self.layer_norm_eps, 0.0, 1.0, error=BundleError)
         check_choice("extractor.activation", self.activation, ACTIVATIONS, error=BundleError)
         check_bool("extractor.scale_embedding", self.scale_embedding, error=BundleError)
+        check_bool("extractor.own_tokenizer", self.own_tokenizer, error=BundleError)
         if self.d_model % self.heads:
             raise BundleError(f"extractor.d_model={self.d_model} must be divisible by extractor.heads={self.heads}")
 
@@ -76,22 +81,29 @@ class ExtractorConfig:
     def from_bart(cls, config: BartConfig) -> "ExtractorConfig":
         """An extractor shaped as `config`'s encoder, sharing its tokenizer (e.g. to start from its weights)."""
         return cls("bart", config.vocab_size, config.d_model, config.encoder_layers, config.encoder_heads,
-                   config.encoder_ffn_dim, config.max_positions, config.activation, 1e-5, config.scale_embedding, 0,
-                   config.bos_token_id, config.eos_token_id, config.pad_token_id, config.dropout,
+                   config.encoder_ffn_dim, config.max_positions, config.activation, 1e-5, config.scale_embedding, 0, 0,
+                   False, config.bos_token_id, config.eos_token_id, config.pad_token_id, config.dropout,
                    config.attention_dropout, config.activation_dropout)
 
     @classmethod
     def from_hf_bert(cls, hf: dict[str, Any], start: int, separator: int) -> "ExtractorConfig":
-        """Read an HF `config.json` of model_type `bert` (e.g. all-MiniLM-L6-v2); `start`/`separator`: the ids of
-        [CLS] and [SEP] in its tokenizer."""
-        if not isinstance(hf, dict) or hf.get("model_type") != "bert":
-            raise BundleError("expected an HF BERT config.json (model_type 'bert')")
+        """Read an HF `config.json` of model_type `bert` (e.g. all-MiniLM-L6-v2) or `roberta` (DYLE's retriever);
+        `start`/`separator`: the ids of [CLS]/<s> and [SEP]/</s> in its tokenizer."""
+        if not isinstance(hf, dict) or hf.get("model_type") not in ("bert", "roberta"):
+            raise BundleError("expected an HF BERT or RoBERTa config.json (model_type 'bert' or 'roberta')")
         if hf.get("position_embedding_type", "absolute") != "absolute" or hf.get("hidden_act", "gelu") != "gelu":
-            raise BundleError("only BERT with absolute positions and gelu is supported")
+            raise BundleError("only BERT / RoBERTa with absolute positions and gelu is supported")
+        needed = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "max_position_embeddings")
+        if missing := [key for key in needed if key not in hf]:
+            raise BundleError(f"the HF {hf['model_type']} config lacks {missing}")
+        pad = hf.get("pad_token_id", 0)
+        offset = pad + 1 if hf["model_type"] == "roberta" else 0  # RoBERTa numbers positions after the padding row
         return cls("bert", hf["vocab_size"], hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
-                   hf["intermediate_size"], hf["max_position_embeddings"], "gelu", hf.get("layer_norm_eps", 1e-12),
-                   False, hf.get("type_vocab_size", 2), start, separator, hf.get("pad_token_id", 0),
-                   hf.get("hidden_dropout_prob", 0.1), hf.get("attention_probs_dropout_prob", 0.1), 0.0)
+                   hf["intermediate_size"], hf["max_position_embeddings"] - offset, "gelu",
+                   hf.get("layer_norm_eps", 1e-12), False, hf.get("type_vocab_size", 2), offset,
+                   hf["model_type"] == "bert", start, separator, pad, hf.get("hidden_dropout_prob", 0.1),
+                   hf.get("attention_probs_dropout_prob", 0.1), 0.0)
 
 
 @dataclass(frozen=True)
