@@ -189,10 +189,12 @@ class Summarizer:
 
         return estimate
 
-    def _select(self, units: list[Unit], query_ids: list[int], paging) -> list[Unit]:
-        """The kind's selection stage on one item: its graph scores the units run by run, and the kind keeps the
-        units the encoder will see."""
+    def unit_scores(self, units: Sequence[Unit], query_ids: Sequence[int], paging) -> np.ndarray:
+        """The kind's selection graph's score of every unit of one input (float32, (len(units),)), run by run;
+        `query_ids` as the kind's pager tokenizes the query, `paging` the kind's unit options."""
         selection = self.kind.selection
+        if selection is None:
+            raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
         scores = []
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
@@ -205,7 +207,11 @@ class Summarizer:
         scores = np.concatenate(scores)
         if scores.shape != (len(units),):
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
-        kept = selection.keep(units, scores, paging)
+        return scores
+
+    def _select(self, units: list[Unit], query_ids: list[int], paging) -> list[Unit]:
+        """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them."""
+        kept = self.kind.selection.keep(units, self.unit_scores(units, query_ids, paging), paging)
         if not kept:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
         return kept

@@ -79,3 +79,25 @@ def test_the_consistency_term_trains_the_extractor_only(tmp_path, meetings, toke
     generator = [p.grad for n, p in trainer.model.named_parameters() if not n.startswith("extractor.")
                  and p.grad is not None and p.grad.abs().sum() > 0]
     assert extractor and any(g.abs().sum() > 0 for g in extractor) and not generator
+
+
+def test_recall_of_oracle_snippets_counts_the_top_k():
+    from train.recall import interval, recall_at
+
+    assert recall_at([0.1, 0.9, 0.5, 0.8], [1, 2], 2) == 0.5  # top 2: snippets 1 and 3
+    assert recall_at([0.0, 0.0, 0.0], [2], 2) == 0.0 and recall_at([0.0, 0.0, 0.0], [1], 2) == 1.0  # ties: earlier
+    summary = interval([0.5, 1.0, 0.0, 0.5])
+    assert summary["mean"] == 50.0 and summary["low"] <= 50.0 <= summary["high"]
+
+
+def test_recall_is_reported_for_the_extractor_and_the_baselines(dyle_bundle_dir, meetings):
+    from locsum_sdk import Summarizer
+    from train.recall import evaluate_recall
+
+    report = evaluate_recall(Summarizer.from_pretrained(dyle_bundle_dir), meetings, [2, 5], progress=False)
+    assert set(report) == {"extractor", "tf-idf", "lead", "random"}
+    for by_k in report.values():
+        assert by_k[2]["examples"] == by_k[5]["examples"] > 0
+        assert 0 <= by_k[2]["mean"] <= by_k[5]["mean"] <= 100 and by_k[5]["low"] <= by_k[5]["mean"] <= by_k[5]["high"]
+    # an untrained extractor scores every snippet alike: its ranking is the input order
+    assert report["extractor"][5]["mean"] == report["lead"][5]["mean"]
