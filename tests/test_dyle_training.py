@@ -101,3 +101,47 @@ def test_recall_is_reported_for_the_extractor_and_the_baselines(dyle_bundle_dir,
         assert 0 <= by_k[2]["mean"] <= by_k[5]["mean"] <= 100 and by_k[5]["low"] <= by_k[5]["mean"] <= by_k[5]["high"]
     # an untrained extractor scores every snippet alike: its ranking is the input order
     assert report["extractor"][5]["mean"] == report["lead"][5]["mean"]
+
+
+def bert_directory(path, texts):
+    """A tiny HF BERT directory with a WordPiece tokenizer.json, as the all-MiniLM-L6-v2 package lays it out."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    transformers = pytest.importorskip("transformers")
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    path.mkdir(parents=True)
+    tokenizer.save(str(path / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=128)
+    transformers.BertModel(config).save_pretrained(path)
+    return path
+
+
+
+def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk.errors import OptionError
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.bert import BertEncoder
+    from train.__main__ import build
+
+    texts = [json.loads(line)["documents"][0] for line in meetings.read_text().splitlines()]
+    source = bert_directory(tmp_path / "minilm", texts)
+    trainer = build(config(tmp_path, meetings, tokenizer_file, "bert", max_steps=2, units={**UNITS, "chunk_tokens": 96},
+                           objective_options={"extractor_from": str(source)}), progress=False)
+    extractor = trainer.model.config.extractor
+    assert isinstance(trainer.model.extractor.encoder, BertEncoder) and extractor.own_tokenizer
+    sample = trainer.train_set.get(1)
+    chunks = trainer.train_set.chunks(sample.snippets, sample.query)
+    ids = chunks["input_ids"]
+    assert int(ids[0, 0]) == extractor.start_token_id and ids.shape[1] <= 96
+    assert torch.all(ids.reshape(-1)[chunks["separators"]] == extractor.separator_token_id)
+    assert len(chunks["separators"]) == len(sample.snippets)
+    log = trainer.train()
+    assert all(r["loss_oracle"] == r["loss_oracle"] for r in log)
+    with pytest.raises(OptionError, match="a tokenizer of its own"):  # the runtime reads one tokenizer
+        export_onnx(trainer.latest(), tmp_path / "bundle")

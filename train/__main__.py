@@ -18,7 +18,7 @@ from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
 from .data import read_jsonl, segments, unique_documents
-from .kinds import training_set
+from .kinds import prepare_model, training_set
 from .noise import DenoisingSet
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
@@ -56,6 +56,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         model_config = kinds.get(config.kind).config(**{**config.model, "vocab_size": tokenizer.get_vocab_size()})
         model = model_kind(config.kind).model(model_config)
         model.reset_parameters(0.02)
+    model = prepare_model(config.kind, model, config)
     cfg = model.config
     special = SpecialTokens(**cfg.special_tokens())
     if config.objective == "denoise":

@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
-    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training, args.limit,
-                                                  args.about))
+    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training,
+                                            args.limit, args.about))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training}, indent=2))
     if output.exists():

@@ -1,6 +1,7 @@
-"""Training data by kind: `train/kinds/<kind>.py`, for a kind that needs more than its units and a summary (DYLE's
-oracle snippets and extractor chunks), defines `training_set(paths, pager, tokenizer, config, split)`; every other
-kind trains on `SummarizationSet`. A data set gives `get`, `example`, `collate` and `inference_units`."""
+"""Training by kind: `train/kinds/<kind>.py`, for a kind that needs more than its units and a summary (DYLE's
+oracle snippets and extractor chunks), defines `training_set(paths, pager, tokenizer, config, split)` and may define
+`prepare_model(model, config)` (e.g. an extractor from another pretrained encoder); every other kind trains on
+`SummarizationSet`. A data set gives `get`, `example`, `collate` and `inference_units`."""
 
 from __future__ import annotations
 
@@ -20,3 +21,12 @@ def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, conf
     if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
         return importlib.import_module(f"{__name__}.{kind}").training_set(paths, pager, tokenizer, config, split)
     return SummarizationSet(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
+
+
+def prepare_model(kind: str, model, config: TrainConfig):
+    """The model as `kind`'s training module prepares it before training (unchanged for most kinds)."""
+    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
+        module = importlib.import_module(f"{__name__}.{kind}")
+        if hasattr(module, "prepare_model"):
+            return module.prepare_model(model, config)
+    return model

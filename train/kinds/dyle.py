@@ -2,8 +2,8 @@
 chunks over all of its snippets, and the summary.
 
 The oracle (`train.oracle`, at most `top_k` snippets) is computed once per data file and kept on disk in
-`<output>/.oracle` (beside the runs), keyed by the split, the files' contents, the tokenizer and the snippet options: a val
-or test file never reads a training file's oracle, and changing any input computes it again.
+`<output>/.oracle` (beside the runs), keyed by the split, the files' contents, the tokenizer and the snippet
+options: a val or test file never reads a training file's oracle, and changing any input computes it again.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class DyleSample:
     snippets: list[Unit]  # every snippet the example keeps (its first `max_pages`)
     oracle: list[int]  # indices of the oracle snippets, best first
     target: list[int]  # summary ids, ending in eos
+    query: str | None = None
 
     @property
     def units(self) -> list[list[int]]:
@@ -72,6 +73,12 @@ class DyleSet(SummarizationSet):
                  progress: bool = True):
         super().__init__(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
         self.options = pager.options
+        source = config.objective_options.get("extractor_from")
+        self.extractor_tokenizer = None  # None: the extractor reads the generator's ids
+        if source:
+            from tokenizers import Tokenizer
+
+            self.extractor_tokenizer = Tokenizer.from_file(str(config.resolve(source) / "tokenizer.json"))
         self.oracles = self._oracles(paths, split, Path(config.output).expanduser() / ".oracle", progress)
 
     def _key(self, paths: Sequence[str | os.PathLike], split: str) -> str:
@@ -100,12 +107,16 @@ class DyleSet(SummarizationSet):
 
     def get(self, index: int, epoch: int = 0) -> DyleSample:
         example = self.example(index)
-        return DyleSample(self.units(example), self.oracles[index], self.target(example))
+        return DyleSample(self.units(example), self.oracles[index], self.target(example), example.query)
 
-    def chunks(self, snippets: Sequence[Unit]) -> dict[str, torch.Tensor]:
-        """The extractor's inputs over all the snippets, every chunk at once (chunks carry the query in the
-        snippets' own ids)."""
-        return {name: torch.from_numpy(value) for name, value in extractor_inputs(snippets, [], self.options).items()}
+    def chunks(self, snippets: Sequence[Unit], query: str | None = None) -> dict[str, torch.Tensor]:
+        """The extractor's inputs over all the snippets, every chunk at once: in the snippets' own ids (which
+        carry the query), or, for an extractor with a tokenizer of its own, in its ids."""
+        if self.extractor_tokenizer is None:
+            inputs = extractor_inputs(snippets, [], self.options)
+        else:
+            inputs = own_chunks(self.extractor_tokenizer, [u.text for u in snippets], query, self.options.chunk_tokens)
+        return {name: torch.from_numpy(value) for name, value in inputs.items()}
 
     def collate(self, samples: list[DyleSample], pad: int, decoder_start: int) -> DyleBatch:
         steps = max(len(s.target) for s in samples)
@@ -116,15 +127,70 @@ class DyleSet(SummarizationSet):
             labels[b, : len(target)] = target
             decoder_input_ids[b, 0] = decoder_start
             decoder_input_ids[b, 1 : len(target)] = target[:-1]
-        return DyleBatch(self.options.top_k, [self.chunks(s.snippets) for s in samples], [s.units for s in samples],
-                         [s.oracle for s in samples], decoder_input_ids, labels)
+        return DyleBatch(self.options.top_k, [self.chunks(s.snippets, s.query) for s in samples],
+                         [s.units for s in samples], [s.oracle for s in samples], decoder_input_ids, labels)
 
     @torch.no_grad()
     def inference_units(self, model, sample: DyleSample) -> list[list[int]]:
         """The extractor's top_k snippets (in input order), as the runtime keeps them."""
-        scores = model.extractor(**self.chunks(sample.snippets)).float().numpy()
+        scores = model.extractor(**self.chunks(sample.snippets, sample.query)).float().numpy()
         keep = np.sort(np.argsort(-scores, kind="stable")[: self.options.top_k])
         return [sample.units[i] for i in keep]
+
+
+def own_chunks(tokenizer, texts: Sequence[str], query: str | None, budget: int) -> dict[str, np.ndarray]:
+    """Chunks `[CLS] [query [SEP]] snippet [SEP] snippet [SEP] ...` of at most `budget` ids in the extractor's own
+    tokenizer (a WordPiece BERT): consecutive snippets packed greedily, each cut to fit a chunk alone; the flat
+    index of the [SEP] after each snippet."""
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    head = [cls] + (tokenizer.encode(query, add_special_tokens=False).ids[: budget // 2] + [sep] if query else [])
+    pieces = [enc.ids[: budget - len(head) - 1] + [sep]
+              for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    rows: list[list[int]] = []
+    separators: list[tuple[int, int]] = []
+    for piece in pieces:
+        if not rows or len(rows[-1]) + len(piece) > budget:
+            rows.append(list(head))
+        rows[-1] += piece
+        separators.append((len(rows) - 1, len(rows[-1]) - 1))
+    length = max(len(r) for r in rows)
+    input_ids = np.zeros((len(rows), length), dtype=np.int64)
+    attention_mask = np.zeros((len(rows), length), dtype=np.int64)
+    for r, ids in enumerate(rows):
+        input_ids[r, : len(ids)], attention_mask[r, : len(ids)] = ids, 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "separators": np.array([r * length + p for r, p in separators], dtype=np.int64)}
+
+
+def prepare_model(model, config: TrainConfig):
+    """`objective_options.extractor_from`: an HF BERT directory (config.json, model.safetensors, tokenizer.json; e.g.
+    all-MiniLM-L6-v2): the extractor becomes that encoder, reading its own tokenizer's ids, with a zero scoring
+    layer; the generator keeps its weights. Without it the model is unchanged."""
+    source = config.objective_options.get("extractor_from")
+    if not source:
+        return model
+    from tokenizers import Tokenizer
+
+    from locsum_sdk.modeling.bert import from_hf_bert_names
+    from locsum_sdk.modeling.checkpoint import load_into, read_config, read_state_dict
+    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
+
+    directory = config.resolve(source)
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    extractor = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
+                                             tokenizer.token_to_id("[SEP]"))
+    bart = {f.name: getattr(model.config, f.name) for f in dataclasses.fields(BartConfig)}
+    replaced = Dyle(DyleConfig(**bart, extractor=extractor))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("extractor.")}
+    encoder = from_hf_bert_names(read_state_dict(directory / "model.safetensors"))
+    state.update({f"extractor.encoder.{k}": v for k, v in encoder.items()})
+    state.update({k: torch.zeros_like(v) for k, v in replaced.state_dict().items()
+                  if k.startswith("extractor.classifier.")})
+    load_into(replaced, state, str(directory))
+    logger.info("extractor from %s (%s, its own tokenizer)", directory, extractor.architecture)
+    return replaced.train(model.training)
 
 
 def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> DyleSet:
