@@ -92,9 +92,10 @@ def test_recall_of_oracle_snippets_counts_the_top_k():
 
 def test_recall_is_reported_for_the_extractor_and_the_baselines(dyle_bundle_dir, meetings):
     from locsum_sdk import Summarizer
-    from train.recall import evaluate_recall
+    from train.recall import bundle_items, recall_report
 
-    report = evaluate_recall(Summarizer.from_pretrained(dyle_bundle_dir), meetings, [2, 5], progress=False)
+    items = bundle_items(Summarizer.from_pretrained(dyle_bundle_dir), meetings, None, 5, progress=False)
+    report = recall_report(items, [2, 5])
     assert set(report) == {"extractor", "tf-idf", "lead", "random"}
     for by_k in report.values():
         assert by_k[2]["examples"] == by_k[5]["examples"] > 0
@@ -143,5 +144,9 @@ def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meet
     assert len(chunks["separators"]) == len(sample.snippets)
     log = trainer.train()
     assert all(r["loss_oracle"] == r["loss_oracle"] for r in log)
+    from train.recall import checkpoint_items, recall_report
+
+    report = recall_report(checkpoint_items(trainer.latest(), trainer.config, meetings, 4, progress=False), [3])
+    assert report["extractor"][3]["examples"] == report["tf-idf"][3]["examples"] > 0
     with pytest.raises(OptionError, match="a tokenizer of its own"):  # the runtime reads one tokenizer
         export_onnx(trainer.latest(), tmp_path / "bundle")

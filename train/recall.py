@@ -3,6 +3,7 @@ its top K, with 95% bootstrap intervals, for a bundle's (or checkpoint's) extrac
 snippets against the query (or, without one, against the whole input), the input order (lead) and a random order.
 
     python -m train.recall --bundle engines/dyle --data ../shared/data/qmsum/test.jsonl --k 5,10,25 [--limit N]
+    python -m train.recall --checkpoint RUN/checkpoints/step-N --config train/configs/dyle-small.toml --data ...
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import json
 import random
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -20,6 +21,7 @@ from locsum_sdk import Summarizer
 from locsum_sdk.limits import tfidf_scores
 from locsum_sdk.units import Unit
 
+from .config import TrainConfig
 from .data import JsonlIndex
 from .kinds.dyle import reference_sentences
 from .oracle import oracle
@@ -42,46 +44,87 @@ def interval(values: Sequence[float], samples: int = 1000, seed: int = 0) -> dic
             "high": float(np.percentile(means, 97.5))}
 
 
-def evaluate_recall(summarizer: Summarizer, data: Path, ks: Sequence[int], limit: int | None = None,
-                    progress: bool = True) -> dict[str, dict[int, dict[str, float]]]:
-    """Recall at each k of the summarizer's extractor and of the baselines, on the examples of `data` that have
-    oracle snippets (the oracle of at most max(ks) snippets, on the snippets the summarizer's pager makes)."""
-    options = summarizer.defaults.units
-    pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options)
+Item = tuple[Sequence[Unit], Sequence[int], Sequence[int], np.ndarray]  # units, query ids, oracle, extractor scores
+
+
+def recall_report(items: Iterable[Item], ks: Sequence[int]) -> dict[str, dict[int, dict[str, float]]]:
+    """Recall at each k of the extractor's scores and of the baselines, over the items with oracle snippets."""
     rng = random.Random(0)
-    rankers: dict[str, Ranker] = {
-        "extractor": lambda units, query: summarizer.unit_scores(units, query, options),
+    baselines: dict[str, Ranker] = {
         "tf-idf": lambda units, query: tfidf_scores(units, query),
         "lead": lambda units, query: -np.arange(len(units), dtype=np.float64),
         "random": lambda units, query: np.array([rng.random() for _ in units]),
     }
-    rows: dict[str, dict[int, list[float]]] = {name: {k: [] for k in ks} for name in rankers}
+    rows: dict[str, dict[int, list[float]]] = {name: {k: [] for k in ks} for name in ("extractor", *baselines)}
+    for units, query, found, scores in items:
+        if not found:
+            continue
+        ranked = {"extractor": scores, **{name: rank(units, query) for name, rank in baselines.items()}}
+        for name, values in ranked.items():
+            for k in ks:
+                rows[name][k].append(recall_at(values, found, k))
+    return {name: {k: interval(values) | {"examples": len(values)} for k, values in by_k.items()}
+            for name, by_k in rows.items()}
+
+
+def bundle_items(summarizer: Summarizer, data: Path, limit: int | None, top: int,
+                 progress: bool = True) -> Iterator[Item]:
+    """The runtime's snippets and extractor scores (any backend) of each example, with its oracle of at most
+    `top` snippets on those snippets."""
+    options = summarizer.defaults.units
+    pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options)
     index = JsonlIndex([data])
     for i in tqdm(range(min(limit or len(index), len(index))), desc="recall", disable=not progress):
         example = index[i]
         query = pager.query_ids(example.query)
         units = pager.pages(example.documents, query)
-        found = oracle([u.text for u in units], reference_sentences(example.summary), max(ks)).indices
-        if not found:
-            continue
-        for name, rank in rankers.items():
-            scores = rank(units, query)
-            for k in ks:
-                rows[name][k].append(recall_at(scores, found, k))
-    return {name: {k: interval(values) | {"examples": len(values)} for k, values in by_k.items()}
-            for name, by_k in rows.items()}
+        found = oracle([u.text for u in units], reference_sentences(example.summary), top).indices
+        yield units, query, found, (summarizer.unit_scores(units, query, options) if found else np.zeros(0))
+
+
+def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit: int | None,
+                     progress: bool = True) -> Iterator[Item]:
+    """A training checkpoint's extractor in torch (any extractor, one with its own tokenizer included) on the
+    snippets and oracle the training data set makes of `data` with the training config's options."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from locsum_sdk import kinds
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from locsum_sdk.units import SpecialTokens
+
+    from .kinds.dyle import DyleSet
+
+    model = load_checkpoint(checkpoint).model
+    kind = kinds.get(model.kind)
+    pager = kind.pager(Tokenizer.from_file(str(settings.resolve(settings.tokenizer))),
+                       SpecialTokens(**model.config.special_tokens()), kind.unit_options(**settings.paging()))
+    examples = DyleSet([data], pager, pager.tokenizer, settings, f"eval-{data.parent.name}-{data.stem}", progress)
+    for i in tqdm(range(min(limit or len(examples), len(examples))), desc="recall", disable=not progress):
+        sample = examples.get(i)
+        with torch.no_grad():
+            scores = model.extractor(**examples.chunks(sample.snippets, sample.query)).float().numpy()
+        yield sample.snippets, pager.query_ids(sample.query), sample.oracle, scores
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", required=True, help="a DYLE bundle or checkpoint directory")
+    parser.add_argument("--bundle", help="a DYLE bundle or checkpoint directory, run as the runtime runs it")
+    parser.add_argument("--checkpoint", help="a DYLE training checkpoint, its extractor run in torch (with --config)")
+    parser.add_argument("--config", help="the training config of --checkpoint (its snippet options)")
     parser.add_argument("--data", required=True, help="a JSON Lines file of ../shared/data")
     parser.add_argument("--k", default="5,10,25", help="comma-separated K values")
     parser.add_argument("--limit", type=int, help="first N examples")
     parser.add_argument("--output", help="write the report as JSON here")
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.k.split(",")]
-    report = evaluate_recall(Summarizer.from_pretrained(args.bundle), Path(args.data), ks, args.limit)
+    if bool(args.bundle) == bool(args.checkpoint) or (args.checkpoint and not args.config):
+        parser.error("give --bundle, or --checkpoint with --config")
+    if args.bundle:
+        items = bundle_items(Summarizer.from_pretrained(args.bundle), Path(args.data), args.limit, max(ks))
+    else:
+        items = checkpoint_items(Path(args.checkpoint), TrainConfig.load(args.config), Path(args.data), args.limit)
+    report = recall_report(items, ks)
     for name, by_k in report.items():
         cells = "  ".join(f"R@{k} {v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for k, v in by_k.items())
         print(f"{name:>10}  {cells}  ({next(iter(by_k.values()))['examples']} examples)")
