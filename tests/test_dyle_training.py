@@ -150,3 +150,17 @@ def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meet
     assert report["extractor"][3]["examples"] == report["tf-idf"][3]["examples"] > 0
     with pytest.raises(OptionError, match="a tokenizer of its own"):  # the runtime reads one tokenizer
         export_onnx(trainer.latest(), tmp_path / "bundle")
+
+
+def test_the_extractor_alone_trains_without_a_generator_pass(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk.modeling.dyle import objective
+    from train.__main__ import build
+
+    weights = {"generation": 0.0, "oracle": 1.0, "consistency": 0.0}
+    trainer = build(config(tmp_path, meetings, tokenizer_file, "alone", val_files=[],
+                           objective_options={"loss_weights": weights}), progress=False)
+    batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+    loss, nll, terms = objective(trainer.model, batch, trainer.config)
+    assert set(terms) == {"oracle"} and float(nll) == 0.0 and loss.item() > 0
+    loss.backward()
+    assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("extractor."))

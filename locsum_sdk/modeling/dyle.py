@@ -148,6 +148,9 @@ def objective(model: "Dyle", batch: Any, config: Any) -> tuple[torch.Tensor, tor
     top_k, pad = batch.top_k, model.config.pad_token_id
     scores = [model.extractor(**chunks).float() for chunks in batch.chunks]  # per sample (n,)
     oracle_terms = [-torch.log_softmax(s, 0)[torch.tensor(o)].mean() for s, o in zip(scores, batch.oracle) if o]
+    oracle_loss = torch.stack(oracle_terms).mean() if oracle_terms else scores[0].new_zeros(())
+    if weights["generation"] == 0 and weights["consistency"] == 0:  # the extractor alone: no generator pass
+        return weights["oracle"] * oracle_loss, oracle_loss.new_zeros(()), {"oracle": oracle_loss.detach()}
     chosen = [select_snippets(s, o, top_k, hybrid) for s, o in zip(scores, batch.oracle)]
     units = max(len(c) for c in chosen)
     length = max(len(batch.snippets[b][i]) for b, c in enumerate(chosen) for i in c)
@@ -168,10 +171,7 @@ def objective(model: "Dyle", batch: Any, config: Any) -> tuple[torch.Tensor, tor
         target = target.detach().clamp_min(1e-12)
         log_extracted = torch.log_softmax(scores[b][torch.tensor(indices)], 0)
         consistency.append((target * (target.log() - log_extracted)).sum())
-    zero = log_probs.new_zeros(())
-    terms = {"generation": generation,
-             "oracle": torch.stack(oracle_terms).mean() if oracle_terms else zero,
-             "consistency": torch.stack(consistency).mean()}
+    terms = {"generation": generation, "oracle": oracle_loss, "consistency": torch.stack(consistency).mean()}
     loss = sum(weights[name] * value for name, value in terms.items())
     return loss, nll, {name: value.detach() for name, value in terms.items()}
 
