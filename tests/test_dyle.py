@@ -178,3 +178,16 @@ def test_the_packaged_minilm_loads_as_an_extractor_encoder_equal_to_hf():
     mask = torch.ones_like(ids)
     with torch.no_grad():
         assert torch.allclose(ours(ids, mask), hf(input_ids=ids, attention_mask=mask).last_hidden_state, atol=1e-5)
+
+
+def test_the_generator_does_not_depend_on_the_order_of_its_snippets():
+    model = tiny_dyle(3)
+    ids = torch.randint(3, 60, (1, 4, 9))
+    mask = torch.ones(1, 4, 9, dtype=torch.long)
+    units = torch.ones(1, 4, dtype=torch.bool)
+    target = torch.randint(3, 60, (1, 5))
+    order = torch.tensor([2, 0, 3, 1])
+    with torch.no_grad():
+        log_probs, weights = model(ids, mask, units, target)
+        permuted, permuted_weights = model(ids[:, order], mask[:, order], units, target)
+    assert torch.allclose(permuted, log_probs, atol=1e-5) and torch.allclose(permuted_weights, weights[:, order])

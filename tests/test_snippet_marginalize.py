@@ -96,3 +96,27 @@ def test_underflow_and_impossible_tokens_stay_finite_or_minus_infinity():
     mixed, _ = op.torch_op()(log_probs_t, inputs[1], inputs[2])
     mixed[..., 1:].sum().backward()
     assert torch.isfinite(log_probs_t.grad).all()
+
+
+def test_permuting_snippets_permutes_the_weights_and_nothing_else():
+    log_probs, scores, mask = example(6)
+    mask[:] = True
+    order = np.array([3, 0, 4, 1, 2])
+    mixed, weights = op.reference(log_probs, scores, mask)
+    mixed2, weights2 = op.reference(log_probs[:, order], scores[:, order], mask)
+    np.testing.assert_allclose(mixed2, mixed, atol=1e-6)
+    np.testing.assert_allclose(weights2, weights[:, order], atol=1e-7)
+
+
+def test_a_duplicated_snippet_counts_twice_unless_its_score_says_otherwise():
+    log_probs, scores, mask = example(7)
+    mask[:] = True
+    twice = op.reference(np.concatenate([log_probs, log_probs[:, :1]], 1), np.concatenate([scores, scores[:, :1]], 1),
+                         np.ones((3, 6), dtype=bool))
+    boosted = scores.copy()
+    boosted[:, 0] += np.log(2.0)  # the same as weighing snippet 0 twice
+    np.testing.assert_allclose(twice[0], op.reference(log_probs, boosted, mask)[0], atol=1e-5)
+    halved = np.concatenate([scores, scores[:, :1]], 1)
+    halved[:, [0, 5]] -= np.log(2.0)  # two copies at half weight each: the input without the copy
+    once = op.reference(np.concatenate([log_probs, log_probs[:, :1]], 1), halved, np.ones((3, 6), dtype=bool))
+    np.testing.assert_allclose(once[0], op.reference(log_probs, scores, mask)[0], atol=1e-5)
