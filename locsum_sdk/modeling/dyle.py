@@ -20,10 +20,11 @@ from torch import nn
 
 from ..errors import BundleError, BundleNotFoundError
 from ..ops import snippet_marginalize
-from .bart import Bart, CrossKV, Encoder, SlotCache, attention_bias, init_weights
+from .bart import Bart, Encoder, init_weights
 from .bert import BertEncoder
 from .config import BartConfig
 from .dyle_config import DyleConfig, ExtractorConfig
+from .per_unit import PerUnitModel
 from .objectives import IGNORE, label_smoothed_nll
 
 KIND = "dyle"
@@ -52,7 +53,7 @@ class Extractor(nn.Module):
         return self.classifier(rows).squeeze(-1)
 
 
-class Dyle(nn.Module):
+class Dyle(PerUnitModel):
     kind = KIND
 
     def __init__(self, config: BartConfig):
@@ -69,52 +70,11 @@ class Dyle(nn.Module):
     def reset_parameters(self, std: float = 0.02) -> None:
         init_weights(self, std)
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
-        """Snippets (N, L) -> encoder states (N, L, D) and every layer's cross key/value."""
-        memory = self.model.encoder(input_ids, attention_mask)  # (N, L, D)
-        return memory, self.model.cross_kv(memory)
-
     def mix(self, hidden: torch.Tensor, unit_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (B, U, K, D) -> marginal log-probabilities (B, K, V) and dynamic snippet weights (B, U, K)."""
         scores = self.dynamic_mlp(hidden).squeeze(-1)  # (B, U, K)
         log_probs = torch.log_softmax(self.model.lm_logits(hidden).float(), dim=-1)  # (B, U, K, V)
         return self.marginalize(log_probs, scores.float(), unit_mask)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        unit_mask: torch.Tensor,
-        decoder_input_ids: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing on given snippets. input_ids (B, U, L), unit_mask (B, U), decoder_input_ids (B, T)
-        -> log-probabilities (B, T, V) and dynamic weights (B, U, T)."""
-        batch, units, length = input_ids.shape
-        flat_mask = attention_mask.reshape(batch * units, length)
-        memory, cross = self.encode(input_ids.reshape(batch * units, length), flat_mask)
-        steps = decoder_input_ids.shape[1]
-        bias = attention_bias(flat_mask, memory.dtype)
-        hidden = self.model.decoder(decoder_input_ids, cross, bias, units=units)  # (B*U, T, D)
-        return self.mix(hidden.view(batch, units, steps, -1), unit_mask)
-
-    def step(
-        self,
-        input_ids: torch.Tensor,
-        unit_mask: torch.Tensor,
-        encoder_attention_mask: torch.Tensor,
-        position: torch.Tensor,
-        cache_slots: torch.Tensor,
-        cache: SlotCache,
-        cross: CrossKV,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoding step for K beams of B inputs of U snippets, laid out as PageSum's pages (the decoder runs
-        per snippet; layer 0's cache is shared by the snippets of an item). Returns log-probabilities (B, K, V)
-        and dynamic snippet weights (B, U, K)."""
-        batch, beams = input_ids.shape
-        units = unit_mask.shape[1]
-        bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
-        hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
-        return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
 
 
 LOSS_WEIGHTS = {"generation": 1.0, "oracle": 1.0, "consistency": 1.0}

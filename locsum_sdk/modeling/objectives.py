@@ -10,7 +10,8 @@ from torch import nn
 IGNORE = -100  # label of padding positions
 
 
-def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor,
+                       epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """log_probs (B, T, V), labels (B, T) -> (smoothed loss, plain NLL), both averaged over real tokens."""
     mask = labels != IGNORE
     safe = labels.clamp_min(0)

@@ -14,15 +14,16 @@ import torch
 from torch import nn
 
 from ..ops import page_combine
-from .bart import Bart, CrossKV, SlotCache, attention_bias, init_weights
+from .bart import Bart, init_weights
 from .config import BartConfig
+from .per_unit import PerUnitModel
 
 KIND = "pagesum"
 
 logger = logging.getLogger("locsum_sdk")
 
 
-class PageSum(nn.Module):
+class PageSum(PerUnitModel):
     kind = KIND
 
     def __init__(self, config: BartConfig):
@@ -35,56 +36,11 @@ class PageSum(nn.Module):
     def reset_parameters(self, std: float = 0.02) -> None:
         init_weights(self, std)
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
-        """Pages (N, L) -> encoder states (N, L, D) and every layer's cross key/value."""
-        memory = self.model.encoder(input_ids, attention_mask)  # (N, L, D)
-        return memory, self.model.cross_kv(memory)
-
     def mix(self, hidden: torch.Tensor, page_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (B, U, K, D) -> log-probabilities (B, K, V) and page weights (B, U, K)."""
         scores = self.page_conf(hidden).squeeze(-1)  # (B, U, K)
         mixed, weights = self.combine(hidden, scores, page_mask)  # (B, K, D), (B, U, K)
         return torch.log_softmax(self.model.lm_logits(mixed), dim=-1), weights
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        page_mask: torch.Tensor,
-        decoder_input_ids: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing. input_ids (B, U, L), page_mask (B, U), decoder_input_ids (B, T)
-        -> log-probabilities (B, T, V) and page weights (B, U, T)."""
-        batch, units, length = input_ids.shape
-        flat_mask = attention_mask.reshape(batch * units, length)
-        memory, cross = self.encode(input_ids.reshape(batch * units, length), flat_mask)
-        steps = decoder_input_ids.shape[1]
-        bias = attention_bias(flat_mask, memory.dtype)
-        hidden = self.model.decoder(decoder_input_ids, cross, bias, units=units)  # (B*U, T, D)
-        return self.mix(hidden.view(batch, units, steps, -1), page_mask)
-
-    def step(
-        self,
-        input_ids: torch.Tensor,
-        unit_mask: torch.Tensor,
-        encoder_attention_mask: torch.Tensor,
-        position: torch.Tensor,
-        cache_slots: torch.Tensor,
-        cache: SlotCache,
-        cross: CrossKV,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoding step for K beams of B documents of U pages (N = B*U rows of cross key/value).
-
-        input_ids (B, K) last token of each beam, at `position` (1,); encoder_attention_mask (N, L); cache per
-        layer: key/value (G, H, K, C, d), G = B for layer 0 (shared by the pages of an item), N after, written in
-        place at `position`; cache_slots (B, K, C) the slot holding each position of each beam's history, this
-        one included (-1 where none). Returns log-probabilities (B, K, V) and page weights (B, U, K).
-        """
-        batch, beams = input_ids.shape
-        units = unit_mask.shape[1]
-        bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
-        hidden = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units)  # (N*K, D)
-        return self.mix(hidden.view(batch, units, beams, -1), unit_mask)
 
 
 def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
