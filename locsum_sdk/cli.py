@@ -135,8 +135,17 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    """The decoding and paging options given on the command line."""
-    return {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
+    """The decoding, unit and limit options given on the command line (`--unit NAME=VALUE` for any kind's)."""
+    options = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
+    for pair in getattr(args, "unit", None) or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise OptionError(f"--unit {pair!r}: write NAME=VALUE, e.g. --unit top_k=10")
+        try:
+            options[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[name.strip()] = value
+    return options
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
@@ -155,7 +164,10 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--length-normalization", dest="length_normalization", choices=LENGTH_NORMALIZATIONS,
                         help="beam scores over length (hf) or GNMT's (5 + length) / 6, to the length penalty")
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
-    parser.add_argument("--policy", choices=POLICIES)
+    parser.add_argument("--policy", help=f"how text becomes units (PageSum: {', '.join(POLICIES)}; DYLE: auto, "
+                        "sentence, turn)")
+    parser.add_argument("--unit", action="append", metavar="NAME=VALUE",
+                        help="any unit option of the bundle's kind, e.g. --unit top_k=10 (repeatable)")
     parser.add_argument("--page-tokens", dest="page_tokens", type=int)
     parser.add_argument("--num-pages", dest="num_pages", type=int)
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, help="most input tokens accepted")

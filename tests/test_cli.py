@@ -29,3 +29,17 @@ def test_errors_are_one_line_and_exit_2(bundle_dir, tmp_path, capsys):
     assert main(["summarize", str(bad), "--bundle", str(bundle_dir)]) == 2
     assert "not valid UTF-8" in capsys.readouterr().err
     assert main(["summarize", str(tmp_path / "absent.txt"), "--bundle", str(bundle_dir)]) == 2
+
+
+def test_any_kinds_unit_options_are_given_with_unit(dyle_bundle_dir, tmp_path, capsys):
+    meeting = tmp_path / "meeting.txt"
+    meeting.write_text("\n".join(f"{name}: {document(random.Random(i), 2)}" for i, name in enumerate("ABABAB")))
+    code = main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--json", "--policy", "turn",
+                 "--unit", "top_k=2", "--max-length", "6"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "dyle" and len(out["units"]) == 2 and all("score" in u for u in out["units"])
+    assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "top_k"]) == 2
+    assert "NAME=VALUE" in capsys.readouterr().err
+    assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "page_tokens=64"]) == 2
+    assert "belong to other kinds" in capsys.readouterr().err
