@@ -149,7 +149,8 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select", "memory_limit")
+                 "no_repeat_ngram_size", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select",
+                 "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
