@@ -1,0 +1,58 @@
+"""The Hierarchical Transformer's learned paragraph ranker (Liu & Lapata 2019, section 3.1).
+
+    t[j] = LSTM_title(title)[j]                  the title (or query) tokens
+    u    = max over j of t[j]
+    p[k] = LSTM_paragraph(paragraph)[k]          the paragraph tokens
+    h[k] = tanh(W [p[k]; u] + b)
+    s    = sigmoid(w . max over k of h[k] + c)   the paragraph's score, regressed on its ROUGE-2 recall
+
+Both LSTMs read left to right over right-padded rows, so padding never reaches a real position; the max-pools
+skip padding. A paragraph scored without a title uses a title of zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class RankerConfig:
+    vocab_size: int
+    embed_dim: int = 256
+    hidden: int = 256
+    pad_token_id: int = 1
+
+
+def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max over the positions `mask` keeps: x (N, T, D), mask (N, T) -> (N, D); zeros where it keeps none."""
+    filled = x.masked_fill(~mask[..., None], torch.finfo(x.dtype).min)
+    return torch.where(mask.any(-1, keepdim=True), filled.amax(dim=1), torch.zeros_like(filled[:, 0]))
+
+
+class ParagraphRanker(nn.Module):
+    def __init__(self, config: RankerConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
+        self.title_lstm = nn.LSTM(config.embed_dim, config.hidden, batch_first=True)
+        self.paragraph_lstm = nn.LSTM(config.embed_dim, config.hidden, batch_first=True)
+        self.mix = nn.Linear(2 * config.hidden, config.hidden)
+        self.score = nn.Linear(config.hidden, 1)
+
+    def forward(self, title_ids: torch.Tensor, title_mask: torch.Tensor, paragraph_ids: torch.Tensor,
+                paragraph_mask: torch.Tensor) -> torch.Tensor:
+        """title_ids, title_mask (N, Tq); paragraph_ids, paragraph_mask (N, T) -> scores in (0, 1), (N,)."""
+        title, _ = self.title_lstm(self.embed(title_ids))  # (N, Tq, H)
+        pooled_title = masked_max(title, title_mask.bool())  # (N, H)
+        tokens, _ = self.paragraph_lstm(self.embed(paragraph_ids))  # (N, T, H)
+        both = torch.cat([tokens, pooled_title[:, None].expand(-1, tokens.shape[1], -1)], dim=-1)
+        hidden = masked_max(torch.tanh(self.mix(both)), paragraph_mask.bool())  # (N, H)
+        return torch.sigmoid(self.score(hidden)).squeeze(-1)
+
+
+def ranker_loss(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean squared error between the scores and the paragraphs' ROUGE-2 recall (0 to 1)."""
+    return torch.mean((scores - targets) ** 2)
