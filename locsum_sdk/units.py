@@ -7,6 +7,7 @@ of a unit are the concatenation of its sentences' ids (each sentence tokenized w
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import re
@@ -158,6 +159,33 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
             start = line.start() + end_mark.end()
         spans.append((start, line.end()))
     return [trimmed for s, e in spans if (trimmed := _strip(text, s, e))]
+
+
+_TURN = re.compile(r"^[^\n:]{1,40}:(\s|$)")  # "PhD D: so ..." starts a speaker turn
+
+
+def is_dialogue(text: str) -> bool:
+    """Most non-empty lines start with a speaker tag ("Name: ...")."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and sum(bool(_TURN.match(line.strip())) for line in lines) * 2 > len(lines)
+
+
+def by_line(text: str, spans: list[Span]) -> list[list[Span]]:
+    """Spans grouped by the line of `text` they start on (a dialogue's turns), in order."""
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    groups: dict[int, list[Span]] = {}
+    for span in spans:
+        groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)
+    return list(groups.values())
+
+
+def by_block(text: str, spans: list[Span]) -> list[list[Span]]:
+    """Spans grouped by the block of `text` they start in, blocks being separated by blank lines (paragraphs)."""
+    starts = [0] + [m.end() for m in re.finditer(r"\n[ \t]*\n", text)]
+    groups: dict[int, list[Span]] = {}
+    for span in spans:
+        groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)
+    return list(groups.values())
 
 
 def _by_document(page: list[Span]) -> list[list[Span]]:

@@ -14,7 +14,8 @@ from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
 from locsum_sdk.errors import BundleError, OptionError
 from locsum_sdk.exporters.onnx import export_onnx
-from locsum_sdk.kinds.dyle import SnippetOptions, extractor_inputs, extractor_runs, is_dialogue
+from locsum_sdk.kinds.dyle import SnippetOptions, extractor_inputs, extractor_runs
+from locsum_sdk.units import is_dialogue
 
 UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96}
 
@@ -85,7 +86,8 @@ def test_snippets_are_turns_of_a_dialogue_and_sentences_of_prose(dyle_bundle):
     assert is_dialogue(dialogue) and not is_dialogue("The board met. It agreed.\nNothing else.")
     pager = lambda policy: summarizer.kind.pager(  # noqa: E731
         summarizer.tokenizer, summarizer.special, SnippetOptions(policy=policy, snippet_tokens=40))([dialogue])
-    assert [u.text for u in pager("auto")] == ["Anna: We need a budget. It is late.", "Bob: Agreed.", "Anna: Fine then."]
+    turns = ["Anna: We need a budget. It is late.", "Bob: Agreed.", "Anna: Fine then."]
+    assert [u.text for u in pager("auto")] == turns
     assert [u.text for u in pager("sentence")][:2] == ["Anna: We need a budget.", "It is late."]
     summary = summarizer.summarize(dialogue, top_k=2, max_length=6)
     assert len(summary.units) == 2 and summary.units[0].to_dict()["score"] == summary.units[0].score

@@ -9,8 +9,6 @@ after it.
 
 from __future__ import annotations
 
-import bisect
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -19,7 +17,7 @@ import numpy as np
 from .. import constants as C
 from ..errors import LocsumError, OptionError
 from ..modeling.dyle_config import DyleConfig
-from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit
+from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
 from . import GraphIO, Kind, Selection, TensorIO, keep_top, register
 from .pagesum import PageSumLayout
@@ -29,7 +27,6 @@ REVISION = 1
 POLICIES = ("auto", "sentence", "turn")
 SEPARATORS = "separators"  # extractor input: flat index (chunk * length + position) of the </s> after each snippet
 SCORES = "scores"
-_TURN = re.compile(r"^[^\n:]{1,40}:(\s|$)")  # "PhD D: so ..." starts a speaker turn
 
 
 @dataclass(frozen=True)
@@ -62,12 +59,6 @@ class SnippetOptions:
                         f"most {positions}")
 
 
-def is_dialogue(text: str) -> bool:
-    """Most non-empty lines start with a speaker tag ("Name: ...")."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return bool(lines) and sum(bool(_TURN.match(line.strip())) for line in lines) * 2 > len(lines)
-
-
 class SnippetPager(Pager):
     """Snippets: every sentence, or every speaker turn (a line), cut at `snippet_tokens` when longer; each framed
     `<s> [query </s>] text </s>` like a page."""
@@ -80,19 +71,10 @@ class SnippetPager(Pager):
             spans = self._spans(index, text, body)
             policy = self.options.policy
             if policy == "turn" or (policy == "auto" and is_dialogue(text)):
-                snippets += [page for turn in _by_line(text, spans) for page in self._fill(turn, body)]
+                snippets += [page for turn in by_line(text, spans) for page in self._fill(turn, body)]
             else:
                 snippets += [[span] for span in spans]
         return [self._unit(documents, snippet, query_ids) for snippet in snippets]
-
-
-def _by_line(text: str, spans: list[Span]) -> list[list[Span]]:
-    """Spans grouped by the line they start on."""
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    groups: dict[int, list[Span]] = {}
-    for span in spans:
-        groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)
-    return list(groups.values())
 
 
 def _chunks(units: Sequence[Unit], budget: int) -> list[list[int]]:
