@@ -1,0 +1,152 @@
+"""The Hierarchical Transformer (Liu & Lapata 2019): the hierarchical encoder over ranked paragraphs
+(`hiersumm_encoder`) and one pre-LayerNorm transformer decoder over the flattened memory of all paragraphs.
+
+The paragraphs of an item lie on grid rows as the runtime lays units out (B items x U paragraphs, N = B*U rows of
+L tokens); every decoder layer's cross keys/values are stored per row, and a step's cross-attention is one softmax
+over all the item's real tokens, `(B, U, H, Q, L)` jointly over U and L. A unit's weight is the attention mass on
+its tokens, averaged over heads and layers: where in the input each step read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
+from .hiersumm_config import HierSummConfig
+from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
+
+KIND = "hiersumm"
+
+
+def item_cross_attention(attention: Attention, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor],
+                         bias: torch.Tensor, units: int, queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (B*Q, D): Q query rows of each of B items attend to all real tokens of the item's U rows.
+
+    kv: key (B*U, H, d, L), value (B*U, H, L, d); bias (B*U, 1, 1, L). Returns the output (B*Q, D) and the
+    attention mass per row (B, U, H, Q)."""
+    k_t, v = kv
+    rows, heads, dim, length = k_t.shape
+    batch = rows // units
+    q = attention.split(attention.q_proj(x), queries)  # (B, H, Q, d)
+    if attention.scaling != 1.0:
+        q = q * attention.scaling
+    scores = torch.matmul(q[:, None], k_t.view(batch, units, heads, dim, length))  # (B, U, H, Q, L)
+    scores = scores + bias.view(batch, units, 1, 1, length)
+    flat = scores.permute(0, 2, 3, 1, 4).reshape(batch, heads, queries, units * length)
+    probs = torch.softmax(flat, dim=-1).view(batch, heads, queries, units, length).permute(0, 3, 1, 2, 4)
+    probs = F.dropout(probs, attention.dropout, attention.training)  # (B, U, H, Q, L)
+    out = torch.matmul(probs, v.view(batch, units, heads, length, dim)).sum(1)  # (B, H, Q, d)
+    return attention.out_proj(attention.merge(out)), probs.sum(-1)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-LayerNorm: x + SelfAttention(LN(x)), + CrossAttention(LN(.)), then x + FFN(LN(x))."""
+
+    def __init__(self, config: HierSummConfig):
+        super().__init__()
+        d = config.d_model
+        self.self_norm = nn.LayerNorm(d, eps=1e-6)
+        self.self_attn = Attention(d, config.heads, config.dropout)
+        self.cross_norm = nn.LayerNorm(d, eps=1e-6)
+        self.cross_attn = Attention(d, config.heads, config.dropout)
+        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
+        self.dropout = config.dropout
+
+    def forward(self, x, attend_self, cross, cross_bias, units: int, queries: int):
+        """x (B*Q, D) -> (B*Q, D) and this layer's attention mass per row (B, U, H, Q)."""
+        x = x + F.dropout(attend_self(self.self_norm(x)), self.dropout, self.training)
+        h, mass = item_cross_attention(self.cross_attn, self.cross_norm(x), cross, cross_bias, units, queries)
+        return self.feed_forward(x + F.dropout(h, self.dropout, self.training)), mass
+
+
+class HierSumm(nn.Module):
+    kind = KIND
+
+    def __init__(self, config: HierSummConfig, parts: EncoderParts = EncoderParts()):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        target = self.embed_tokens if config.share_embeddings else nn.Embedding(
+            config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.decoder_embed = [target]  # a list: not registered twice when shared
+        if not config.share_embeddings:
+            self.decoder_tokens = target
+        self.encoder = HierarchicalEncoder(self.embed_tokens, config.encoder_layers, config.heads, config.ffn_dim,
+                                           config.dropout, parts)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.final_norm = nn.LayerNorm(config.d_model, eps=1e-6)
+        self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))  # the generator's weight is the table
+        self.register_buffer("positions", sinusoid(config.max_positions, config.d_model), persistent=False)
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        init_weights(self, std)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
+               graph: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
+        """Grid rows of whole items: input_ids, attention_mask (B*U, L), unit_mask (B, U), graph (B, U, U) ->
+        memory (B*U, L, D) (zeros at padding) and every decoder layer's cross key/value per row."""
+        batch, units = unit_mask.shape
+        length = input_ids.shape[1]
+        mask = attention_mask * unit_mask.reshape(-1, 1).to(attention_mask.dtype)
+        memory = self.encoder(input_ids.view(batch, units, length), mask.view(batch, units, length), graph)
+        memory = memory.reshape(batch * units, length, -1)
+        return memory, [layer.cross_attn.cross_kv(memory) for layer in self.layers]
+
+    def embed_targets(self, input_ids: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        """input_ids (R, T) from position `start` -> (R, T, D): token * sqrt(d) + the sinusoid of the position."""
+        length = input_ids.shape[1]
+        positions = self.positions[start : start + length] if isinstance(start, int) else \
+            self.positions.index_select(0, torch.arange(length, device=input_ids.device) + start)
+        x = self.decoder_embed[0](input_ids) * math.sqrt(self.config.d_model) + positions
+        return F.dropout(x, self.config.dropout, self.training)
+
+    def generate_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Decoder states (..., D) -> log-probabilities (..., V): final LayerNorm, the tied generator."""
+        rows = self.final_norm(hidden).reshape(-1, hidden.shape[-1])
+        logits = F.linear(rows, self.decoder_embed[0].weight, self.generator_bias)
+        return torch.log_softmax(logits.float(), dim=-1).view(*hidden.shape[:-1], -1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
+                decoder_input_ids: torch.Tensor, graph: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing. input_ids, attention_mask (B, U, L), unit_mask (B, U), decoder_input_ids (B, T),
+        graph (B, U, U) or None -> log-probabilities (B, T, V) and unit weights (B, U, T)."""
+        batch, units, length = input_ids.shape
+        graph = graph if graph is not None else torch.zeros(batch, units, units)
+        _, cross = self.encode(input_ids.reshape(-1, length), attention_mask.reshape(-1, length), unit_mask, graph)
+        steps = decoder_input_ids.shape[1]
+        bias = attention_bias(attention_mask.reshape(-1, length) * unit_mask.reshape(-1, 1).to(attention_mask.dtype),
+                              cross[0][1].dtype)
+        causal = causal_bias(steps, cross[0][1].dtype, decoder_input_ids.device)
+        x = self.embed_targets(decoder_input_ids, 0).reshape(batch * steps, -1)
+        masses = []
+        for i, layer in enumerate(self.layers):
+            x, mass = layer(x, lambda h, layer=layer: layer.self_attn.self_attention(h, steps, causal), cross[i],
+                            bias, units, steps)
+            masses.append(mass)
+        weights = torch.stack(masses).mean(dim=(0, 3))  # (B, U, T): mean over layers and heads
+        return self.generate_log_probs(x.view(batch, steps, -1)), weights
+
+    def step(self, input_ids: torch.Tensor, unit_mask: torch.Tensor, encoder_attention_mask: torch.Tensor,
+             position: torch.Tensor, cache_slots: torch.Tensor, cache: SlotCache, cross: CrossKV
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoding step of K beams of B items (one decoder per item, a cache row per item in every layer):
+        log-probabilities (B, K, V) and unit weights (B, U, K)."""
+        batch, beams = input_ids.shape
+        units = unit_mask.shape[1]
+        x = self.embed_targets(input_ids.reshape(-1, 1), position).reshape(batch * beams, -1)  # (B*K, D)
+        grid = encoder_attention_mask * unit_mask.reshape(-1, 1).to(encoder_attention_mask.dtype)
+        bias = attention_bias(grid, cross[0][1].dtype)
+        self_bias = slot_bias(cache_slots, x.dtype)
+        at = write_index(cache[0][0], position)
+        masses = []
+        for i, layer in enumerate(self.layers):
+            x, mass = layer(x, lambda h, i=i, layer=layer: layer.self_attn.slot_attention(h, cache[i], at, self_bias),
+                            cross[i], bias, units, beams)
+            masses.append(mass)
+        weights = torch.stack(masses).mean(dim=(0, 3))  # (B, U, K)
+        return self.generate_log_probs(x.view(batch, beams, -1)), weights

@@ -1,0 +1,67 @@
+"""The Hierarchical Transformer's model configuration (a plain dataclass, no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BundleError
+from ..validation import check_bool, check_float, check_int, check_keys
+
+LAYER_KINDS = ("local", "global")
+
+
+@dataclass(frozen=True)
+class HierSummConfig:
+    """Shapes of the encoder (local and global layers, in order) and decoder; the paper's sizes by default."""
+
+    vocab_size: int = 8192
+    d_model: int = 256
+    heads: int = 8
+    ffn_dim: int = 1024
+    encoder_layers: tuple[str, ...] = ("local",) * 5 + ("global",) * 2
+    decoder_layers: int = 6
+    max_positions: int = 512  # longest paragraph and longest summary (sinusoidal codes)
+    dropout: float = 0.1  # training only
+    share_embeddings: bool = True  # one token table for encoder, decoder and (tied) generator
+    pad_token_id: int = 1
+    bos_token_id: int = 0
+    eos_token_id: int = 2
+    decoder_start_token_id: int = 2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.encoder_layers, list):
+            object.__setattr__(self, "encoder_layers", tuple(self.encoder_layers))
+        for name in ("vocab_size", "d_model", "heads", "ffn_dim", "decoder_layers", "max_positions"):
+            check_int(f"model.{name}", getattr(self, name), 1, error=BundleError)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
+        check_float("model.dropout", self.dropout, 0.0, 1.0, error=BundleError)
+        check_bool("model.share_embeddings", self.share_embeddings, error=BundleError)
+        if not self.encoder_layers or any(kind not in LAYER_KINDS for kind in self.encoder_layers):
+            raise BundleError(f"model.encoder_layers={self.encoder_layers!r}: a non-empty list of {LAYER_KINDS}")
+        if self.d_model % self.heads or self.d_model % 2:
+            raise BundleError(f"d_model={self.d_model} must be even and divisible by heads={self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def decoder_heads(self) -> int:  # the names the runtime's cache layout reads
+        return self.heads
+
+    def special_tokens(self) -> dict[str, int]:
+        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
+                "decoder_start": self.decoder_start_token_id}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "encoder_layers": list(self.encoder_layers)}
+
+    @classmethod
+    def from_dict(cls, values: Any) -> "HierSummConfig":
+        if not isinstance(values, dict):
+            raise BundleError(f"model config must be an object, got {type(values).__name__}")
+        check_keys("model config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
+        return cls(**values)
