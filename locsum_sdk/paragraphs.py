@@ -71,19 +71,19 @@ def fill_turns(turns: list[list[Span]], budget: int) -> list[list[Span]]:
     return paragraphs
 
 
-def tfidf_graph(units: Sequence[Unit]) -> np.ndarray:
-    """Cosine similarity of the paragraphs' tf-idf vectors over token ids, idf from these paragraphs:
+def tfidf_graph(paragraphs: Sequence[Sequence[int]]) -> np.ndarray:
+    """Cosine similarity of the paragraphs' tf-idf vectors over their token ids (idf from these paragraphs):
     (P, P) float32, 1 on the diagonal of a non-empty paragraph."""
-    counts = [Counter(u.text_ids) for u in units]
+    counts = [Counter(ids) for ids in paragraphs]
     frequency: Counter = Counter()
     for count in counts:
         frequency.update(count.keys())
-    idf = {token: np.log((1 + len(units)) / (1 + df)) + 1 for token, df in frequency.items()}
+    idf = {token: np.log((1 + len(counts)) / (1 + df)) + 1 for token, df in frequency.items()}
     vectors = [{t: c * idf[t] for t, c in count.items()} for count in counts]
     norms = [np.sqrt(sum(w * w for w in v.values())) or 1.0 for v in vectors]
-    graph = np.zeros((len(units), len(units)), dtype=np.float32)
+    graph = np.zeros((len(counts), len(counts)), dtype=np.float32)
     for i, a in enumerate(vectors):
-        for j in range(i, len(units)):
+        for j in range(i, len(counts)):
             b = vectors[j]
             small, large = (a, b) if len(a) <= len(b) else (b, a)
             graph[i, j] = graph[j, i] = sum(w * large.get(t, 0.0) for t, w in small.items()) / (norms[i] * norms[j])

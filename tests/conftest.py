@@ -175,3 +175,13 @@ def dyle_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     output = tmp_path_factory.mktemp("bundles") / "tiny-dyle"
     export_onnx(checkpoint_dir, output, kind="dyle", options={"snippet_tokens": 48})
     return output
+
+
+@pytest.fixture(scope="session")
+def hiersumm_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
+    """The tiny PageSum checkpoint as a Hierarchical Transformer (its token embeddings carry over)."""
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    output = tmp_path_factory.mktemp("bundles") / "tiny-hiersumm"
+    export_onnx(checkpoint_dir, output, kind="hiersumm", options={"paragraph_tokens": 48})
+    return output

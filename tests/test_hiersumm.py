@@ -9,8 +9,9 @@ from locsum_sdk.errors import BundleError
 from locsum_sdk.modeling.hiersumm import HierSumm
 from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
-CONFIG = HierSummConfig(vocab_size=60, d_model=16, heads=4, ffn_dim=32, encoder_layers=("local", "global", "local"),
-                        decoder_layers=2, max_positions=64, dropout=0.0)
+CONFIG = HierSummConfig(vocab_size=60, d_model=16, encoder_heads=4, decoder_heads=4, encoder_ffn_dim=32,
+                        decoder_ffn_dim=32, encoder_layers=("local", "global", "local"), decoder_layers=2,
+                        max_positions=64, ranker_hidden=8, dropout=0.0)
 
 
 def model(seed=0):
@@ -68,7 +69,7 @@ def test_a_padding_paragraph_changes_nothing():
 
 def test_the_config_round_trips_and_refuses_bad_layers():
     assert HierSummConfig.from_dict(CONFIG.to_dict()) == CONFIG
-    assert HierSummConfig().encoder_layers == ("local",) * 5 + ("global",) * 2 and HierSummConfig().heads == 8
+    assert HierSummConfig().encoder_layers == ("local",) * 5 + ("global",) * 2 and HierSummConfig().encoder_heads == 8
     with pytest.raises(BundleError, match="encoder_layers"):
         HierSummConfig(encoder_layers=("local", "sideways"))
     with pytest.raises(BundleError, match="unknown"):

@@ -42,6 +42,6 @@ def test_the_query_is_not_in_any_paragraph_but_must_fit_half_of_one(tokenizer):
 
 def test_the_graph_is_the_cosine_of_tfidf_vectors(tokenizer):
     units = pager(tokenizer)(["budget budget report\n\nbudget meeting\n\ncity school"])
-    graph = tfidf_graph(units)
+    graph = tfidf_graph([u.text_ids for u in units])
     assert graph.shape == (3, 3) and np.allclose(np.diag(graph), 1.0, atol=1e-6) and np.allclose(graph, graph.T)
     assert graph[0, 1] > 0 and graph[0, 2] == 0 and graph[1, 2] == 0

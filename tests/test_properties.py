@@ -67,12 +67,15 @@ def option_values():
         "length_penalty": mostly(st.floats(-10, 10), st.floats(10.5, 1e300)),
         "no_repeat_ngram_size": mostly(st.integers(0, 4), st.just(-1)),
         "early_stopping": mostly(st.booleans(), st.integers(0, 1)),
-        "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn"]),
+        "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn", "blocks",
+                                          "turns"]),
                          st.just("chapters")),
         "page_tokens": mostly(st.integers(8, 128), st.integers(0, 7) | st.integers(129, 10**6)),
         "snippet_tokens": mostly(st.integers(8, 128), st.integers(0, 7) | st.integers(129, 10**6)),
         "top_k": mostly(st.integers(1, 30), st.integers(-1, 0)),
         "chunk_tokens": mostly(st.integers(8, 128), st.integers(0, 7) | st.integers(129, 10**6)),
+        "paragraph_tokens": mostly(st.integers(8, 128), st.integers(0, 7) | st.integers(129, 10**6)),
+        "top_paragraphs": mostly(st.integers(1, 30), st.integers(-1, 0)),
         "num_pages": mostly(st.none() | st.integers(1, 40) | st.integers(10**6, 10**12), st.integers(-1, 0)),
         "max_tokens": mostly(st.integers(1, 400) | st.integers(10**5, 10**9), st.integers(-1, 0)),
         "truncate": mostly(st.booleans(), st.just("no")),
@@ -106,6 +109,9 @@ def check_summary(summary: Summary, source, chosen) -> None:
         assert len(unit.token_ids) <= getattr(paging, type(paging).UNIT_TOKENS)
     if summary.kind == "dyle":  # the extractor's top_k, each with its finite score
         assert len(summary.units) <= paging.top_k and all(math.isfinite(u.score) for u in summary.units)
+    if summary.kind == "hiersumm":  # the ranker's best, best first
+        scores = [u.score for u in summary.units]
+        assert len(scores) <= paging.top_paragraphs and scores == sorted(scores, reverse=True)
     assert sum(len(u.text_ids) for u in summary.units) <= limits.max_tokens
     steps = len(summary.token_ids)
     assert 1 <= steps <= generation.max_length - 1
@@ -116,11 +122,11 @@ def check_summary(summary: Summary, source, chosen) -> None:
     assert isinstance(summary.text, str)
 
 
-@pytest.fixture(scope="module", params=["pagesum", "hierencdec", "dyle"])
+@pytest.fixture(scope="module", params=["pagesum", "hierencdec", "dyle", "hiersumm"])
 def summarizer(request):
     """The tiny bundle of each kind."""
     bundle = request.getfixturevalue({"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir",
-                                      "dyle": "dyle_bundle_dir"}[request.param])
+                                      "dyle": "dyle_bundle_dir", "hiersumm": "hiersumm_bundle_dir"}[request.param])
     return Summarizer.from_pretrained(bundle, threads=1)
 
 

@@ -20,7 +20,8 @@ print(json.dumps(sorted(m for m in ("torch", "transformers", "onnx", "onnxscript
 """
 
 
-BUNDLES = {"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir", "dyle": "dyle_bundle_dir"}
+BUNDLES = {"pagesum": "bundle_dir", "hierencdec": "hierencdec_bundle_dir", "dyle": "dyle_bundle_dir",
+           "hiersumm": "hiersumm_bundle_dir"}
 
 
 @pytest.mark.parametrize("kind", kinds.names())

@@ -9,17 +9,23 @@ its tokens, averaged over heads and layers: where in the input each step read.
 
 from __future__ import annotations
 
+import logging
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import BundleError
 from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
-from .hiersumm_config import HierSummConfig
+from .hiersumm_config import HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
+from .paragraph_ranker import ParagraphRanker, RankerConfig
 
 KIND = "hiersumm"
+
+logger = logging.getLogger("locsum_sdk")
 
 
 def item_cross_attention(attention: Attention, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor],
@@ -50,10 +56,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         d = config.d_model
         self.self_norm = nn.LayerNorm(d, eps=1e-6)
-        self.self_attn = Attention(d, config.heads, config.dropout)
+        self.self_attn = Attention(d, config.decoder_heads, config.dropout)
         self.cross_norm = nn.LayerNorm(d, eps=1e-6)
-        self.cross_attn = Attention(d, config.heads, config.dropout)
-        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
+        self.cross_attn = Attention(d, config.decoder_heads, config.dropout)
+        self.feed_forward = FeedForward(d, config.decoder_ffn_dim, config.dropout)
         self.dropout = config.dropout
 
     def forward(self, x, attend_self, cross, cross_bias, units: int, queries: int):
@@ -67,7 +73,9 @@ class HierSumm(nn.Module):
     kind = KIND
 
     def __init__(self, config: HierSummConfig, parts: EncoderParts = EncoderParts()):
+        """config: a HierSummConfig, or a BART config (`from_bart_shape`: to start from its token embeddings)."""
         super().__init__()
+        config = config if isinstance(config, HierSummConfig) else from_bart_shape(config)
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         target = self.embed_tokens if config.share_embeddings else nn.Embedding(
@@ -75,8 +83,10 @@ class HierSumm(nn.Module):
         self.decoder_embed = [target]  # a list: not registered twice when shared
         if not config.share_embeddings:
             self.decoder_tokens = target
-        self.encoder = HierarchicalEncoder(self.embed_tokens, config.encoder_layers, config.heads, config.ffn_dim,
-                                           config.dropout, parts)
+        self.encoder = HierarchicalEncoder(self.embed_tokens, config.encoder_layers, config.encoder_heads,
+                                           config.encoder_ffn_dim, config.dropout, parts, config.max_positions)
+        self.ranker = ParagraphRanker(RankerConfig(config.vocab_size, config.d_model, config.ranker_hidden,
+                                                   config.pad_token_id))
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=1e-6)
         self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))  # the generator's weight is the table
@@ -150,3 +160,76 @@ class HierSumm(nn.Module):
             masses.append(mass)
         weights = torch.stack(masses).mean(dim=(0, 3))  # (B, U, K)
         return self.generate_log_probs(x.view(batch, beams, -1)), weights
+
+
+def complete(config: Any, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """A BART (or PageSum) checkpoint gives a Hierarchical Transformer only its token embeddings (the encoder and
+    decoder are other architectures: pre-LayerNorm, sinusoidal positions); the rest starts from a seeded
+    initialisation."""
+    if "encoder.layers.0.norm.weight" in state or "layers.0.self_norm.weight" in state:
+        return state
+    if "model.shared.weight" not in state:
+        raise BundleError(f"{source} has neither Hierarchical Transformer weights nor BART token embeddings")
+    logger.warning("%s: only the token embeddings carry over to the Hierarchical Transformer; the rest starts "
+                   "untrained", source)
+    torch.manual_seed(0)
+    fresh = HierSumm(config if isinstance(config, HierSummConfig) else from_bart_shape(config))
+    fresh.reset_parameters(0.02)
+    out = dict(fresh.state_dict())
+    for name in ("embed_tokens.weight", "ranker.embed.weight"):
+        out[name] = state["model.shared.weight"].clone()
+    return out
+
+
+class RankerGraph(nn.Module):
+    def __init__(self, model: HierSumm):
+        super().__init__()
+        self.ranker = model.ranker
+
+    def forward(self, title_ids, title_mask, paragraph_ids, paragraph_mask):
+        return (self.ranker(title_ids, title_mask, paragraph_ids, paragraph_mask),)
+
+
+def ranker_spec(model: HierSumm, paragraphs: int = 3, title: int = 4, length: int = 9):
+    from . import graphs
+
+    g = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    title_ids = torch.randint(3, vocab, (paragraphs, title), generator=g)
+    title_mask = torch.ones_like(title_ids)
+    paragraph_ids = torch.randint(3, vocab, (paragraphs, length), generator=g)
+    paragraph_mask = torch.ones_like(paragraph_ids)
+    paragraph_mask[1, length - 3 :] = 0
+    io = graphs.declared(model)["ranker"]
+    return graphs.GraphSpec(RankerGraph(model), (title_ids, title_mask, paragraph_ids, paragraph_mask),
+                            io.input_names, io.output_names, io.axes)
+
+
+def encoder_spec(model: HierSumm, items: int = 2, units: int = 3, length: int = 10):
+    """encoder.onnx, traced on `items` x `units` grid rows (the last one a padding paragraph), with a graph."""
+    from . import graphs
+
+    g = torch.Generator().manual_seed(4)
+    cfg = model.config
+    unit_mask = torch.ones(items, units, dtype=torch.bool)
+    unit_mask[-1, -1] = False
+    input_ids = torch.randint(3, cfg.vocab_size, (items * units, length), generator=g)
+    attention_mask = torch.ones(items * units, length, dtype=torch.int64)
+    attention_mask[1, length // 2 :] = 0
+    attention_mask[~unit_mask.reshape(-1)] = 0
+    graph = torch.rand(items, units, units, generator=g)
+    io = graphs.declared(model)["encoder"]
+    return graphs.GraphSpec(graphs.EncoderGraph(model), (input_ids, attention_mask, unit_mask, graph),
+                            io.input_names, io.output_names, io.axes)
+
+
+def register_model_kind() -> None:
+    from . import graphs
+    from .registry import ModelKind, register
+
+    register(ModelKind(
+        name=KIND, model=HierSumm, complete=complete,
+        graphs=lambda model: {"ranker": ranker_spec(model), "encoder": encoder_spec(model),
+                              "decoder": graphs.decoder_spec(model)},
+        functions={}, register_symbolics=lambda opset: None, formats=("hf-bart", "pagesum-research"),
+    ))

@@ -18,10 +18,13 @@ class HierSummConfig:
 
     vocab_size: int = 8192
     d_model: int = 256
-    heads: int = 8
-    ffn_dim: int = 1024
+    encoder_heads: int = 8
+    decoder_heads: int = 8
+    encoder_ffn_dim: int = 1024
+    decoder_ffn_dim: int = 1024
     encoder_layers: tuple[str, ...] = ("local",) * 5 + ("global",) * 2
     decoder_layers: int = 6
+    ranker_hidden: int = 256  # the paragraph ranker's LSTM width (its embedding is d_model wide)
     max_positions: int = 512  # longest paragraph and longest summary (sinusoidal codes)
     dropout: float = 0.1  # training only
     share_embeddings: bool = True  # one token table for encoder, decoder and (tied) generator
@@ -33,7 +36,8 @@ class HierSummConfig:
     def __post_init__(self) -> None:
         if isinstance(self.encoder_layers, list):
             object.__setattr__(self, "encoder_layers", tuple(self.encoder_layers))
-        for name in ("vocab_size", "d_model", "heads", "ffn_dim", "decoder_layers", "max_positions"):
+        for name in ("vocab_size", "d_model", "encoder_heads", "decoder_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+                     "decoder_layers", "max_positions", "ranker_hidden"):
             check_int(f"model.{name}", getattr(self, name), 1, error=BundleError)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
@@ -41,16 +45,12 @@ class HierSummConfig:
         check_bool("model.share_embeddings", self.share_embeddings, error=BundleError)
         if not self.encoder_layers or any(kind not in LAYER_KINDS for kind in self.encoder_layers):
             raise BundleError(f"model.encoder_layers={self.encoder_layers!r}: a non-empty list of {LAYER_KINDS}")
-        if self.d_model % self.heads or self.d_model % 2:
-            raise BundleError(f"d_model={self.d_model} must be even and divisible by heads={self.heads}")
+        if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads or self.d_model % 2:
+            raise BundleError(f"d_model={self.d_model} must be even and divisible by the numbers of heads")
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def decoder_heads(self) -> int:  # the names the runtime's cache layout reads
-        return self.heads
+        return self.d_model // self.decoder_heads
 
     def special_tokens(self) -> dict[str, int]:
         return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
@@ -65,3 +65,14 @@ class HierSummConfig:
             raise BundleError(f"model config must be an object, got {type(values).__name__}")
         check_keys("model config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
         return cls(**values)
+
+
+def from_bart_shape(bart: Any) -> HierSummConfig:
+    """A Hierarchical Transformer with a BART config's vocabulary, width, FFN, positions, decoder depth and special
+    tokens (the paper's 8 heads where the width allows, else BART's), to start from that BART's token embeddings."""
+    heads = 8 if bart.d_model % 8 == 0 else bart.decoder_heads
+    return HierSummConfig(vocab_size=bart.vocab_size, d_model=bart.d_model, encoder_heads=heads, decoder_heads=heads,
+                          encoder_ffn_dim=bart.encoder_ffn_dim, decoder_ffn_dim=bart.decoder_ffn_dim,
+                          decoder_layers=bart.decoder_layers, max_positions=bart.max_positions,
+                          pad_token_id=bart.pad_token_id, bos_token_id=bart.bos_token_id,
+                          eos_token_id=bart.eos_token_id, decoder_start_token_id=bart.decoder_start_token_id)

@@ -46,23 +46,28 @@ def sinusoid(length: int, dim: int) -> torch.Tensor:
 
 class ParagraphEmbedding(nn.Module):
     """Token embedding scaled by sqrt(d), plus the token's position in its paragraph (first half of the dimensions)
-    and its paragraph's rank (second half; zeros when `paragraph_position` is off)."""
+    and its paragraph's rank (second half; zeros when `paragraph_position` is off). Both codes are rows of one
+    sinusoid table of `max_positions` rows."""
 
-    def __init__(self, embed: nn.Embedding, dropout: float, paragraph_position: bool = True):
+    def __init__(self, embed: nn.Embedding, dropout: float, paragraph_position: bool = True,
+                 max_positions: int = 512):
         super().__init__()
-        self.embed, self.dropout, self.paragraph_position = embed, dropout, paragraph_position
+        self.shared = [embed]  # a list: the table belongs to the model that owns it, registered once
+        self.dropout, self.paragraph_position = dropout, paragraph_position
+        self.register_buffer("table", sinusoid(max_positions, embed.embedding_dim // 2), persistent=False)
+
+    @property
+    def embed(self) -> nn.Embedding:
+        return self.shared[0]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (B, P, T) -> (B, P, T, D)."""
         batch, paragraphs, tokens = input_ids.shape
-        dim = self.embed.embedding_dim
-        half = dim // 2
-        local = sinusoid(tokens, half).to(self.embed.weight.dtype)[None, None, :, :].expand(batch, paragraphs, -1, -1)
-        rank = sinusoid(paragraphs, dim - half).to(self.embed.weight.dtype)[None, :, None, :]
+        local = self.table[:tokens][None, None, :, :].expand(batch, paragraphs, -1, -1)
+        rank = self.table[:paragraphs][None, :, None, :].expand(batch, -1, tokens, -1)
         if not self.paragraph_position:
             rank = torch.zeros_like(rank)
-        code = torch.cat([local, rank.expand(batch, -1, tokens, -1)], dim=-1)
-        x = self.embed(input_ids) * math.sqrt(dim) + code
+        x = self.embed(input_ids) * math.sqrt(self.embed.embedding_dim) + torch.cat([local, rank], dim=-1)
         return F.dropout(x, self.dropout, self.training)
 
 
@@ -184,10 +189,10 @@ class HierarchicalEncoder(nn.Module):
     """Embeddings, `kinds` of layers in order ("local" or "global"), a final LayerNorm; padding tokens zeroed."""
 
     def __init__(self, embed: nn.Embedding, layers: tuple[str, ...], heads: int, hidden: int, dropout: float,
-                 parts: EncoderParts = EncoderParts()):
+                 parts: EncoderParts = EncoderParts(), max_positions: int = 512):
         super().__init__()
         dim = embed.embedding_dim
-        self.embeddings = ParagraphEmbedding(embed, dropout, parts.paragraph_position)
+        self.embeddings = ParagraphEmbedding(embed, dropout, parts.paragraph_position, max_positions)
         pool_heads = heads if parts.multi_head_pooling else 1
         self.layers = nn.ModuleList(
             GlobalLayer(dim, pool_heads, hidden, dropout, parts.graph_head) if kind == "global" and parts.global_layers

@@ -1,0 +1,86 @@
+"""The Hierarchical Transformer, runtime side: paragraphs as units (`locsum_sdk.paragraphs`); the ranker graph
+scores every paragraph against the query (the title) and keeps the best `top_paragraphs`, best first (their rank
+is part of the encoder's positional code); the encoder reads an item's kept paragraphs and their tf-idf graph at
+once; one decoder per item attends to all their tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import constants as C
+from ..backends.base import UnitBatch
+from ..modeling.hiersumm_config import HierSummConfig
+from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
+from ..units import Unit
+from . import GraphIO, Kind, Selection, TensorIO, cross_outputs, keep_top, register, step_graph
+from .hierencdec import HierEncDecLayout
+
+REVISION = 1
+TITLE_IDS, TITLE_MASK = "title_ids", "title_mask"
+PARAGRAPH_IDS, PARAGRAPH_MASK = "paragraph_ids", "paragraph_mask"
+GRAPH, SCORES = "graph", "scores"
+
+
+def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:
+    """Each paragraph's text ids beside the title (the query; one masked token when there is none)."""
+    n, tokens = len(units), max(len(u.text_ids) for u in units)
+    title_ids = np.zeros((n, max(1, len(query_ids))), dtype=np.int64)
+    title_mask = np.zeros_like(title_ids)
+    if len(query_ids):
+        title_ids[:], title_mask[:] = query_ids, 1
+    paragraph_ids = np.zeros((n, tokens), dtype=np.int64)
+    paragraph_mask = np.zeros_like(paragraph_ids)
+    for row, unit in enumerate(units):
+        paragraph_ids[row, : len(unit.text_ids)], paragraph_mask[row, : len(unit.text_ids)] = unit.text_ids, 1
+    return {TITLE_IDS: title_ids, TITLE_MASK: title_mask, PARAGRAPH_IDS: paragraph_ids, PARAGRAPH_MASK: paragraph_mask}
+
+
+def keep(units: Sequence[Unit], scores: np.ndarray, options: ParagraphOptions) -> list[Unit]:
+    """The top_paragraphs best-scored paragraphs, best first."""
+    return keep_top(units, scores, options.top_paragraphs, ranked=True)
+
+
+def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
+    layers = model["decoder_layers"]
+    ranker = GraphIO(
+        "ranker.onnx",
+        inputs=(TensorIO(TITLE_IDS, "int64", {0: "paragraphs", 1: "title_length"}),
+                TensorIO(TITLE_MASK, "int64", {0: "paragraphs", 1: "title_length"}),
+                TensorIO(PARAGRAPH_IDS, "int64", {0: "paragraphs", 1: "length"}),
+                TensorIO(PARAGRAPH_MASK, "int64", {0: "paragraphs", 1: "length"})),
+        outputs=(TensorIO(SCORES, "float32", {0: "paragraphs"}),),
+    )
+    encoder = GraphIO(
+        C.ENCODER_FILE,
+        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.UNIT_MASK, "bool", {0: "items", 1: "units"}),
+                TensorIO(GRAPH, "float32", {0: "items", 1: "units", 2: "units"})),
+        outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
+    )
+    return {"ranker": ranker, "encoder": encoder, "decoder": step_graph(layers, lambda i: "batch")}
+
+
+class HierSummLayout(HierEncDecLayout):
+    """HierEncDec's layout (whole items per encoder run, one decoder per item), with each item's paragraph graph."""
+
+    def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
+        inputs = super().encoder_inputs(batch, first, end)
+        width = batch.width
+        ids, mask, units = inputs[C.INPUT_IDS], inputs[C.ATTENTION_MASK], inputs[C.UNIT_MASK]
+        graph = np.zeros((len(units), width, width), dtype=np.float32)
+        for item, real in enumerate(units):
+            rows = range(item * width, item * width + int(real.sum()))
+            graph[item, : len(rows), : len(rows)] = tfidf_graph([ids[r][mask[r] == 1][1:-1] for r in rows])
+        return {**inputs, GRAPH: graph}
+
+
+UNITS = ("paragraphs (blank-line blocks, or runs of speaker turns) the ranker kept, best first, each with its ranker "
+         "score; a unit's weight is the decoder's attention mass on its tokens in the step, averaged over heads and "
+         "layers")
+
+KIND = register(Kind("hiersumm", REVISION, UNITS, ParagraphOptions, ParagraphPager, graphs, HierSummLayout(),
+                     HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep)))
