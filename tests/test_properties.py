@@ -332,7 +332,8 @@ def test_cli_export(checkpoint_dir, tmp_path_factory, data):
     if data.draw(st.booleans()):
         output.mkdir()  # refused without --force
     argv = ["export", "--checkpoint", str(checkpoint), "--output", str(output)]
-    argv += data.draw(st.sampled_from([[], ["--force"], ["--quantize", "fp8"], ["--kind", "dyle"], ["--kind", "summit"]]))
+    argv += data.draw(st.sampled_from([[], ["--force"], ["--quantize", "fp8"], ["--kind", "dyle"],
+                                       ["--kind", "hiersumm"], ["--kind", "summit"]]))
     argv += draw_flags(data, [f for f in data.draw(cli_options()) if f[0] not in ("--threads",)])
     code = run_cli(argv)
     event(f"export exit {code}")
