@@ -21,7 +21,8 @@ from ..errors import BundleError
 from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
 from .hiersumm_config import HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
-from .paragraph_ranker import ParagraphRanker, RankerConfig
+from .objectives import label_smoothed_nll
+from .paragraph_ranker import ParagraphRanker, RankerConfig, ranker_loss
 
 KIND = "hiersumm"
 
@@ -162,6 +163,65 @@ class HierSumm(nn.Module):
         return self.generate_log_probs(x.view(batch, beams, -1)), weights
 
 
+def ranker_tensors(paragraphs: list[list[int]], title: list[int]) -> tuple[torch.Tensor, ...]:
+    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_inputs`): each paragraph's text ids
+    (its unit ids without <s> and </s>) beside the title (one masked token when there is none)."""
+    texts = [ids[1:-1] for ids in paragraphs]
+    n, tokens = len(texts), max(len(t) for t in texts)
+    title_ids = torch.zeros(n, max(1, len(title)), dtype=torch.long)
+    title_mask = torch.zeros_like(title_ids)
+    if title:
+        title_ids[:], title_mask[:] = torch.tensor(title), 1
+    paragraph_ids = torch.zeros(n, tokens, dtype=torch.long)
+    paragraph_mask = torch.zeros_like(paragraph_ids)
+    for row, ids in enumerate(texts):
+        paragraph_ids[row, : len(ids)], paragraph_mask[row, : len(ids)] = torch.tensor(ids), 1
+    return title_ids, title_mask, paragraph_ids, paragraph_mask
+
+
+@torch.no_grad()
+def rank_paragraphs(model: "HierSumm", paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
+    """Indices of the ranker's `top` best paragraphs, best first (ties to the earlier)."""
+    scores = model.ranker(*ranker_tensors(paragraphs, title)).float()
+    return torch.argsort(-scores, stable=True)[:top].tolist()
+
+
+def objective(model: "HierSumm", batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The Hierarchical Transformer's training loss on a batch (`train.kinds.hiersumm.HierBatch`), by
+    `objective_options.stage`: "ranker" (MSE of the ranker's scores against each paragraph's ROUGE-2 recall),
+    "summarizer" (label-smoothed NLL of the summary from the L' paragraphs the current ranker ranks best, best
+    first, with their tf-idf graph) or "both" (their sum). Returns (loss, summary NLL, terms)."""
+    from ..paragraphs import tfidf_graph
+
+    stage = config.objective_options.get("stage", "both")
+    terms: dict[str, torch.Tensor] = {}
+    if stage in ("ranker", "both"):
+        errors = [ranker_loss(model.ranker(*ranker_tensors(p, t)).float(), torch.tensor(r, dtype=torch.float32))
+                  for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
+        terms["ranker"] = torch.stack(errors).mean()
+    nll = torch.zeros(())
+    if stage in ("summarizer", "both"):
+        chosen = [[p[i] for i in rank_paragraphs(model, p, t, batch.top_paragraphs)]
+                  for p, t in zip(batch.paragraphs, batch.titles)]
+        units, length = max(len(c) for c in chosen), max(len(ids) for c in chosen for ids in c)
+        input_ids = torch.full((len(chosen), units, length), model.config.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        unit_mask = torch.zeros(len(chosen), units, dtype=torch.bool)
+        graph = torch.zeros(len(chosen), units, units)
+        for b, paragraphs in enumerate(chosen):
+            for u, ids in enumerate(paragraphs):
+                input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
+            unit_mask[b, : len(paragraphs)] = True
+            size = len(paragraphs)
+            graph[b, :size, :size] = torch.from_numpy(tfidf_graph([ids[1:-1] for ids in paragraphs]))
+        log_probs, _ = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids, graph)
+        terms["summarizer"], nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
+    if not terms:
+        raise ValueError(f"objective_options.stage={stage!r}: use 'ranker', 'summarizer' or 'both'")
+    loss = sum(terms.values())
+    return loss, nll, {name: value.detach() for name, value in terms.items()}
+
+
 def complete(config: Any, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
     """A BART (or PageSum) checkpoint gives a Hierarchical Transformer only its token embeddings (the encoder and
     decoder are other architectures: pre-LayerNorm, sinusoidal positions); the rest starts from a seeded
@@ -232,4 +292,5 @@ def register_model_kind() -> None:
         graphs=lambda model: {"ranker": ranker_spec(model), "encoder": encoder_spec(model),
                               "decoder": graphs.decoder_spec(model)},
         functions={}, register_symbolics=lambda opset: None, formats=("hf-bart", "pagesum-research"),
+        objective=objective,
     ))

@@ -1,0 +1,78 @@
+"""Hierarchical Transformer training: ROUGE-2 recall targets for the ranker, the ranker and summarizer stages
+through the shared trainer, exact resume, export of the trained checkpoint."""
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from conftest import document
+from test_training import run_config
+
+UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3, "max_pages": 12}
+MODEL = {"d_model": 32, "encoder_heads": 4, "decoder_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+         "encoder_layers": ["local", "global"], "decoder_layers": 2, "max_positions": 128, "ranker_hidden": 16}
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    rows = []
+    for i in range(8):
+        docs = [document(rng, rng.randint(2, 8)) for _ in range(rng.randint(2, 4))]
+        rows.append({"id": f"c-{i}", "documents": docs, "query": "What changed?" if i % 2 else None,
+                     "summary": docs[0].split("\n\n")[0], "source": "test"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config(tmp_path, clusters, tokenizer_file, name, **changes):
+    return run_config(tmp_path, clusters, tokenizer_file, "summarize", name,
+                      **{"kind": "hiersumm", "units": UNITS, "model": MODEL, "max_steps": 4,
+                         "objective_options": {"stage": "both"}, **changes})
+
+
+def test_rouge2_recall_counts_the_references_bigrams():
+    from train.kinds.hiersumm import rouge2_recall
+    from train.oracle import rouge_tokens
+
+    words = rouge_tokens("The cat sat on the mat.")
+    reference = Counter(zip(words, words[1:]))
+    assert rouge2_recall("the cat sat", reference) == pytest.approx(2 / 5)
+    assert rouge2_recall("a dog barked", reference) == 0.0 and rouge2_recall("x", Counter()) == 0.0
+
+
+def test_both_stages_train_resume_exactly_and_export(tmp_path, clusters, tokenizer_file):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.__main__ import build
+
+    straight = build(config(tmp_path, clusters, tokenizer_file, "straight"), progress=False)
+    sample = straight.train_set.get(1)
+    assert len(sample.recall) == len(sample.paragraphs) and any(r > 0 for r in sample.recall)
+    log = straight.train()
+    assert all({"loss_ranker", "loss_summarizer"} <= set(r) for r in log) and "val_rouge1" in log[2]
+    build(config(tmp_path, clusters, tokenizer_file, "resumed"), progress=False).train(max_steps=2)
+    resumed = build(config(tmp_path, clusters, tokenizer_file, "resumed"), progress=False).train()
+    assert [r["loss"] for r in log[2:]] == [r["loss"] for r in resumed]
+    bundle = export_onnx(straight.latest(), tmp_path / "bundle")
+    summary = Summarizer.from_pretrained(bundle.path).summarize(
+        json.loads(clusters.read_text().splitlines()[0])["documents"], max_length=6)
+    assert summary.kind == "hiersumm" and 1 <= len(summary.units) <= UNITS["top_paragraphs"]
+
+
+def test_the_ranker_stage_trains_the_ranker_alone(tmp_path, clusters, tokenizer_file):
+    from locsum_sdk.modeling.hiersumm import objective
+    from train.__main__ import build
+
+    trainer = build(config(tmp_path, clusters, tokenizer_file, "ranker", objective_options={"stage": "ranker"}),
+                    progress=False)
+    batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+    loss, nll, terms = objective(trainer.model, batch, trainer.config)
+    assert set(terms) == {"ranker"} and float(nll) == 0.0
+    loss.backward()
+    assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("ranker."))
+    with pytest.raises(ValueError, match="stage"):
+        objective(trainer.model, batch, type("C", (), {"objective_options": {"stage": "all"}, "label_smoothing": 0})())

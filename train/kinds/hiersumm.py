@@ -1,0 +1,102 @@
+"""The Hierarchical Transformer's training data: each example's paragraphs (the runtime's own pager, its first
+`max_pages`), the query as the ranker's title, every paragraph's ROUGE-2 recall against the summary (the ranker's
+regression target) and the summary.
+
+`objective_options.stage` picks what trains (`locsum_sdk.modeling.hiersumm.objective`): "ranker" (the paper trains
+it first, alone), "summarizer" (its input: the paragraphs the current ranker ranks best, as at run time) or "both".
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from locsum_sdk.modeling.objectives import IGNORE
+from locsum_sdk.units import Pager, Unit
+
+from ..config import TrainConfig
+from ..data import SummarizationSet
+from ..oracle import rouge_tokens
+
+
+def rouge2_recall(paragraph: str, reference_bigrams: Counter) -> float:
+    """The share of the reference's bigrams (clipped counts) the paragraph holds, rouge-score's tokens."""
+    total = sum(reference_bigrams.values())
+    if not total:
+        return 0.0
+    words = rouge_tokens(paragraph)
+    have = Counter(zip(words, words[1:]))
+    return sum(min(c, reference_bigrams[b]) for b, c in have.items()) / total
+
+
+@dataclass(frozen=True)
+class HierSample:
+    paragraphs: list[Unit]
+    title: list[int]  # the query's ids (empty without a query)
+    recall: list[float]  # each paragraph's ROUGE-2 recall against the summary
+    target: list[int]  # summary ids, ending in eos
+
+    @property
+    def units(self) -> list[list[int]]:
+        return [list(u.token_ids) for u in self.paragraphs]
+
+
+@dataclass
+class HierBatch:
+    """Per sample its paragraphs' ids, title and recall targets; for the batch the decoder inputs and labels, and
+    L', the paragraphs the encoder reads."""
+
+    top_paragraphs: int
+    paragraphs: list[list[list[int]]]
+    titles: list[list[int]]
+    recall: list[list[float]]
+    decoder_input_ids: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(ids) for sample in self.paragraphs for ids in sample) + int((self.labels != IGNORE).sum())
+
+
+class HierSummSet(SummarizationSet):
+    def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, config: TrainConfig):
+        super().__init__(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
+        self.options = pager.options
+
+    def get(self, index: int, epoch: int = 0) -> HierSample:
+        example = self.example(index)
+        title = self.pager.query_ids(example.query)
+        paragraphs = self.pager.pages(example.documents, title)[: self.max_pages]
+        words = rouge_tokens(example.summary)
+        reference = Counter(zip(words, words[1:]))
+        return HierSample(paragraphs, list(title), [rouge2_recall(u.text, reference) for u in paragraphs],
+                          self.target(example))
+
+    def collate(self, samples: list[HierSample], pad: int, decoder_start: int) -> HierBatch:
+        steps = max(len(s.target) for s in samples)
+        decoder_input_ids = torch.full((len(samples), steps), pad, dtype=torch.long)
+        labels = torch.full((len(samples), steps), IGNORE, dtype=torch.long)
+        for b, sample in enumerate(samples):
+            target = torch.tensor(sample.target)
+            labels[b, : len(target)] = target
+            decoder_input_ids[b, 0] = decoder_start
+            decoder_input_ids[b, 1 : len(target)] = target[:-1]
+        return HierBatch(self.options.top_paragraphs, [s.units for s in samples], [s.title for s in samples],
+                         [s.recall for s in samples], decoder_input_ids, labels)
+
+    @torch.no_grad()
+    def inference_units(self, model, sample: HierSample) -> list[list[int]]:
+        """The ranker's best `top_paragraphs`, best first, as the runtime keeps them."""
+        from locsum_sdk.modeling.hiersumm import rank_paragraphs
+
+        order = rank_paragraphs(model, sample.units, sample.title, self.options.top_paragraphs)
+        return [sample.units[i] for i in order]
+
+
+def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> HierSummSet:
+    return HierSummSet(paths, pager, tokenizer, config)
