@@ -74,3 +74,76 @@ def test_the_config_round_trips_and_refuses_bad_layers():
         HierSummConfig(encoder_layers=("local", "sideways"))
     with pytest.raises(BundleError, match="unknown"):
         HierSummConfig.from_dict({**CONFIG.to_dict(), "colour": 1})
+
+
+def to_research(state, config):
+    """Our names -> the research code's (the inverse of the converter's tables), with its extra buffers and a
+    legacy LayerNorm name, as nlpyang/hiersumm saves a model."""
+    from locsum_sdk.modeling.hiersumm_research import DECODER, FEED_FORWARD, GLOBAL, LOCAL
+
+    out = {"encoder.pos_emb.pe": torch.zeros(1, 5, 8), "decoder.pos_emb.pe": torch.zeros(1, 5, 16)}
+    for name, tensor in state.items():
+        base, kind = name.rsplit(".", 1) if "." in name else (name, "")
+        if name.startswith("ranker."):
+            continue
+        if base.startswith("encoder.layers."):
+            _, _, index, part = base.split(".", 3)
+            table = GLOBAL if config.encoder_layers[int(index)] == "global" else LOCAL
+            table = {**table, **{f"feed_forward.{k}": f"feed_forward.{v}" for k, v in FEED_FORWARD.items()}}
+            theirs = next(k for k, v in table.items() if v == part)
+            out[f"encoder.transformer_layers.{index}.{theirs}.{kind}"] = tensor
+        elif base.startswith("layers."):
+            _, index, part = base.split(".", 2)
+            table = {**DECODER, **{f"feed_forward.{k}": f"feed_forward.{v}" for k, v in FEED_FORWARD.items()}}
+            theirs = next(k for k, v in table.items() if v == part)
+            out[f"decoder.transformer_layers.{index}.{theirs}.{kind}"] = tensor
+            out[f"decoder.transformer_layers.{index}.mask"] = torch.ones(1, 8, 8, dtype=torch.uint8)
+        else:
+            theirs = {"embed_tokens.weight": "encoder.embeddings.weight", "decoder_tokens.weight":
+                      "decoder.embeddings.weight", "encoder.norm.weight": "encoder.layer_norm.a_2",
+                      "encoder.norm.bias": "encoder.layer_norm.b_2", "final_norm.weight": "decoder.layer_norm.weight",
+                      "final_norm.bias": "decoder.layer_norm.bias", "generator_weight": "generator.0.weight",
+                      "generator_bias": "generator.0.bias"}[name]
+            out[theirs] = tensor
+    return out
+
+
+def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
+    import argparse
+    import dataclasses
+
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    config = dataclasses.replace(CONFIG, share_embeddings=False, tie_generator=False)
+    torch.manual_seed(0)
+    ours = HierSumm(config)
+    ours.reset_parameters(0.3)
+    ours.eval()
+    opt = argparse.Namespace(enc_layers=3, inter_layers=[1], heads=4, inter_heads=4, ff_size=32, dec_layers=2,
+                             enc_hidden_size=16, dec_hidden_size=16, emb_size=16, share_embeddings=False,
+                             share_decoder_embeddings=False)
+    torch.save({"model": to_research(ours.state_dict(), config), "opt": opt, "optim": {"state": {}}},
+               tmp_path / "model_step_1000.pt")
+    loaded = load_checkpoint(tmp_path / "model_step_1000.pt").model
+    assert loaded.kind == "hiersumm" and loaded.config.encoder_layers == ("local", "global", "local")
+    ids, mask, units, graph, target = batch()
+    with torch.no_grad():
+        want, _ = ours(ids, mask, units, target, graph)
+        got, _ = loaded(ids, mask, units, target, graph)
+    assert torch.allclose(got, want, atol=1e-5)
+    with pytest.raises(BundleError, match="loads as hiersumm, not pagesum"):
+        load_checkpoint(tmp_path / "model_step_1000.pt", kind="pagesum")
+    torch.save({"model": {"encoder.embeddings.weight": torch.zeros(4, 16), "encoder.mystery.weight": torch.zeros(1)},
+                "opt": opt}, tmp_path / "odd.pt")
+    with pytest.raises(BundleError, match="not a weight of a hiersumm research model"):
+        load_checkpoint(tmp_path / "odd.pt")
+
+
+def test_a_research_file_with_anything_else_pickled_is_refused(tmp_path):
+    import collections
+
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    torch.save({"model": {}, "opt": collections.OrderedDict(a=1), "hook": collections.Counter()}, tmp_path / "x.pt")
+    with pytest.raises(BundleError, match="cannot be read|not a hiersumm research checkpoint"):
+        load_checkpoint(tmp_path / "x.pt")

@@ -146,9 +146,15 @@ def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
 
 
 def load_research_state_dict(path: Path, config_path: Path | None = None, kind: str | None = None) -> Checkpoint:
-    """A research weights file: DYLE's (`rag.*` weights, as dyle) or PageSum's (HF BART names and `lin.*`, as
-    `kind`, default pagesum); its BART config.json is `config_path` or sits beside the file."""
-    state = read_state_dict(path)
+    """A research weights file: the Hierarchical Transformer's (`{'model', 'opt', ...}`, as hiersumm), DYLE's
+    (`rag.*` weights, as dyle) or PageSum's (HF BART names and `lin.*`, as `kind`, default pagesum); a BART
+    config.json is `config_path` or sits beside the file."""
+    try:
+        state = read_state_dict(path)
+    except BundleError:  # a hiersumm research file holds its options (an argparse.Namespace) beside the weights
+        from .hiersumm_research import load_research as load_hiersumm
+
+        return load_hiersumm(path, kind)
     if any(name.startswith("rag.") for name in state):
         from .dyle import load_research
 

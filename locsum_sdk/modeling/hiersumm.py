@@ -90,7 +90,9 @@ class HierSumm(nn.Module):
                                                    config.pad_token_id))
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=1e-6)
-        self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))  # the generator's weight is the table
+        if not config.tie_generator:
+            self.generator_weight = nn.Parameter(torch.zeros(config.vocab_size, config.d_model))
+        self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.register_buffer("positions", sinusoid(config.max_positions, config.d_model), persistent=False)
 
     def reset_parameters(self, std: float = 0.02) -> None:
@@ -116,9 +118,10 @@ class HierSumm(nn.Module):
         return F.dropout(x, self.config.dropout, self.training)
 
     def generate_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Decoder states (..., D) -> log-probabilities (..., V): final LayerNorm, the tied generator."""
+        """Decoder states (..., D) -> log-probabilities (..., V): final LayerNorm, the generator."""
         rows = self.final_norm(hidden).reshape(-1, hidden.shape[-1])
-        logits = F.linear(rows, self.decoder_embed[0].weight, self.generator_bias)
+        weight = self.decoder_embed[0].weight if self.config.tie_generator else self.generator_weight
+        logits = F.linear(rows, weight, self.generator_bias)
         return torch.log_softmax(logits.float(), dim=-1).view(*hidden.shape[:-1], -1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
@@ -226,8 +229,15 @@ def complete(config: Any, state: dict[str, torch.Tensor], source: str) -> dict[s
     """A BART (or PageSum) checkpoint gives a Hierarchical Transformer only its token embeddings (the encoder and
     decoder are other architectures: pre-LayerNorm, sinusoidal positions); the rest starts from a seeded
     initialisation."""
-    if "encoder.layers.0.norm.weight" in state or "layers.0.self_norm.weight" in state:
-        return state
+    if "layers.0.self_norm.weight" in state:
+        if any(name.startswith("ranker.") for name in state):
+            return state
+        logger.warning("%s has no paragraph ranker (the research code never shipped one): it starts untrained",
+                       source)
+        torch.manual_seed(0)
+        fresh = HierSumm(config if isinstance(config, HierSummConfig) else from_bart_shape(config))
+        fresh.reset_parameters(0.02)
+        return {**state, **{k: v for k, v in fresh.state_dict().items() if k.startswith("ranker.")}}
     if "model.shared.weight" not in state:
         raise BundleError(f"{source} has neither Hierarchical Transformer weights nor BART token embeddings")
     logger.warning("%s: only the token embeddings carry over to the Hierarchical Transformer; the rest starts "

@@ -27,7 +27,8 @@ class HierSummConfig:
     ranker_hidden: int = 256  # the paragraph ranker's LSTM width (its embedding is d_model wide)
     max_positions: int = 512  # longest paragraph and longest summary (sinusoidal codes)
     dropout: float = 0.1  # training only
-    share_embeddings: bool = True  # one token table for encoder, decoder and (tied) generator
+    share_embeddings: bool = True  # one token table for the encoder and the decoder
+    tie_generator: bool = True  # the generator's weight is the decoder's token table
     pad_token_id: int = 1
     bos_token_id: int = 0
     eos_token_id: int = 2
@@ -43,6 +44,7 @@ class HierSummConfig:
             check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
         check_float("model.dropout", self.dropout, 0.0, 1.0, error=BundleError)
         check_bool("model.share_embeddings", self.share_embeddings, error=BundleError)
+        check_bool("model.tie_generator", self.tie_generator, error=BundleError)
         if not self.encoder_layers or any(kind not in LAYER_KINDS for kind in self.encoder_layers):
             raise BundleError(f"model.encoder_layers={self.encoder_layers!r}: a non-empty list of {LAYER_KINDS}")
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads or self.d_model % 2:
