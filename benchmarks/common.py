@@ -119,6 +119,28 @@ def bart_base_dyle() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def paper_hiersumm() -> tuple[Path, Path]:
+    """A Hierarchical Transformer of the paper's sizes (256 wide, 8 heads, FFN 1024, 5 local + 2 global layers,
+    a 6-layer decoder) over bart-base's vocabulary, random weights: (checkpoint dir, bundle dir), built once."""
+    checkpoint, bundle = CACHE / "hiersumm-checkpoint", CACHE / "hiersumm-bundle"
+    source, _ = bart_base_pagesum()
+    if not (checkpoint / "model.safetensors").is_file():
+        import torch
+
+        from locsum_sdk.modeling.checkpoint import save_checkpoint
+        from locsum_sdk.modeling.hiersumm import HierSumm
+        from locsum_sdk.modeling.hiersumm_config import HierSummConfig
+
+        torch.manual_seed(0)
+        model = HierSumm(HierSummConfig(vocab_size=BART_BASE["vocab_size"], max_positions=512))
+        model.reset_parameters(0.02)
+        save_checkpoint(model.eval(), checkpoint, source / "tokenizer.json",
+                        units={"paragraph_tokens": 128, "top_paragraphs": 40}, generation={"num_beams": 1})
+    if not current_bundle(bundle):
+        export_bundle(checkpoint, bundle)
+    return checkpoint, bundle
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:
