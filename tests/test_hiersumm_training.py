@@ -76,3 +76,20 @@ def test_the_ranker_stage_trains_the_ranker_alone(tmp_path, clusters, tokenizer_
     assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("ranker."))
     with pytest.raises(ValueError, match="stage"):
         objective(trainer.model, batch, type("C", (), {"objective_options": {"stage": "all"}, "label_smoothing": 0})())
+
+
+def test_rouge_l_recall_is_the_lcs_share_of_the_reference():
+    from train.ranker_recall import rouge_l_recall
+
+    assert rouge_l_recall("the cat sat on a mat".split(), "the cat sat on the mat".split()) == pytest.approx(5 / 6)
+    assert rouge_l_recall(["x"], []) == 0.0
+
+
+def test_the_ranker_report_has_every_ranker_at_every_length(hiersumm_bundle_dir, clusters):
+    from locsum_sdk import Summarizer
+    from train.ranker_recall import ranker_report
+
+    report = ranker_report(Summarizer.from_pretrained(hiersumm_bundle_dir), clusters, [1, 3], progress=False)
+    assert set(report) == {"ranker", "tf-idf", "lead", "random"}
+    for by_n in report.values():
+        assert by_n[1]["examples"] == 8 and 0 <= by_n[1]["mean"] <= by_n[3]["mean"] <= 100
