@@ -48,7 +48,7 @@ def reference(log_probs: np.ndarray, scores: np.ndarray, mask: np.ndarray) -> tu
 
 
 def _torch_math(log_probs, scores, mask):
-    """The op's maths in torch: (mixed, weights, posterior), posterior (B, U, K, V) = p(u | y, y<t)."""
+    """The op's maths in torch: (mixed, weights, joint), joint (B, U, K, V) = log p(u | y<t) + log p(y | u, y<t)."""
     import torch
 
     log_w = torch.log_softmax(scores.masked_fill(~mask[:, :, None], float("-inf")), dim=1)  # (B, U, K)
@@ -56,8 +56,7 @@ def _torch_math(log_probs, scores, mask):
     top = joint.amax(dim=1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     mixed = torch.log(torch.exp(joint - top).sum(dim=1)) + top.squeeze(1)  # (B, K, V)
-    posterior = torch.exp(joint - mixed.unsqueeze(1)).nan_to_num(0.0)  # -inf - -inf where a token is impossible
-    return mixed, torch.exp(log_w), posterior
+    return mixed, torch.exp(log_w), joint
 
 
 @functools.cache
@@ -82,7 +81,8 @@ def torch_op():
 
     def backward(ctx, grad_mixed, grad_weights):
         log_probs, scores, mask = ctx.saved_tensors
-        _, weights, posterior = _torch_math(log_probs, scores, mask)  # recomputed: (B, U, K, V) is not kept
+        mixed, weights, joint = _torch_math(log_probs, scores, mask)  # recomputed: (B, U, K, V) is not kept
+        posterior = torch.exp(joint - mixed.unsqueeze(1)).nan_to_num(0.0)  # p(u | y, y<t); -inf - -inf: impossible y
         grad_log_probs = posterior * grad_mixed.unsqueeze(1)  # (B, U, K, V)
         grad_log_w = grad_log_probs.sum(-1)  # (B, U, K): d mixed / d log w[u] = posterior[u]
         if grad_weights is not None:
