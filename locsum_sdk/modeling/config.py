@@ -34,8 +34,38 @@ _HF_KEYS = {
 ACTIVATIONS = ("gelu", "relu")
 
 
+def from_fields(cls: type, values: Any, what: str = "model config") -> Any:
+    """`cls(**values)` for a JSON object whose keys are the dataclass `cls`'s fields, or a BundleError naming what
+    is wrong (not an object, unknown or missing keys, a bad value)."""
+    if not isinstance(values, dict):
+        raise BundleError(f"{what} must be an object, got {type(values).__name__}")
+    check_keys(what, values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
+    return cls(**values)
+
+
+class EncoderDecoderConfig:
+    """What the runtime reads of any kind's model config: its decoder's head size and its special token ids
+    (mixed into the config dataclasses)."""
+
+    d_model: int
+    decoder_heads: int
+    pad_token_id: int
+    bos_token_id: int
+    eos_token_id: int
+    decoder_start_token_id: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.decoder_heads
+
+    def special_tokens(self) -> dict[str, int]:
+        """The ids the runtime needs, keyed as `units.SpecialTokens`."""
+        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
+                "decoder_start": self.decoder_start_token_id}
+
+
 @dataclass(frozen=True)
-class BartConfig:
+class BartConfig(EncoderDecoderConfig):
     """Shape and special tokens of a BART encoder-decoder (the backbone of every kind)."""
 
     vocab_size: int = 50265  # size of the shared token embedding and LM head
@@ -70,24 +100,12 @@ class BartConfig:
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads:
             raise BundleError(f"d_model={self.d_model} must be divisible by the number of heads")
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.decoder_heads
-
-    def special_tokens(self) -> dict[str, int]:
-        """The ids the runtime needs, keyed as `units.SpecialTokens`."""
-        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
-                "decoder_start": self.decoder_start_token_id}
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "BartConfig":
-        if not isinstance(values, dict):
-            raise BundleError(f"model config must be an object, got {type(values).__name__}")
-        check_keys("model config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
-        return cls(**values)
+    def from_dict(cls, values: Any) -> "BartConfig":
+        return from_fields(cls, values)
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> "BartConfig":

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
-from ..validation import check_bool, check_choice, check_float, check_int, check_keys
-from .config import ACTIVATIONS, BartConfig
+from ..validation import check_bool, check_choice, check_float, check_int
+from .config import ACTIVATIONS, BartConfig, from_fields
 
 ARCHITECTURES = ("bart", "bert")  # our BART's encoder (the generator's tokenizer), or a BERT (its own tokenizer)
 
@@ -72,10 +72,7 @@ class ExtractorConfig:
 
     @classmethod
     def from_dict(cls, values: Any) -> "ExtractorConfig":
-        if not isinstance(values, dict):
-            raise BundleError(f"the extractor config must be an object, got {type(values).__name__}")
-        check_keys("extractor config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
-        return cls(**values)
+        return from_fields(cls, values, "the extractor config")
 
     @classmethod
     def from_bart(cls, config: BartConfig) -> "ExtractorConfig":

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
-from ..validation import check_bool, check_float, check_int, check_keys
+from ..validation import check_bool, check_float, check_int
+from .config import EncoderDecoderConfig, from_fields
 
 LAYER_KINDS = ("local", "global")
 
 
 @dataclass(frozen=True)
-class HierSummConfig:
+class HierSummConfig(EncoderDecoderConfig):
     """Shapes of the encoder (local and global layers, in order) and decoder; the paper's sizes by default."""
 
     vocab_size: int = 8192
@@ -50,23 +51,12 @@ class HierSummConfig:
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads or self.d_model % 2:
             raise BundleError(f"d_model={self.d_model} must be even and divisible by the numbers of heads")
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.decoder_heads
-
-    def special_tokens(self) -> dict[str, int]:
-        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
-                "decoder_start": self.decoder_start_token_id}
-
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "encoder_layers": list(self.encoder_layers)}
 
     @classmethod
     def from_dict(cls, values: Any) -> "HierSummConfig":
-        if not isinstance(values, dict):
-            raise BundleError(f"model config must be an object, got {type(values).__name__}")
-        check_keys("model config", values, [f.name for f in dataclasses.fields(cls)], error=BundleError)
-        return cls(**values)
+        return from_fields(cls, values)
 
 
 def from_bart_shape(bart: Any) -> HierSummConfig:
