@@ -25,6 +25,7 @@ from locsum_sdk.kinds.dyle import extractor_inputs
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit, split_sentences
 
+from ..batching import shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
 from ..oracle import oracle
@@ -119,14 +120,7 @@ class DyleSet(SummarizationSet):
         return {name: torch.from_numpy(value) for name, value in inputs.items()}
 
     def collate(self, samples: list[DyleSample], pad: int, decoder_start: int) -> DyleBatch:
-        steps = max(len(s.target) for s in samples)
-        decoder_input_ids = torch.full((len(samples), steps), pad, dtype=torch.long)
-        labels = torch.full((len(samples), steps), IGNORE, dtype=torch.long)
-        for b, sample in enumerate(samples):
-            target = torch.tensor(sample.target)
-            labels[b, : len(target)] = target
-            decoder_input_ids[b, 0] = decoder_start
-            decoder_input_ids[b, 1 : len(target)] = target[:-1]
+        decoder_input_ids, labels = shifted_targets([s.target for s in samples], pad, decoder_start)
         return DyleBatch(self.options.top_k, [self.chunks(s.snippets, s.query) for s in samples],
                          [s.units for s in samples], [s.oracle for s in samples], decoder_input_ids, labels)
 

@@ -19,6 +19,7 @@ import torch
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit
 
+from ..batching import shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
 from ..oracle import rouge_tokens
@@ -78,14 +79,7 @@ class HierSummSet(SummarizationSet):
                           self.target(example))
 
     def collate(self, samples: list[HierSample], pad: int, decoder_start: int) -> HierBatch:
-        steps = max(len(s.target) for s in samples)
-        decoder_input_ids = torch.full((len(samples), steps), pad, dtype=torch.long)
-        labels = torch.full((len(samples), steps), IGNORE, dtype=torch.long)
-        for b, sample in enumerate(samples):
-            target = torch.tensor(sample.target)
-            labels[b, : len(target)] = target
-            decoder_input_ids[b, 0] = decoder_start
-            decoder_input_ids[b, 1 : len(target)] = target[:-1]
+        decoder_input_ids, labels = shifted_targets([s.target for s in samples], pad, decoder_start)
         return HierBatch(self.options.top_paragraphs, [s.units for s in samples], [s.title for s in samples],
                          [s.recall for s in samples], decoder_input_ids, labels)
 
