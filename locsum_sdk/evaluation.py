@@ -99,16 +99,18 @@ def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> list[
     return rows
 
 
+def interval(values: Sequence[float], rng: np.random.Generator, samples: int = 1000) -> dict[str, float]:
+    """Mean and 95% percentile-bootstrap interval of `values`, resampled `samples` times with `rng`."""
+    values = np.asarray(values, dtype=np.float64)
+    means = values[rng.integers(0, len(values), (samples, len(values)))].mean(axis=1)
+    return {"mean": float(values.mean()), "low": float(np.percentile(means, 2.5)),
+            "high": float(np.percentile(means, 97.5))}
+
+
 def bootstrap(rows: list[dict[str, float]], samples: int = 1000, seed: int = 0) -> dict[str, dict[str, float]]:
     """Mean and 95% percentile-bootstrap interval of every metric."""
     rng = np.random.default_rng(seed)
-    out = {}
-    for metric in METRICS:
-        values = np.array([r[metric] for r in rows])
-        means = values[rng.integers(0, len(values), (samples, len(values)))].mean(axis=1)
-        out[metric] = {"mean": float(values.mean()), "low": float(np.percentile(means, 2.5)),
-                       "high": float(np.percentile(means, 97.5))}
-    return out
+    return {metric: interval([r[metric] for r in rows], rng, samples) for metric in METRICS}
 
 
 def lead(example: EvalExample, words: int, rng: random.Random) -> str:

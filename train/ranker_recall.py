@@ -18,11 +18,10 @@ import numpy as np
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer
-from locsum_sdk.limits import tfidf_scores
 
 from .data import JsonlIndex
 from .oracle import _lcs_hits, rouge_tokens
-from .recall import interval
+from .recall import baseline_rankers, interval, print_report
 
 
 def rouge_l_recall(candidate: Sequence[str], reference: Sequence[str]) -> float:
@@ -38,13 +37,8 @@ def ranker_report(summarizer: Summarizer, data: Path, lengths: Sequence[int], li
                   progress: bool = True) -> dict[str, dict[int, dict[str, float]]]:
     options = summarizer.defaults.units
     pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options)
-    rng = random.Random(0)
-    rankers = {
-        "ranker": lambda units, query: summarizer.unit_scores(units, query, options),
-        "tf-idf": lambda units, query: tfidf_scores(units, query),
-        "lead": lambda units, query: -np.arange(len(units), dtype=np.float64),
-        "random": lambda units, query: np.array([rng.random() for _ in units]),
-    }
+    rankers = {"ranker": lambda units, query: summarizer.unit_scores(units, query, options),
+               **baseline_rankers(random.Random(0))}
     rows: dict[str, dict[int, list[float]]] = {name: {n: [] for n in lengths} for name in rankers}
     index = JsonlIndex([data])
     for i in tqdm(range(min(limit or len(index), len(index))), desc="ranker recall", disable=not progress):
@@ -72,9 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     report = ranker_report(Summarizer.from_pretrained(args.bundle), Path(args.data),
                            [int(n) for n in args.l.split(",")], args.limit)
-    for name, by_n in report.items():
-        cells = "  ".join(f"L'={n}: {v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for n, v in by_n.items())
-        print(f"{name:>8}  ROUGE-L recall  {cells}  ({next(iter(by_n.values()))['examples']} examples)")
+    print_report(report, lambda n: f"ROUGE-L R@{n}")
     if args.output:
         Path(args.output).write_text(json.dumps(report, indent=2))
 

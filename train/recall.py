@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer
+from locsum_sdk.evaluation import interval as bootstrap_interval
 from locsum_sdk.limits import tfidf_scores
 from locsum_sdk.units import Unit
 
@@ -35,13 +36,26 @@ def recall_at(scores: np.ndarray, oracle_indices: Sequence[int], k: int) -> floa
     return len(top & set(oracle_indices)) / len(oracle_indices)
 
 
-def interval(values: Sequence[float], samples: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Mean and 95% percentile-bootstrap interval, in percent."""
-    values = 100 * np.asarray(values, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (samples, len(values)))].mean(axis=1)
-    return {"mean": float(values.mean()), "low": float(np.percentile(means, 2.5)),
-            "high": float(np.percentile(means, 97.5))}
+def interval(values: Sequence[float]) -> dict[str, float]:
+    """Mean and 95% bootstrap interval of shares (0 to 1), in percent."""
+    return bootstrap_interval(100 * np.asarray(values, dtype=np.float64), np.random.default_rng(0))
+
+
+def baseline_rankers(rng: random.Random) -> dict[str, Ranker]:
+    """The rankings a learned one is reported beside: tf-idf against the query (or the whole input), the input
+    order, a random order."""
+    return {
+        "tf-idf": lambda units, query: tfidf_scores(units, query),
+        "lead": lambda units, query: -np.arange(len(units), dtype=np.float64),
+        "random": lambda units, query: np.array([rng.random() for _ in units]),
+    }
+
+
+def print_report(report: dict[str, dict[int, dict[str, float]]], label: Callable[[int], str]) -> None:
+    """One line per ranking: each cutoff's mean and interval, and the examples counted."""
+    for name, by_cutoff in report.items():
+        cells = "  ".join(f"{label(n)} {v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for n, v in by_cutoff.items())
+        print(f"{name:>10}  {cells}  ({next(iter(by_cutoff.values()))['examples']} examples)")
 
 
 Item = tuple[Sequence[Unit], Sequence[int], Sequence[int], np.ndarray]  # units, query ids, oracle, extractor scores
@@ -49,12 +63,7 @@ Item = tuple[Sequence[Unit], Sequence[int], Sequence[int], np.ndarray]  # units,
 
 def recall_report(items: Iterable[Item], ks: Sequence[int]) -> dict[str, dict[int, dict[str, float]]]:
     """Recall at each k of the extractor's scores and of the baselines, over the items with oracle snippets."""
-    rng = random.Random(0)
-    baselines: dict[str, Ranker] = {
-        "tf-idf": lambda units, query: tfidf_scores(units, query),
-        "lead": lambda units, query: -np.arange(len(units), dtype=np.float64),
-        "random": lambda units, query: np.array([rng.random() for _ in units]),
-    }
+    baselines = baseline_rankers(random.Random(0))
     rows: dict[str, dict[int, list[float]]] = {name: {k: [] for k in ks} for name in ("extractor", *baselines)}
     for units, query, found, scores in items:
         if not found:
@@ -125,9 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         items = checkpoint_items(Path(args.checkpoint), TrainConfig.load(args.config), Path(args.data), args.limit)
     report = recall_report(items, ks)
-    for name, by_k in report.items():
-        cells = "  ".join(f"R@{k} {v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for k, v in by_k.items())
-        print(f"{name:>10}  {cells}  ({next(iter(by_k.values()))['examples']} examples)")
+    print_report(report, lambda k: f"R@{k}")
     if args.output:
         Path(args.output).write_text(json.dumps(report, indent=2))
 
