@@ -12,6 +12,7 @@ from . import kinds
 from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
+from .options import parse_assignment
 from .units import POLICIES
 
 
@@ -138,13 +139,10 @@ def _overrides(args: argparse.Namespace) -> dict:
     """The decoding, unit and limit options given on the command line (`--unit NAME=VALUE` for any kind's)."""
     options = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
     for pair in getattr(args, "unit", None) or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
+        assignment = parse_assignment(pair)
+        if assignment is None:
             raise OptionError(f"--unit {pair!r}: write NAME=VALUE, e.g. --unit top_k=10")
-        try:
-            options[name.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            options[name.strip()] = value
+        options[assignment[0]] = assignment[1]
     return options
 
 

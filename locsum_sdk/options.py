@@ -8,6 +8,7 @@ other unknown name with the accepted ones listed, and a default yields to an ove
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,3 +85,15 @@ class Options:
 
     def to_settings(self) -> dict[str, dict[str, Any]]:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}
+
+
+def parse_assignment(text: str) -> tuple[str, Any] | None:
+    """'name=value' as typed on a command line -> (name, value), the value read as JSON where it is JSON (16,
+    true, 0.5) and kept as text otherwise; None when `text` is not of that form."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        return None
+    try:
+        return name.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return name.strip(), value

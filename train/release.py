@@ -29,6 +29,7 @@ from tqdm import tqdm
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk.evaluation import EvalExample, evaluate, read_examples, run_baseline
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.options import parse_assignment
 
 from .config import DATA
 
@@ -70,13 +71,10 @@ class Comparison:
         path, *pairs = rest.split(";")
         options = {}
         for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep:
+            assignment = parse_assignment(pair)
+            if assignment is None:
                 raise ValueError(f"--compare {spec!r}: {pair!r} is not option=value")
-            try:
-                options[key.strip()] = json.loads(value)
-            except json.JSONDecodeError:
-                options[key.strip()] = value
+            options[assignment[0]] = assignment[1]
         return cls(name.strip(), Path(path).expanduser(), options)
 
     def bundle(self, work: Path) -> Path:
