@@ -24,18 +24,24 @@ PARAGRAPH_IDS, PARAGRAPH_MASK = "paragraph_ids", "paragraph_mask"
 GRAPH, SCORES = "graph", "scores"
 
 
-def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:
-    """Each paragraph's text ids beside the title (the query; one masked token when there is none)."""
-    n, tokens = len(units), max(len(u.text_ids) for u in units)
-    title_ids = np.zeros((n, max(1, len(query_ids))), dtype=np.int64)
+def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[str, np.ndarray]:
+    """The ranker's inputs: each paragraph's text ids (no special tokens) beside the title (the query's ids; one
+    masked token when there is none)."""
+    n, tokens = len(texts), max(len(ids) for ids in texts)
+    title_ids = np.zeros((n, max(1, len(title))), dtype=np.int64)
     title_mask = np.zeros_like(title_ids)
-    if len(query_ids):
-        title_ids[:], title_mask[:] = query_ids, 1
+    if len(title):
+        title_ids[:], title_mask[:] = title, 1
     paragraph_ids = np.zeros((n, tokens), dtype=np.int64)
     paragraph_mask = np.zeros_like(paragraph_ids)
-    for row, unit in enumerate(units):
-        paragraph_ids[row, : len(unit.text_ids)], paragraph_mask[row, : len(unit.text_ids)] = unit.text_ids, 1
+    for row, ids in enumerate(texts):
+        paragraph_ids[row, : len(ids)], paragraph_mask[row, : len(ids)] = ids, 1
     return {TITLE_IDS: title_ids, TITLE_MASK: title_mask, PARAGRAPH_IDS: paragraph_ids, PARAGRAPH_MASK: paragraph_mask}
+
+
+def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:
+    """One run of paragraphs, as the ranker graph reads them."""
+    return ranker_arrays([u.text_ids for u in units], query_ids)
 
 
 def keep(units: Sequence[Unit], scores: np.ndarray, options: ParagraphOptions) -> list[Unit]:

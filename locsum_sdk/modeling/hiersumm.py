@@ -100,12 +100,12 @@ class HierSumm(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
                graph: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
-        """Grid rows of whole items: input_ids, attention_mask (B*U, L), unit_mask (B, U), graph (B, U, U) ->
-        memory (B*U, L, D) (zeros at padding) and every decoder layer's cross key/value per row."""
+        """Grid rows of whole items: input_ids, attention_mask (B*U, L; zero rows for padding paragraphs),
+        unit_mask (B, U), graph (B, U, U) -> memory (B*U, L, D) (zeros at padding) and every decoder layer's cross
+        key/value per row."""
         batch, units = unit_mask.shape
         length = input_ids.shape[1]
-        mask = attention_mask * unit_mask.reshape(-1, 1).to(attention_mask.dtype)
-        memory = self.encoder(input_ids.view(batch, units, length), mask.view(batch, units, length), graph)
+        memory = self.encoder(input_ids.view(batch, units, length), attention_mask.view(batch, units, length), graph)
         memory = memory.reshape(batch * units, length, -1)
         return memory, [layer.cross_attn.cross_kv(memory) for layer in self.layers]
 
@@ -133,8 +133,7 @@ class HierSumm(nn.Module):
         graph = graph if graph is not None else torch.zeros(batch, units, units)
         _, cross = self.encode(input_ids.reshape(-1, length), attention_mask.reshape(-1, length), unit_mask, graph)
         steps = decoder_input_ids.shape[1]
-        bias = attention_bias(attention_mask.reshape(-1, length) * unit_mask.reshape(-1, 1).to(attention_mask.dtype),
-                              cross[0][1].dtype)
+        bias = attention_bias(attention_mask.reshape(-1, length), cross[0][1].dtype)
         causal = causal_bias(steps, cross[0][1].dtype, decoder_input_ids.device)
         x = self.embed_targets(decoder_input_ids, 0).reshape(batch * steps, -1)
         masses = []
@@ -153,8 +152,7 @@ class HierSumm(nn.Module):
         batch, beams = input_ids.shape
         units = unit_mask.shape[1]
         x = self.embed_targets(input_ids.reshape(-1, 1), position).reshape(batch * beams, -1)  # (B*K, D)
-        grid = encoder_attention_mask * unit_mask.reshape(-1, 1).to(encoder_attention_mask.dtype)
-        bias = attention_bias(grid, cross[0][1].dtype)
+        bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # padding paragraphs: rows of zeros
         self_bias = slot_bias(cache_slots, x.dtype)
         at = write_index(cache[0][0], position)
         masses = []
@@ -166,26 +164,19 @@ class HierSumm(nn.Module):
         return self.generate_log_probs(x.view(batch, beams, -1)), weights
 
 
-def ranker_tensors(paragraphs: list[list[int]], title: list[int]) -> tuple[torch.Tensor, ...]:
-    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_inputs`): each paragraph's text ids
-    (its unit ids without <s> and </s>) beside the title (one masked token when there is none)."""
-    texts = [ids[1:-1] for ids in paragraphs]
-    n, tokens = len(texts), max(len(t) for t in texts)
-    title_ids = torch.zeros(n, max(1, len(title)), dtype=torch.long)
-    title_mask = torch.zeros_like(title_ids)
-    if title:
-        title_ids[:], title_mask[:] = torch.tensor(title), 1
-    paragraph_ids = torch.zeros(n, tokens, dtype=torch.long)
-    paragraph_mask = torch.zeros_like(paragraph_ids)
-    for row, ids in enumerate(texts):
-        paragraph_ids[row, : len(ids)], paragraph_mask[row, : len(ids)] = torch.tensor(ids), 1
-    return title_ids, title_mask, paragraph_ids, paragraph_mask
+def ranker_tensors(paragraphs: list[list[int]], title: list[int]) -> dict[str, torch.Tensor]:
+    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`) from paragraphs' unit ids
+    (<s> text </s>) and the title's ids, as tensors by name."""
+    from ..kinds.hiersumm import ranker_arrays
+
+    arrays = ranker_arrays([ids[1:-1] for ids in paragraphs], title)
+    return {name: torch.from_numpy(value) for name, value in arrays.items()}
 
 
 @torch.no_grad()
 def rank_paragraphs(model: "HierSumm", paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
     """Indices of the ranker's `top` best paragraphs, best first (ties to the earlier)."""
-    scores = model.ranker(*ranker_tensors(paragraphs, title)).float()
+    scores = model.ranker(**ranker_tensors(paragraphs, title)).float()
     return torch.argsort(-scores, stable=True)[:top].tolist()
 
 
@@ -199,7 +190,7 @@ def objective(model: "HierSumm", batch: Any, config: Any) -> tuple[torch.Tensor,
     stage = config.objective_options.get("stage", "both")
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
-        errors = [ranker_loss(model.ranker(*ranker_tensors(p, t)).float(), torch.tensor(r, dtype=torch.float32))
+        errors = [ranker_loss(model.ranker(**ranker_tensors(p, t)).float(), torch.tensor(r, dtype=torch.float32))
                   for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
         terms["ranker"] = torch.stack(errors).mean()
     nll = torch.zeros(())
