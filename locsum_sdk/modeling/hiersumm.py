@@ -79,11 +79,8 @@ class HierSumm(nn.Module):
         config = config if isinstance(config, HierSummConfig) else from_bart_shape(config)
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        target = self.embed_tokens if config.share_embeddings else nn.Embedding(
-            config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.decoder_embed = [target]  # a list: not registered twice when shared
         if not config.share_embeddings:
-            self.decoder_tokens = target
+            self.decoder_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.encoder = HierarchicalEncoder(self.embed_tokens, config.encoder_layers, config.encoder_heads,
                                            config.encoder_ffn_dim, config.dropout, parts, config.max_positions)
         self.ranker = ParagraphRanker(RankerConfig(config.vocab_size, config.d_model, config.ranker_hidden,
@@ -94,6 +91,11 @@ class HierSumm(nn.Module):
             self.generator_weight = nn.Parameter(torch.zeros(config.vocab_size, config.d_model))
         self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.register_buffer("positions", sinusoid(config.max_positions, config.d_model), persistent=False)
+
+    @property
+    def decoder_embed(self) -> nn.Embedding:
+        """The decoder's token table: the encoder's when they are shared."""
+        return self.embed_tokens if self.config.share_embeddings else self.decoder_tokens
 
     def reset_parameters(self, std: float = 0.02) -> None:
         init_weights(self, std)
@@ -114,13 +116,13 @@ class HierSumm(nn.Module):
         length = input_ids.shape[1]
         positions = self.positions[start : start + length] if isinstance(start, int) else \
             self.positions.index_select(0, torch.arange(length, device=input_ids.device) + start)
-        x = self.decoder_embed[0](input_ids) * math.sqrt(self.config.d_model) + positions
+        x = self.decoder_embed(input_ids) * math.sqrt(self.config.d_model) + positions
         return F.dropout(x, self.config.dropout, self.training)
 
     def generate_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder states (..., D) -> log-probabilities (..., V): final LayerNorm, the generator."""
         rows = self.final_norm(hidden).reshape(-1, hidden.shape[-1])
-        weight = self.decoder_embed[0].weight if self.config.tie_generator else self.generator_weight
+        weight = self.decoder_embed.weight if self.config.tie_generator else self.generator_weight
         logits = F.linear(rows, weight, self.generator_bias)
         return torch.log_softmax(logits.float(), dim=-1).view(*hidden.shape[:-1], -1)
 
