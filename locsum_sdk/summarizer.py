@@ -199,11 +199,12 @@ class Summarizer:
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
             outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids, paging))
-            scores.append(np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1))
-            if scores[-1].shape != (len(part),) or not np.isfinite(scores[-1]).all():
-                raise BackendError(f"the {selection.graph} returned {scores[-1].size} scores (finite: "
-                                   f"{bool(np.isfinite(scores[-1]).all())}) for {len(part)} units; export the bundle "
-                                   "again")
+            run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
+            finite = bool(np.isfinite(run).all())
+            if run.shape != (len(part),) or not finite:
+                raise BackendError(f"the {selection.graph} returned {run.size} scores (finite: {finite}) for "
+                                   f"{len(part)} units; export the bundle again")
+            scores.append(run)
         scores = np.concatenate(scores)
         if scores.shape != (len(units),):
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")

@@ -70,8 +70,9 @@ class OnnxRuntimeBackend:
         # one encoder run's activations higher (bart-base, 8 pages of 1024 tokens: 2168 MB instead of 1740, no
         # slower without it); the arena alone reuses the chunks.
         # A selection graph (ranker, extractor) runs before the encoder as the encoder does.
+        self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
         self.sessions = {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
-                         for graph in self.kind.graphs(self.config)}
+                         for graph in self.graphs}
         self.encoder, self.decoder = self.sessions["encoder"], self.sessions["decoder"]
 
     def _options(self, spin: bool, memory_pattern: bool):
@@ -96,7 +97,7 @@ class OnnxRuntimeBackend:
             session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
             raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
-        io = self.kind.graphs(self.config)[graph]
+        io = self.graphs[graph]
         found = [(t.name, t.type) for t in session.get_inputs()], [(t.name, t.type) for t in session.get_outputs()]
         declared = [(t.name, t.onnx_type) for t in io.inputs], [(t.name, t.onnx_type) for t in io.outputs]
         if found != declared:
@@ -118,7 +119,7 @@ class OnnxRuntimeBackend:
             values = session.run(None, {name: np.ascontiguousarray(value) for name, value in inputs.items()})
         except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
             raise BackendError(f"onnxruntime failed running the {graph} ({err})") from None
-        return dict(zip((t.name for t in session.get_outputs()), values))
+        return dict(zip(self.graphs[graph].output_names, values))  # as checked against the session at load
 
     def end_profiling(self) -> dict[str, Path]:
         """Stop tracing (backend made with `profile_dir`) and return each graph's trace file (Chrome trace JSON)."""

@@ -28,6 +28,7 @@ class TorchBackend:
             self.torch.set_num_threads(threads)
         self.model = model.eval()
         self.kind = kinds.get(model.kind, BackendError)
+        self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "TorchSession":
         return TorchSession(self, batch, beams, unit_batch_size)
@@ -35,7 +36,7 @@ class TorchBackend:
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs other than the encoder and decoder (a selection stage's): the model's
         method of that name takes the graph's inputs by name and returns its outputs in declared order."""
-        io = self.kind.graphs(self.model.config.to_dict()).get(graph)
+        io = self.graphs.get(graph)
         if io is None or graph in ("encoder", "decoder") or not callable(getattr(self.model, graph, None)):
             raise BackendError(f"the torch {self.kind.name} model has no {graph!r} graph to run")
         with self.torch.inference_mode():
