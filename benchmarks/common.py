@@ -70,7 +70,8 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     from locsum_sdk.modeling.pagesum import PageSum
     from train.tokenizer import save_tokenizer, train_tokenizer
 
-    tokenizer_file = save_tokenizer(train_tokenizer([filler_text(i, 20) for i in range(100)], 500), CACHE / "tokenizer.json")
+    texts = [filler_text(i, 20) for i in range(100)]
+    tokenizer_file = save_tokenizer(train_tokenizer(texts, 500), CACHE / "tokenizer.json")
     torch.manual_seed(0)
     model = PageSum(BartConfig(**BART_BASE))
     model.reset_parameters(0.02)

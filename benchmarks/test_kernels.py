@@ -20,8 +20,8 @@ from; what the step spends beyond these kernels is self-attention, softmax, norm
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -41,7 +41,7 @@ class Kernel:
     bytes: float  # bytes it must read
     flops: float
     onnxruntime: Callable[[], list[np.ndarray]]
-    torch: Callable[[], list["torch.Tensor"]]
+    torch: Callable[[], list[torch.Tensor]]
     seconds: dict[str, float] | None = None  # best time per system
 
     def bound(self, bandwidth: float, gflops: float) -> float:

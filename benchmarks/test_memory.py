@@ -13,9 +13,9 @@ its memory at 64k and 64k under 6 GB; exponent at most 1.1 from 8k to 128k, the 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np

@@ -30,14 +30,16 @@ def test_step_time_onnxruntime_vs_torch(benchmark, bart_base, quick):
     bound = step_bound(ort.backend.config, weights, batch.width, batch.input_ids.shape[1], 4, 8, bandwidth, gflops)
     print(f"\nmachine: {bandwidth:.1f} GB/s read, {gflops:.0f} GFLOP/s float32 matmul (2 threads); step bound "
           f"{1000 * bound.seconds:.1f} ms ({bound.bytes / 1e6:.0f} MB, {bound.flops / 1e9:.2f} GFLOP): onnxruntime at "
-          f"{ort_ms / (1000 * bound.seconds):.2f}x the bound, torch at {ref_ms / (1000 * bound.seconds):.2f}x; reading and "
+          f"{ort_ms / (1000 * bound.seconds):.2f}x the bound, torch at {ref_ms / (1000 * bound.seconds):.2f}x; "
+          "reading and "
           f"computing never overlapped would take {1000 * bound.serial_seconds:.1f} ms (onnxruntime at "
           f"{ort_ms / (1000 * bound.serial_seconds):.2f}x that)")
     print(f"\n{batch.width} pages x {batch.input_ids.shape[1]} tokens, 4 beams, 2 threads: median step "
           f"onnxruntime {ort_ms:.1f} ms, torch {ref_ms:.1f} ms -> onnxruntime is {ratio:.2f}x faster; "
           f"identical tokens: {same}")
     info = {"pages": batch.width, "page_tokens": int(batch.input_ids.shape[1]), "beams": 4, "threads": 2,
-            "dtype": "float32", "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms, "torch_median_ms": ref_ms,
+            "dtype": "float32", "steps_per_round": 16, "rounds": rounds, "onnxruntime_median_ms": ort_ms,
+            "torch_median_ms": ref_ms,
             "speedup": ratio, "identical_tokens": same, "bandwidth_gbs": bandwidth, "matmul_gflops": gflops,
             "bound_ms": 1000 * bound.seconds, "serial_bound_ms": 1000 * bound.serial_seconds}
     benchmark.extra_info.update(info)

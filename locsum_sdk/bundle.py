@@ -53,7 +53,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, data: bytes | str, where: Path) -> "Manifest":
+    def from_json(cls, data: bytes | str, where: Path) -> Manifest:
         """Parse and check `manifest.json`; a format-3 manifest is upgraded in memory."""
         try:
             values = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
@@ -164,7 +164,7 @@ class Bundle:
     manifest: Manifest
 
     @classmethod
-    def load(cls, path: str | os.PathLike, verify: bool = True) -> "Bundle":
+    def load(cls, path: str | os.PathLike, verify: bool = True) -> Bundle:
         """Read and check a bundle. `verify` also checks every file's sha256 against the manifest."""
         path = Path(path)
         if not path.is_dir():

@@ -18,7 +18,7 @@ MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow 
 LENGTH_NORMALIZATIONS = ("hf", "gnmt")
 
 
-def length_normalized(total: float, generated: int, options: "GenerationOptions") -> float:
+def length_normalized(total: float, generated: int, options: GenerationOptions) -> float:
     """A hypothesis' beam score: its summed log-probability over its length normalizer to the `length_penalty`
     power; the normalizer is the generated length (HF `generate`) or GNMT's (5 + length) / 6."""
     normalizer = generated if options.length_normalization == "hf" else (5 + generated) / 6
@@ -180,11 +180,13 @@ class BeamSearch:
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):
             for beam in range(self.k):
-                self._add(b, float(self.beam_scores[b, beam]), self.sequences[b, beam, 1:].tolist(), self.weights[b, beam])
+                sequence = self.sequences[b, beam, 1:].tolist()
+                self._add(b, float(self.beam_scores[b, beam]), sequence, self.weights[b, beam])
         return [Hypothesis(tokens, score, weights) for score, tokens, weights in (h[0] for h in self.hypotheses)]
 
 
-def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int) -> list[Hypothesis]:
+def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int
+             ) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item."""
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)

@@ -35,7 +35,7 @@ class Options:
     generation: GenerationOptions
 
     @classmethod
-    def from_settings(cls, settings: dict[str, dict[str, Any]], kind: Kind) -> "Options":
+    def from_settings(cls, settings: dict[str, dict[str, Any]], kind: Kind) -> Options:
         """Options from saved settings ({"units": {...}, "limits": {...}, "generation": {...}}, each optional)."""
         values = {}
         for key, group in {"units": kind.unit_options, **SHARED}.items():
@@ -48,7 +48,7 @@ class Options:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(name for key in ("units", *SHARED) for name in _names(type(getattr(self, key)))))
 
-    def replace(self, **overrides: Any) -> "Options":
+    def replace(self, **overrides: Any) -> Options:
         """These options with `overrides` (any field of any group) applied and validated.
 
         A default yields to an override it would contradict: `max_length=8` over a default `min_length=20`

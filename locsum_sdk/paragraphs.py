@@ -8,8 +8,8 @@ either is cut (at sentence, then token bounds) or filled to `paragraph_tokens`. 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

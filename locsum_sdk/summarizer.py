@@ -6,9 +6,10 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class Summarizer:
         threads: int | None = None,
         unit_batch_size: int = 4,
         verify: bool = True,
-    ) -> "Summarizer":
+    ) -> Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
         Args:

@@ -12,8 +12,9 @@ import logging
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from .errors import EmptyInputError, EncodingError, InputError, InputTooLongError
 from .validation import check_choice, check_int

@@ -7,7 +7,8 @@ value and what is accepted. A bool is not an int, a float is not an int, NaN and
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import LocsumError, OptionError
 

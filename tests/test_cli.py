@@ -4,6 +4,7 @@ import json
 import random
 
 from conftest import document
+
 from locsum_sdk.cli import main
 
 

@@ -4,8 +4,8 @@ what the maths says of permuted, added and single documents."""
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_onnx_function
+
 from locsum_sdk.ops import doc_scaled_attention as op
 
 ATOL = 1e-5

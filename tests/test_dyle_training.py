@@ -20,9 +20,11 @@ def meetings(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "train.jsonl"
     rows = []
     for i in range(8):
-        turns = [f"{rng.choice(['Anna', 'Bob'])}: {document(rng, rng.randint(1, 2))}" for _ in range(rng.randint(8, 20))]
+        turns = [f"{rng.choice(['Anna', 'Bob'])}: {document(rng, rng.randint(1, 2))}"
+                 for _ in range(rng.randint(8, 20))]
         summary = " ".join(t.split(": ", 1)[1] for t in rng.sample(turns, 2))  # two turns, so the oracle has a target
-        rows.append({"id": f"m-{i}", "documents": ["\n".join(turns)], "query": "What did they decide?" if i % 2 else None,
+        rows.append({"id": f"m-{i}", "documents": ["\n".join(turns)],
+                     "query": "What did they decide?" if i % 2 else None,
                      "summary": summary, "source": "test"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -30,7 +32,8 @@ def meetings(tmp_path_factory):
 
 def config(tmp_path, meetings, tokenizer_file, name, **changes):
     return run_config(tmp_path, meetings, tokenizer_file, "summarize", name,
-                      **{"kind": "dyle", "units": UNITS, "objective_options": {"hybrid": True}, "max_steps": 4, **changes})
+                      **{"kind": "dyle", "units": UNITS, "objective_options": {"hybrid": True}, "max_steps": 4,
+                         **changes})
 
 
 def test_hybrid_selection_puts_the_oracle_first():

@@ -8,9 +8,16 @@ import pytest
 pytest.importorskip("rouge_score")
 
 from conftest import SHARED_DATA, document  # noqa: E402
+
 from locsum_sdk.cli import main  # noqa: E402
 from locsum_sdk.evaluation import (  # noqa: E402
-    EvalExample, bootstrap, evaluate, oracle, read_examples, rouge_scores, run_baseline,
+    EvalExample,
+    bootstrap,
+    evaluate,
+    oracle,
+    read_examples,
+    rouge_scores,
+    run_baseline,
 )
 
 
@@ -50,7 +57,8 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
     data.write_text("".join(json.dumps({"id": e.id, "documents": e.documents, "query": "What?", "summary": e.reference})
                             + "\n" for e in examples(4)))
     code = main(["eval", "--bundle", str(bundle_dir), "--data", str(data), "--baselines", "lead", "--quiet",
-                 "--output", str(tmp_path / "out.jsonl"), "--report", str(tmp_path / "report.json"), "--max-length", "8"])
+                 "--output", str(tmp_path / "out.jsonl"), "--report", str(tmp_path / "report.json"),
+                 "--max-length", "8"])
     assert code == 0
     assert "rougeLsum" in capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]

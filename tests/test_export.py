@@ -5,8 +5,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-
 from conftest import hf_bart_directory
+
 from locsum_sdk import constants as C
 from locsum_sdk import kinds
 from locsum_sdk.backends import base

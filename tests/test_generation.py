@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from conftest import document
+
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots, UnitBatch
 from locsum_sdk.backends.torch import TorchBackend
@@ -50,7 +50,8 @@ def test_reference_generate_in_torch_matches_the_summarizer(summarizers, checkpo
     text = document(random.Random(21), 30)
     summary = ort.summarize(text, num_beams=3, max_length=16)
     model = load_checkpoint(checkpoint_dir).model
-    (hyp,) = reference_generate(model, [[u.token_ids for u in summary.units]], GenerationOptions(num_beams=3, max_length=16))
+    units = [[u.token_ids for u in summary.units]]
+    (hyp,) = reference_generate(model, units, GenerationOptions(num_beams=3, max_length=16))
     assert hyp.token_ids == summary.token_ids
 
 

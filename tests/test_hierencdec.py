@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from locsum_sdk.modeling.hierencdec import HierEncDec, Parts
 
 VOCAB = 60

@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 import pytest
-
 from conftest import document, hf_bart_directory
+
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.exporters.onnx import export_onnx
@@ -62,7 +62,8 @@ def test_unit_batch_size_does_not_change_the_summary(hier_bundle):
 
 def test_a_plain_hf_bart_exports_and_runs_as_hierencdec(tmp_path, tokenizer_file):
     pytest.importorskip("transformers")
-    bundle = export_onnx(hf_bart_directory(tmp_path / "hf"), tmp_path / "b", tokenizer=tokenizer_file, kind="hierencdec",
+    bundle = export_onnx(hf_bart_directory(tmp_path / "hf"), tmp_path / "b", tokenizer=tokenizer_file,
+                         kind="hierencdec",
                          options={"page_tokens": 64})
     summary = Summarizer.from_pretrained(bundle.path).summarize(clusters(9, 1)[0], max_length=6)
     assert summary.token_ids and summary.unit_weights.shape == (len(summary.token_ids), len(summary.units))

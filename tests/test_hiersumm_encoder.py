@@ -6,8 +6,13 @@ import dataclasses
 import pytest
 import torch
 
-from locsum_sdk.modeling.hiersumm_encoder import (EncoderParts, GlobalLayer, HierarchicalEncoder, MultiHeadPooling,
-                                                  sinusoid)
+from locsum_sdk.modeling.hiersumm_encoder import (
+    EncoderParts,
+    GlobalLayer,
+    HierarchicalEncoder,
+    MultiHeadPooling,
+    sinusoid,
+)
 
 DIM, HEADS = 16, 4
 

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from conftest import document
+
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.exporters.onnx import export_onnx

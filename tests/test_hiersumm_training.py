@@ -6,7 +6,6 @@ import random
 from collections import Counter
 
 import pytest
-
 from conftest import document
 from test_training import run_config
 

@@ -4,7 +4,6 @@ import random
 from collections import Counter
 
 import pytest
-
 from conftest import sentence
 
 pytest.importorskip("rouge_score")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_onnx_function
+
 from locsum_sdk.ops import page_combine
 
 ATOL = 1e-6

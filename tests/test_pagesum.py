@@ -1,9 +1,8 @@
 """PageSum maths in torch: cached steps == teacher forcing, padding pages change nothing, one page == BART."""
 
-import numpy as np
 import torch
-
 from conftest import random_pagesum
+
 from locsum_sdk.backends.base import BeamSlots
 from locsum_sdk.modeling.bart import attention_bias
 
@@ -54,7 +53,8 @@ def test_reordered_beams_equal_teacher_forcing_of_their_sequences():
     g = torch.Generator().manual_seed(4)
     with torch.no_grad():
         _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
-        slots, cache, source = BeamSlots(batch, beams, chunk=steps), empty_cache(model, batch, units, beams, steps), None
+        slots, source = BeamSlots(batch, beams, chunk=steps), None
+        cache = empty_cache(model, batch, units, beams, steps)
         sequences = torch.randint(5, VOCAB, (batch, beams, 1), generator=g)
         scores = []
         for t in range(steps):
@@ -67,7 +67,10 @@ def test_reordered_beams_equal_teacher_forcing_of_their_sequences():
             log_probs, _ = model.step(sequences[..., -1], unit_mask, mask.view(-1, length), torch.tensor([t]),
                                       torch.from_numpy(slots.slots), cache, cross)
             scores.append(log_probs)  # (B, K, V)
-        per_beam = lambda x: x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
+
+        def per_beam(x):
+            return x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
+
         expected, _ = model(per_beam(ids), per_beam(mask), per_beam(unit_mask), sequences.view(batch * beams, steps))
     got = torch.stack(scores, dim=2).view(batch * beams, steps, -1)
     assert torch.allclose(got, expected, atol=1e-5)

@@ -70,7 +70,8 @@ def test_trace_is_summed_by_operator_per_run(tmp_path):
     def node(op, micros):
         return {"cat": "Node", "name": f"{op}_token_{micros}_kernel_time", "dur": micros, "args": {"op_name": op}}
 
-    events = [{"cat": "Session", "name": "model_run", "dur": 1000}, {"cat": "Session", "name": "model_run", "dur": 3000}]
+    events = [{"cat": "Session", "name": "model_run", "dur": 1000},
+              {"cat": "Session", "name": "model_run", "dur": 3000}]
     events += [node("MatMul", 600), node("MatMul", 400), node("Add", 100), node("MatMul", 800)]
     events += [{"cat": "Node", "name": "MatMul_fence_before", "dur": 5, "args": {"op_name": "MatMul"}}]
     trace = tmp_path / "trace.json"
@@ -80,7 +81,8 @@ def test_trace_is_summed_by_operator_per_run(tmp_path):
     assert [(o.name, o.calls, o.ms) for o in profile.ops] == [("MatMul", 1.5, pytest.approx(0.9)),
                                                                ("Add", 0.5, pytest.approx(0.05))]
     by_node = read_trace("decoder", trace, by_node=True)
-    assert [o.name for o in by_node.ops] == ["MatMul_token_800", "MatMul_token_600", "MatMul_token_400", "Add_token_100"]
+    names = ["MatMul_token_800", "MatMul_token_600", "MatMul_token_400", "Add_token_100"]
+    assert [o.name for o in by_node.ops] == names
     trace.write_text(json.dumps(events[2:]))
     with pytest.raises(BackendError, match="no run"):
         read_trace("decoder", trace)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import WORDS
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from conftest import WORDS
 from locsum_sdk import Summarizer, Summary
 from locsum_sdk import constants as C
 from locsum_sdk.cli import main

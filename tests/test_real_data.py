@@ -4,8 +4,8 @@ import json
 import random
 
 import pytest
-
 from conftest import SHARED_DATA
+
 from locsum_sdk.units import Pager, PagingOptions, SpecialTokens, as_documents
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")

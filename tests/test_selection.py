@@ -115,7 +115,8 @@ def test_a_kind_can_run_its_scoring_graph_over_chunks_of_its_own(ranked_bundle, 
     summary = summarizer.summarize(text(6), policy="discourse", page_tokens=64, max_length=8)
     assert seen and all(end - first <= 3 for first, end in seen[0]) and len(summary.units) == KEEP
     monkeypatch.setitem(kinds.REGISTRY, "ranked", dataclasses.replace(
-        ranked_kind(), selection=dataclasses.replace(ranked_kind().selection, runs=lambda units, query_ids, options, size: [(0, 1)])))
+        ranked_kind(), selection=dataclasses.replace(
+            ranked_kind().selection, runs=lambda units, query_ids, options, size: [(0, 1)])))
     with pytest.raises(BackendError, match="scored 1 of"):
         Summarizer.from_pretrained(ranked_bundle, threads=1).summarize(text(6), policy="discourse", page_tokens=64)
 

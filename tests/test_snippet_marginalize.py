@@ -4,8 +4,8 @@ stability where probabilities underflow or all but one snippet is masked."""
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_onnx_function
+
 from locsum_sdk.ops import snippet_marginalize as op
 
 ATOL = 1e-5

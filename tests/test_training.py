@@ -172,22 +172,23 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     Bundle.load(tmp_path / "default")
 
 
-def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir):
+def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeypatch):
     from locsum_sdk.evaluation import EvalExample
-    from train.release import cached
+    from train import release
 
     examples = [EvalExample(id="0", documents=["a b c."], query=None, reference="a.")]
     calls = []
 
-    def make():
-        calls.append(1)
+    def summaries(summarizer, examples, **options):
+        calls.append(options)
         return ["summary"]
 
-    assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
-    assert cached(tmp_path, bundle_dir, "set", examples, make) == ["summary"]
-    assert len(calls) == 1 and not list((tmp_path / "summaries").glob("*.partial"))
-    assert cached(tmp_path, bundle_dir, "set", examples, make, {"policy": "document"}) == ["summary"]
-    assert len(calls) == 2  # other options, other summaries
+    monkeypatch.setattr(release, "summaries", summaries)
+    assert release.cached(tmp_path, bundle_dir, "set", examples, {}) == ["summary"]
+    assert release.cached(tmp_path, bundle_dir, "set", examples, {}) == ["summary"]
+    assert calls == [{}] and not list((tmp_path / "summaries").glob("*.partial"))
+    assert release.cached(tmp_path, bundle_dir, "set", examples, {"policy": "document"}) == ["summary"]
+    assert calls == [{}, {"policy": "document"}]  # other options, other summaries
 
 
 def test_compared_systems_are_parsed_with_their_options(tmp_path):

@@ -3,8 +3,8 @@
 import random
 
 import pytest
-
 from conftest import document
+
 from locsum_sdk.errors import EmptyInputError, EncodingError, InputError, OptionError
 from locsum_sdk.units import Pager, PagingOptions, SpecialTokens, as_documents, split_sentences
 

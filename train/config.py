@@ -61,7 +61,7 @@ class TrainConfig:
         return {k: v for k, v in self.units.items() if k != "max_pages"}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         check_keys("training config", values, [f.name for f in dataclasses.fields(cls)], error=OptionError)
         config = cls(**values)
         if config.objective not in ("denoise", "summarize"):
@@ -71,7 +71,7 @@ class TrainConfig:
         return config
 
     @classmethod
-    def load(cls, path: str | Path, **overrides: Any) -> "TrainConfig":
+    def load(cls, path: str | Path, **overrides: Any) -> TrainConfig:
         values = tomllib.loads(Path(path).read_text())
         return cls.from_dict({**values, **overrides})
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm

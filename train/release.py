@@ -63,7 +63,7 @@ class Comparison:
     options: dict
 
     @classmethod
-    def parse(cls, spec: str) -> "Comparison":
+    def parse(cls, spec: str) -> Comparison:
         """'NAME=PATH[;option=value...]'; values are JSON when they parse as JSON (16, true), else strings."""
         name, sep, rest = spec.partition("=")
         if not sep or not name.strip() or not rest:
@@ -84,16 +84,15 @@ class Comparison:
         return export_onnx(self.path, work / "compare" / slug, force=True).path
 
 
-def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], make,
-           options: dict | None = None) -> list[str]:
-    """`make()`'s summaries, kept under `work` by bundle content, summarize options and data, so an interrupted
-    release resumes."""
+def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict) -> list[str]:
+    """The bundle's summaries of `examples` with `options`, kept under `work` by bundle content, options and data,
+    so an interrupted release resumes."""
     files = json.loads((bundle / "manifest.json").read_text())["files"]
-    key = hashlib.sha256(json.dumps([files, options or {}], sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([files, options], sort_keys=True).encode()).hexdigest()[:16]
     path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
     if path.is_file():
         return json.loads(path.read_text())
-    texts = make()
+    texts = summaries(Summarizer.from_pretrained(bundle), examples, **options)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(texts))
@@ -101,7 +100,8 @@ def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], 
     return texts
 
 
-def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]) -> tuple[dict[str, list[str]], dict[str, float]]:
+def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
+                 ) -> tuple[dict[str, list[str]], dict[str, float]]:
     """Summaries of every bundle, interleaved example by example, with each bundle's total seconds."""
     summarizers = {name: Summarizer.from_pretrained(path) for name, path in bundles.items()}
     texts: dict[str, list[str]] = {name: [] for name in bundles}
@@ -123,7 +123,8 @@ def parity(bundle: Path, checkpoint: Path, examples: list[EvalExample]) -> dict:
     for ex in tqdm(examples, desc="parity", leave=False):
         ours, theirs = summary(ort, ex, num_beams=1).token_ids, summary(ref, ex, num_beams=1).token_ids
         if ours != theirs:
-            differing[ex.id] = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+            differing[ex.id] = min(len(ours), len(theirs)) if first is None else first
     return {"identical": len(examples) - len(differing), "examples": len(examples), "differing": differing}
 
 
@@ -171,7 +172,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "",
     ]
     for dataset, report in reports.items():
-        lines += [f"### {dataset}", "", "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum |", "|---|---|---|---|---|"]
+        lines += [f"### {dataset}", "", "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum |",
+                  "|---|---|---|---|---|"]
         for system, metrics in report.items():
             cells = " | ".join(f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}]" for m in metrics.values())
             lines.append(f"| {system} | {cells} |")
@@ -235,12 +237,10 @@ def main(argv: list[str] | None = None) -> None:
     reports = {}
     for dataset in filter(None, args.sets.split(",")):
         examples = qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
-        ours = texts["float32"] if dataset == "qmsum" else cached(
-            work, fp32, dataset, examples, lambda: summaries(Summarizer.from_pretrained(fp32), examples))
+        ours = texts["float32"] if dataset == "qmsum" else cached(work, fp32, dataset, examples, {})
         systems = {"locsum (this bundle)": ours}
         for system, (path, options) in compared.items():
-            systems[system] = cached(work, path, dataset, examples, lambda: summaries(
-                Summarizer.from_pretrained(path), examples, **options), options)
+            systems[system] = cached(work, path, dataset, examples, options)
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
         reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")

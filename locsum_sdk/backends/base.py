@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class UnitBatch:
     counts: tuple[int, ...]  # units of each item
 
     @classmethod
-    def from_units(cls, items: Sequence[Sequence[Unit]], pad: int) -> "UnitBatch":
+    def from_units(cls, items: Sequence[Sequence[Unit]], pad: int) -> UnitBatch:
         units = [u for item in items for u in item]
         length = max(len(u.token_ids) for u in units)
         input_ids = np.full((len(units), length), pad, dtype=np.int64)  # (N, L)
@@ -113,9 +114,9 @@ class Backend(Protocol):
     from its kind's declaration (`kind.graphs`, `kind.layout`)."""
 
     name: str
-    kind: "Kind"
+    kind: Kind
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "Session": ...
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> Session: ...
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the kind's graph `graph` once (a selection stage's scoring) and return its outputs by name."""

@@ -107,7 +107,7 @@ class OnnxRuntimeBackend:
             )
         return session
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "OnnxRuntimeSession":
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> OnnxRuntimeSession:
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size)
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

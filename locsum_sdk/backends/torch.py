@@ -30,7 +30,7 @@ class TorchBackend:
         self.kind = kinds.get(model.kind, BackendError)
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> "TorchSession":
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> TorchSession:
         return TorchSession(self, batch, beams, unit_batch_size)
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

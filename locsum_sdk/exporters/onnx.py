@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, kinds
 from .. import constants as C
-from .. import kinds
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -98,13 +99,13 @@ class Layout(Protocol):
     `cross_key`/`cross_value` the encoder wrote for every grid row (B*U), and returns `log_probs` (B, K, V) and
     `unit_weights` (B, U, K). What differs between kinds is below."""
 
-    def encoder_runs(self, batch: "UnitBatch", size: int) -> list[tuple[int, int, int]]:
+    def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
         """The encoder's micro-batches of at most `size` units: (first unit, end unit, first grid row)."""
 
-    def encoder_inputs(self, batch: "UnitBatch", first: int, end: int) -> dict[str, np.ndarray]:
+    def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
         """Inputs of one encoder run over units [first, end), by name."""
 
-    def decoder_inputs(self, batch: "UnitBatch") -> dict[str, np.ndarray]:
+    def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
         """The decoder's inputs that stay the same at every step (besides cross keys/values), by name."""
 
     def largest_run(self, width: int, size: int) -> int:

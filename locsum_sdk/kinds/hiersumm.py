@@ -6,7 +6,8 @@ once; one decoder per item attends to all their tokens.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

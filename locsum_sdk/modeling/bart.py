@@ -93,7 +93,8 @@ class Attention(nn.Module):
         return self.out_proj(self.merge(self.attend(q, k.transpose(2, 3), v, bias)))
 
     def slot_attention(
-        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], at: tuple[torch.Tensor, ...], bias: torch.Tensor
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], at: tuple[torch.Tensor, ...],
+        bias: torch.Tensor,
     ) -> torch.Tensor:
         """x (G*K, D): one new position of K beams of G sequences -> (G*K, D).
 

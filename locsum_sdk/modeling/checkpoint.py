@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -92,7 +93,8 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
         raise BundleError(f"{source}: missing tensors {missing[:8]}, unexpected tensors {unexpected[:8]}")
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise BundleError(f"{source}: {name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
+            raise BundleError(
+                f"{source}: {name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
 
 

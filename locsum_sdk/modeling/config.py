@@ -104,11 +104,11 @@ class BartConfig(EncoderDecoderConfig):
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: Any) -> "BartConfig":
+    def from_dict(cls, values: Any) -> BartConfig:
         return from_fields(cls, values)
 
     @classmethod
-    def from_hf(cls, hf: dict[str, Any]) -> "BartConfig":
+    def from_hf(cls, hf: dict[str, Any]) -> BartConfig:
         """Read an HF `config.json` of model_type `bart`."""
         if not isinstance(hf, dict):
             raise BundleError(f"an HF config must be a JSON object, got {type(hf).__name__}")

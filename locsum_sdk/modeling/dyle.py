@@ -24,8 +24,8 @@ from .bart import Bart, Encoder, init_weights
 from .bert import BertEncoder
 from .config import BartConfig
 from .dyle_config import DyleConfig, ExtractorConfig
-from .per_unit import PerUnitModel
 from .objectives import IGNORE, label_smoothed_nll
+from .per_unit import PerUnitModel
 
 KIND = "dyle"
 
@@ -92,7 +92,7 @@ def select_snippets(scores: torch.Tensor, oracle: list[int], top_k: int, hybrid:
     return sorted(chosen)
 
 
-def objective(model: "Dyle", batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """DYLE's training loss on a batch (`train.kinds.dyle.DyleBatch`):
 
     - oracle: the extractor's cross-entropy over all of a sample's snippets, averaged over its oracle snippets;

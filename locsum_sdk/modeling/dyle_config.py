@@ -71,11 +71,11 @@ class ExtractorConfig:
         return self.layers
 
     @classmethod
-    def from_dict(cls, values: Any) -> "ExtractorConfig":
+    def from_dict(cls, values: Any) -> ExtractorConfig:
         return from_fields(cls, values, "the extractor config")
 
     @classmethod
-    def from_bart(cls, config: BartConfig) -> "ExtractorConfig":
+    def from_bart(cls, config: BartConfig) -> ExtractorConfig:
         """An extractor shaped as `config`'s encoder, sharing its tokenizer (e.g. to start from its weights)."""
         return cls("bart", config.vocab_size, config.d_model, config.encoder_layers, config.encoder_heads,
                    config.encoder_ffn_dim, config.max_positions, config.activation, 1e-5, config.scale_embedding, 0, 0,
@@ -83,7 +83,7 @@ class ExtractorConfig:
                    config.attention_dropout, config.activation_dropout)
 
     @classmethod
-    def from_hf_bert(cls, hf: dict[str, Any], start: int, separator: int) -> "ExtractorConfig":
+    def from_hf_bert(cls, hf: dict[str, Any], start: int, separator: int) -> ExtractorConfig:
         """Read an HF `config.json` of model_type `bert` (e.g. all-MiniLM-L6-v2) or `roberta` (DYLE's retriever);
         `start`/`separator`: the ids of [CLS]/<s> and [SEP]/</s> in its tokenizer."""
         if not isinstance(hf, dict) or hf.get("model_type") not in ("bert", "roberta"):
@@ -119,7 +119,7 @@ class DyleConfig(BartConfig):
             raise BundleError(f"model.extractor must be an object, got {type(self.extractor).__name__}")
 
     @classmethod
-    def from_bart(cls, config: BartConfig, extractor: ExtractorConfig | None = None) -> "DyleConfig":
+    def from_bart(cls, config: BartConfig, extractor: ExtractorConfig | None = None) -> DyleConfig:
         """A DYLE whose generator is `config`; the extractor is `config`'s encoder shape unless given."""
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(BartConfig)}
         return cls(**values, extractor=extractor)

@@ -59,7 +59,7 @@ def register_doc_scaled_attention(opset: int) -> None:
     torch.onnx.register_custom_op_symbolic(doc_scaled_attention.TORCH_NAME, symbolic, opset)
 
 
-def export_graph(spec: "GraphSpec", path: Path, opset: int) -> list[np.ndarray]:
+def export_graph(spec: GraphSpec, path: Path, opset: int) -> list[np.ndarray]:
     """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
     spec.module.eval()
     copy = lambda: tuple(t.clone() for t in spec.example)  # noqa: E731  the decoder step writes its cache inputs

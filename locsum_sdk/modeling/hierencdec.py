@@ -23,7 +23,15 @@ from torch import nn
 
 from ..ops import doc_scaled_attention
 from .bart import (
-    Bart, CrossKV, Embeddings, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index,
+    Bart,
+    CrossKV,
+    Embeddings,
+    SlotCache,
+    attention_bias,
+    causal_bias,
+    init_weights,
+    slot_bias,
+    write_index,
 )
 from .config import BartConfig
 

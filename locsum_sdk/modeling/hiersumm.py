@@ -176,13 +176,13 @@ def ranker_tensors(paragraphs: list[list[int]], title: list[int]) -> dict[str, t
 
 
 @torch.no_grad()
-def rank_paragraphs(model: "HierSumm", paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
+def rank_paragraphs(model: HierSumm, paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
     """Indices of the ranker's `top` best paragraphs, best first (ties to the earlier)."""
     scores = model.ranker(**ranker_tensors(paragraphs, title)).float()
     return torch.argsort(-scores, stable=True)[:top].tolist()
 
 
-def objective(model: "HierSumm", batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The Hierarchical Transformer's training loss on a batch (`train.kinds.hiersumm.HierBatch`), by
     `objective_options.stage`: "ranker" (MSE of the ranker's scores against each paragraph's ROUGE-2 recall),
     "summarizer" (label-smoothed NLL of the summary from the L' paragraphs the current ranker ranks best, best

@@ -55,7 +55,7 @@ class HierSummConfig(EncoderDecoderConfig):
         return {**dataclasses.asdict(self), "encoder_layers": list(self.encoder_layers)}
 
     @classmethod
-    def from_dict(cls, values: Any) -> "HierSummConfig":
+    def from_dict(cls, values: Any) -> HierSummConfig:
         return from_fields(cls, values)
 
 

@@ -9,8 +9,9 @@ which `locsum`-domain function each graph must hold, how its custom ops export, 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

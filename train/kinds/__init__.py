@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from locsum_sdk.units import Pager
 
