@@ -61,6 +61,17 @@ def mb(size: float) -> str:
     return f"{size / 2**10:.1f} KB" if size >= 2**10 else f"{size:.0f} bytes"
 
 
+def encoder_pass(rows: int, length: int, d_model: int, heads: int, ffn_dim: int) -> int:
+    """Activations of a transformer encoder over `rows` sequences of `length` tokens, one layer alive at a time:
+    attention scores and probabilities, the FFN's hidden rows, two hidden states."""
+    return rows * length * FLOAT * (2 * heads * length + ffn_dim + 2 * d_model)
+
+
+def arrays_bytes(arrays: dict[str, Any]) -> int:
+    """Bytes held by a graph's input arrays."""
+    return sum(int(getattr(a, "nbytes", 0)) for a in arrays.values())
+
+
 def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,
                     unit_batch_size: int, tokens: int = 0, cache_rows: int | None = None,
                     encoder_rows: int | None = None) -> MemoryEstimate:
@@ -81,9 +92,7 @@ def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, 
     cross = rows * length * d * 2 * layers * FLOAT
     inputs = rows * length * INDEX * 3  # ids, mask, grid mask
     run = min(unit_batch_size if encoder_rows is None else encoder_rows, rows)
-    encoder = run * length * FLOAT * (  # one layer at a time: scores and probabilities, FFN, two hidden rows
-        2 * model["encoder_heads"] * length + model["encoder_ffn_dim"] + 2 * d
-    )
+    encoder = encoder_pass(run, length, d, model["encoder_heads"], model["encoder_ffn_dim"])
     steps = max(1, max_length - 1)
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
     held = capacity + max(0, capacity - CACHE_CHUNK)  # old and new buffers during the last growth

@@ -16,10 +16,10 @@ import numpy as np
 from . import constants as C
 from .backends import BACKENDS, Backend, UnitBatch
 from .bundle import Bundle
-from .errors import BackendError, BundleError, BundleNotFoundError, InputError, OptionError
+from .errors import BackendError, BundleError, BundleNotFoundError, InputError, MemoryLimitError, OptionError
 from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
-from .memory import MemoryEstimate, estimate_memory, memory_limit
+from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mb, memory_limit
 from .options import Options
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
@@ -190,16 +190,28 @@ class Summarizer:
 
         return estimate
 
-    def unit_scores(self, units: Sequence[Unit], query_ids: Sequence[int], paging) -> np.ndarray:
+    def unit_scores(self, units: Sequence[Unit], query_ids: Sequence[int], paging,
+                    memory_limit: int | None = None) -> np.ndarray:
         """The kind's selection graph's score of every unit of one input (float32, (len(units),)), run by run;
-        `query_ids` as the kind's pager tokenizes the query, `paging` the kind's unit options."""
+        `query_ids` as the kind's pager tokenizes the query, `paging` the kind's unit options. With
+        `memory_limit` (bytes), a run whose working memory (with the paged input's) would exceed it raises
+        `MemoryLimitError` before it runs."""
         selection = self.kind.selection
         if selection is None:
             raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
+        paged = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units)
         scores = []
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
-            outputs = self.backend.run(selection.graph, selection.inputs(part, query_ids, paging))
+            inputs = selection.inputs(part, query_ids, paging)
+            if memory_limit is not None and selection.memory is not None:
+                needed = paged + selection.memory(self.model, inputs)
+                if needed > memory_limit:
+                    raise MemoryLimitError(
+                        f"the {selection.graph} pass over {end - first} units needs about {mb(needed)}, over the "
+                        f"memory limit of {mb(memory_limit)}; load the model with a smaller unit_batch_size (now "
+                        f"{self.unit_batch_size}), summarize a shorter input, or raise memory_limit")
+            outputs = self.backend.run(selection.graph, inputs)
             run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
             finite = bool(np.isfinite(run).all())
             if run.shape != (len(part),) or not finite:
@@ -211,9 +223,9 @@ class Summarizer:
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
         return scores
 
-    def _select(self, units: list[Unit], query_ids: list[int], paging) -> list[Unit]:
+    def _select(self, units: list[Unit], query_ids: list[int], paging, limit: int | None) -> list[Unit]:
         """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them."""
-        kept = self.kind.selection.keep(units, self.unit_scores(units, query_ids, paging), paging)
+        kept = self.kind.selection.keep(units, self.unit_scores(units, query_ids, paging, limit), paging)
         if not kept:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
         return kept
@@ -253,13 +265,14 @@ class Summarizer:
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
         paged = time.perf_counter()
+        limit = memory_limit(limits.memory_limit)
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
-            items = [self._select(units, ids, paging) for units, ids in zip(within_tokens(items, limits, query_ids),
-                                                                             query_ids)]
+            items = [self._select(units, ids, paging, limit)
+                     for units, ids in zip(within_tokens(items, limits, query_ids), query_ids)]
         selected = time.perf_counter()
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
-        items = apply_limits(items, limits, estimate, memory_limit(limits.memory_limit), query_ids)
+        items = apply_limits(items, limits, estimate, limit, query_ids)
         checked = time.perf_counter()
         batch = UnitBatch.from_units(items, self.special.pad)
         session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)

@@ -12,7 +12,11 @@ from conftest import document
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
+from locsum_sdk.errors import MemoryLimitError
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.kinds import fixed_runs
+from locsum_sdk.kinds.hiersumm import ranker_inputs
+from locsum_sdk.memory import PAGING_BYTES_PER_TOKEN
 from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
 UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3}
@@ -60,6 +64,24 @@ def test_onnxruntime_matches_torch_token_for_token(hiersumm_bundle, hiersumm_che
         assert len(a.units) <= UNITS["top_paragraphs"]
         assert [u.score for u in a.units] == sorted((u.score for u in a.units), reverse=True)  # best first
         np.testing.assert_allclose(a.unit_weights.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_the_ranker_pass_is_held_to_the_memory_limit(hiersumm_bundle):
+    text = "\n\n".join(document(random.Random(i), 3) for i in range(24))
+    wide = Summarizer.from_pretrained(hiersumm_bundle, threads=1, unit_batch_size=8)
+    options = wide.options().units
+    units = wide.kind.pager(wide.tokenizer, wide.special, options)([text])
+
+    def largest_run(size: int) -> int:
+        return max(wide.kind.selection.memory(wide.model, ranker_inputs(units[a:b], [], options))
+                   for a, b in fixed_runs(units, [], options, size))
+
+    assert len(units) >= 16 and largest_run(1) * 4 < largest_run(8)
+    limit = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units) + largest_run(4)
+    with pytest.raises(MemoryLimitError, match=r"the ranker pass over 8 units needs about .* smaller unit_batch_size"):
+        wide.summarize(text, memory_limit=limit, max_length=6)
+    narrow = Summarizer.from_pretrained(hiersumm_bundle, threads=1, unit_batch_size=1)
+    assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
 
 
 def test_a_bart_checkpoint_converts_with_its_token_embeddings(checkpoint_dir, tmp_path):

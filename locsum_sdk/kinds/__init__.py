@@ -127,13 +127,15 @@ class Selection:
 
     Each run is a few consecutive units (`runs(units, query_ids, unit options, unit_batch_size)`: by count, or
     packed into chunks of tokens as an extractor reads them), so the stage's memory is bounded by one run and its
-    time grows with the number of units."""
+    time grows with the number of units; `memory(model config, run's inputs)` is the working memory of one run in
+    bytes, checked against the call's memory limit before the run."""
 
     graph: str  # the scoring graph, one of the kind's graphs
     inputs: Callable[[Sequence[Unit], Sequence[int], Any], dict[str, np.ndarray]]  # (run's units, query ids, options)
     scores: str  # the graph output holding one float score per unit of the run, (n,)
     keep: Callable[[Sequence[Unit], np.ndarray, Any], list[Unit]]  # (units, scores, unit options) -> kept units
     runs: Callable[[Sequence[Unit], Sequence[int], Any, int], list[tuple[int, int]]] = fixed_runs
+    memory: Callable[[dict[str, Any], dict[str, np.ndarray]], int] | None = None
 
 
 def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
+from ..memory import arrays_bytes, encoder_pass
 from ..modeling.dyle_config import DyleConfig
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
@@ -120,6 +121,13 @@ def extractor_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: S
     return {C.INPUT_IDS: input_ids, C.ATTENTION_MASK: attention_mask, SEPARATORS: flat}
 
 
+def extractor_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> int:
+    """Working memory of one extractor run: its inputs and an encoder pass over its chunks."""
+    extractor = DyleConfig.from_dict(model).extractor
+    rows, length = inputs[C.INPUT_IDS].shape
+    return arrays_bytes(inputs) + encoder_pass(rows, length, extractor.d_model, extractor.heads, extractor.ffn_dim)
+
+
 def keep(units: Sequence[Unit], scores: np.ndarray, options: SnippetOptions) -> list[Unit]:
     """The top_k snippets by extractor score, in their order in the input."""
     return keep_top(units, scores, options.top_k, ranked=False)
@@ -141,4 +149,5 @@ UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor
          "a unit's weight is its dynamic weight p(snippet | summary so far) in the step's marginalization")
 
 KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
-                     Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs)))
+                     Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
+                               extractor_memory)))

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
+from ..memory import FLOAT, arrays_bytes
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
 from ..units import Unit
@@ -43,6 +44,15 @@ def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[
 def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:
     """One run of paragraphs, as the ranker graph reads them."""
     return ranker_arrays([u.text_ids for u in units], query_ids)
+
+
+def ranker_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> int:
+    """Working memory of one ranker run: its inputs; per token the embedding, the LSTM's input projection (4
+    gates), its output, the title-paragraph concatenation, the tanh layer; the same for the title."""
+    embed, hidden = model["d_model"], model["ranker_hidden"]
+    rows, length = inputs[PARAGRAPH_IDS].shape
+    title = inputs[TITLE_IDS].shape[1]
+    return arrays_bytes(inputs) + rows * FLOAT * (length * (embed + 9 * hidden) + title * (embed + 5 * hidden))
 
 
 def keep(units: Sequence[Unit], scores: np.ndarray, options: ParagraphOptions) -> list[Unit]:
@@ -90,4 +100,4 @@ UNITS = ("paragraphs (blank-line blocks, or runs of speaker turns) the ranker ke
          "layers")
 
 KIND = register(Kind("hiersumm", REVISION, UNITS, ParagraphOptions, ParagraphPager, graphs, HierSummLayout(),
-                     HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep)))
+                     HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep, memory=ranker_memory)))
