@@ -76,11 +76,13 @@ class Summarizer:
     """
 
     def __init__(self, backend: Backend, tokenizer, special: SpecialTokens, defaults: Options, model: dict[str, Any],
-                 unit_batch_size: int = 4):
+                 unit_batch_size: int = 4, selection_tokenizer=None):
         """defaults: the options of a call that overrides none; model: the model config (`manifest.model`), whose
-        shapes bound the options and size the memory estimate."""
+        shapes bound the options and size the memory estimate; selection_tokenizer: the tokenizer of a selection
+        stage that reads ids of its own (the kind's `Selection.own_tokenizer`)."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
+        self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
 
@@ -140,23 +142,22 @@ class Summarizer:
             settings = dataclasses.asdict(bundle.manifest) | {"tokenizer": bundle.file(C.TOKENIZER_FILE)}
         else:
             runner, settings = _torch_backend(path, is_bundle, threads)
-        from tokenizers import Tokenizer
-
         special = SpecialTokens(**settings["special_tokens"])
-        try:
-            tokenizer = Tokenizer.from_file(str(settings["tokenizer"]))
-        except Exception as err:  # tokenizers raises its own exception for unreadable files
-            raise BundleError(f"{settings['tokenizer']} is not a readable tokenizer ({err}); export again") from None
-        if tokenizer.get_vocab_size() > settings["model"]["vocab_size"]:
-            raise BundleError(
-                f"{settings['tokenizer']} has {tokenizer.get_vocab_size()} tokens but the model only "
-                f"{settings['model']['vocab_size']}: it belongs to another model; export with the model's tokenizer"
-            )
+        tokenizer = _tokenizer(Path(settings["tokenizer"]), settings["model"]["vocab_size"], "the model")
+        own = runner.kind.selection.own_tokenizer if runner.kind.selection is not None else None
+        selection_tokenizer = None
+        if own is not None and own.used(settings["model"]):
+            file = path / own.file
+            if not file.is_file():
+                raise BundleNotFoundError(f"{path} has no {own.file}: its {runner.kind.selection.graph} reads a "
+                                          "tokenizer of its own; export again from a checkpoint that has it")
+            selection_tokenizer = _tokenizer(file, own.vocab_size(settings["model"]),
+                                             f"its {runner.kind.selection.graph}")
         try:
             defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
-        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size)
+        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer)
 
     def options(self, options: Options | None = None, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
@@ -190,16 +191,21 @@ class Summarizer:
 
         return estimate
 
-    def unit_scores(self, units: Sequence[Unit], query_ids: Sequence[int], paging,
+    def unit_scores(self, units: Sequence[Unit], query: str | None, paging,
                     memory_limit: int | None = None) -> np.ndarray:
-        """The kind's selection graph's score of every unit of one input (float32, (len(units),)), run by run;
-        `query_ids` as the kind's pager tokenizes the query, `paging` the kind's unit options. With
-        `memory_limit` (bytes), a run whose working memory (with the paged input's) would exceed it raises
-        `MemoryLimitError` before it runs."""
+        """The kind's selection graph's score of every unit of one input (float32, (len(units),)), run by run:
+        `units` as the kind's pager made them with `query`, `paging` the kind's unit options. A stage with a
+        tokenizer of its own reads the units in its ids. With `memory_limit` (bytes), a run whose working memory
+        (with the paged input's) would exceed it raises `MemoryLimitError` before it runs."""
         selection = self.kind.selection
         if selection is None:
             raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
         paged = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units)
+        if self.selection_tokenizer is None:
+            query_ids = self.kind.pager(self.tokenizer, self.special, paging).query_ids(query)
+        else:
+            units, query_ids = selection.own_tokenizer.reframe(units, query, self.selection_tokenizer, paging,
+                                                               self.model)
         scores = []
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
@@ -223,9 +229,9 @@ class Summarizer:
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
         return scores
 
-    def _select(self, units: list[Unit], query_ids: list[int], paging, limit: int | None) -> list[Unit]:
+    def _select(self, units: list[Unit], query: str | None, paging, limit: int | None) -> list[Unit]:
         """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them."""
-        kept = self.kind.selection.keep(units, self.unit_scores(units, query_ids, paging, limit), paging)
+        kept = self.kind.selection.keep(units, self.unit_scores(units, query, paging, limit), paging)
         if not kept:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
         return kept
@@ -267,8 +273,8 @@ class Summarizer:
         paged = time.perf_counter()
         limit = memory_limit(limits.memory_limit)
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
-            items = [self._select(units, ids, paging, limit)
-                     for units, ids in zip(within_tokens(items, limits, query_ids), query_ids)]
+            items = [self._select(units, query, paging, limit)
+                     for units, query in zip(within_tokens(items, limits, query_ids), queries)]
         selected = time.perf_counter()
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens)
@@ -298,6 +304,20 @@ class Summarizer:
             )
             for hyp, units in zip(hypotheses, items)
         ]
+
+
+def _tokenizer(path: Path, vocab_size: int, reader: str):
+    """A tokenizer file, readable and with no id past what `reader` (the model, or a selection graph) can read."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises its own exception for unreadable files
+        raise BundleError(f"{path} is not a readable tokenizer ({err}); export again") from None
+    if tokenizer.get_vocab_size() > vocab_size:
+        raise BundleError(f"{path} has {tokenizer.get_vocab_size()} tokens but {reader} only {vocab_size}: it "
+                          "belongs to another model; export with the model's tokenizer")
+    return tokenizer
 
 
 def _torch_backend(path: Path, is_bundle: bool, threads: int | None):

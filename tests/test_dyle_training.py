@@ -128,7 +128,8 @@ def bert_directory(path, texts):
 
 
 def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meetings, tokenizer_file):
-    from locsum_sdk.errors import OptionError
+    from locsum_sdk import Summarizer
+    from locsum_sdk.errors import BundleNotFoundError
     from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.modeling.bert import BertEncoder
     from train.__main__ import build
@@ -151,8 +152,28 @@ def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meet
 
     report = recall_report(checkpoint_items(trainer.latest(), trainer.config, meetings, 4, progress=False), [3])
     assert report["extractor"][3]["examples"] == report["tf-idf"][3]["examples"] > 0
-    with pytest.raises(OptionError, match="a tokenizer of its own"):  # the runtime reads one tokenizer
-        export_onnx(trainer.latest(), tmp_path / "bundle")
+    checkpoint = trainer.latest()
+    assert (checkpoint / "extractor_tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    bundle = export_onnx(checkpoint, tmp_path / "bundle").path
+    assert "extractor_tokenizer.json" in json.loads((bundle / "manifest.json").read_text())["files"]
+    ort, ref = Summarizer.from_pretrained(bundle, threads=1), Summarizer.from_pretrained(checkpoint, backend="torch")
+    assert ort.selection_tokenizer.to_str() == ref.selection_tokenizer.to_str()
+    example = json.loads(meetings.read_text().splitlines()[1])
+    options = ort.options(max_length=8, num_beams=2)
+    units = ort.kind.pager(ort.tokenizer, ort.special, options.units)(example["documents"], example["query"])
+    expected = trainer.train_set.extractor_scores(trainer.model.eval(), units, example["query"])  # training side
+    for runtime in (ort, ref):
+        assert runtime.unit_scores(units, example["query"], options.units) == pytest.approx(expected, abs=1e-4)
+    a, b = (s.summarize(example["documents"], example["query"], options) for s in (ort, ref))
+    assert a.token_ids == b.token_ids and [u.start for u in a.units] == [u.start for u in b.units]
+    (checkpoint / "extractor_tokenizer.json").unlink()
+    with pytest.raises(BundleNotFoundError, match="extractor_tokenizer.json"):
+        export_onnx(checkpoint, tmp_path / "again")
+    with pytest.raises(BundleNotFoundError, match="extractor_tokenizer.json"):
+        Summarizer.from_pretrained(checkpoint, backend="torch")
+    (bundle / "extractor_tokenizer.json").unlink()
+    with pytest.raises(BundleNotFoundError, match="extractor_tokenizer.json"):
+        Summarizer.from_pretrained(bundle)
 
 
 def test_the_extractor_alone_trains_without_a_generator_pass(tmp_path, meetings, tokenizer_file):

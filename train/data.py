@@ -83,6 +83,11 @@ class SummarizationSet:
         self.index, self.pager, self.tokenizer = JsonlIndex(paths), pager, tokenizer
         self.max_target_tokens, self.max_pages = max_target_tokens, max_pages
 
+    @property
+    def checkpoint_files(self) -> dict[str, Path]:
+        """Files every checkpoint of a model trained on this set carries besides its tokenizer, by name."""
+        return {}
+
     def __len__(self) -> int:
         return len(self.index)
 

@@ -37,17 +37,18 @@ def ranker_report(summarizer: Summarizer, data: Path, lengths: Sequence[int], li
                   progress: bool = True) -> dict[str, dict[int, dict[str, float]]]:
     options = summarizer.defaults.units
     pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options)
-    rankers = {"ranker": lambda units, query: summarizer.unit_scores(units, query, options),
-               **baseline_rankers(random.Random(0))}
-    rows: dict[str, dict[int, list[float]]] = {name: {n: [] for n in lengths} for name in rankers}
+    baselines = baseline_rankers(random.Random(0))
+    rows: dict[str, dict[int, list[float]]] = {name: {n: [] for n in lengths} for name in ("ranker", *baselines)}
     index = JsonlIndex([data])
     for i in tqdm(range(min(limit or len(index), len(index))), desc="ranker recall", disable=not progress):
         example = index[i]
         query = pager.query_ids(example.query)
         units = pager.pages(example.documents, query)
         reference = rouge_tokens(example.summary)
-        for name, rank in rankers.items():
-            order = np.argsort(-np.asarray(rank(units, query), dtype=np.float64), kind="stable")
+        ranked = {"ranker": summarizer.unit_scores(units, example.query, options),
+                  **{name: rank(units, query) for name, rank in baselines.items()}}
+        for name, scores in ranked.items():
+            order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
             for n in lengths:
                 chosen = sorted(order[:n].tolist())  # the kept paragraphs, read in input order
                 words = [w for k in chosen for w in rouge_tokens(units[k].text)]

@@ -88,14 +88,13 @@ def bundle_items(summarizer: Summarizer, data: Path, limit: int | None, top: int
         query = pager.query_ids(example.query)
         units = pager.pages(example.documents, query)
         found = oracle([u.text for u in units], reference_sentences(example.summary), top).indices
-        yield units, query, found, (summarizer.unit_scores(units, query, options) if found else np.zeros(0))
+        yield units, query, found, (summarizer.unit_scores(units, example.query, options) if found else np.zeros(0))
 
 
 def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit: int | None,
                      progress: bool = True) -> Iterator[Item]:
     """A training checkpoint's extractor in torch (any extractor, one with its own tokenizer included) on the
     snippets and oracle the training data set makes of `data` with the training config's options."""
-    import torch
     from tokenizers import Tokenizer
 
     from locsum_sdk import kinds
@@ -111,8 +110,7 @@ def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit:
     examples = DyleSet([data], pager, pager.tokenizer, settings, f"eval-{data.parent.name}-{data.stem}", progress)
     for i in tqdm(range(min(limit or len(examples), len(examples))), desc="recall", disable=not progress):
         sample = examples.get(i)
-        with torch.no_grad():
-            scores = model.extractor(**examples.chunks(sample.snippets, sample.query)).float().numpy()
+        scores = examples.extractor_scores(model, sample.snippets, sample.query)
         yield sample.snippets, pager.query_ids(sample.query), sample.oracle, scores
 
 

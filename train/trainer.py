@@ -178,6 +178,8 @@ class Trainer:
         shutil.rmtree(work, ignore_errors=True)
         save_checkpoint(self.model, work, self.tokenizer_file, units=self.config.paging(),
                         generation=self.config.generation, training=self.config.to_dict())
+        for name, source in getattr(self.train_set, "checkpoint_files", {}).items():
+            shutil.copyfile(source, work / name)
         torch.save(self.optimizer.state_dict(), work / OPTIMIZER_FILE)
         torch.save({"torch": torch.get_rng_state()}, work / RNG_FILE)
         (work / STATE_FILE).write_text(json.dumps(self.position.__dict__))

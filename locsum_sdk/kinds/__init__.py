@@ -121,6 +121,19 @@ def fixed_runs(units: Sequence[Unit], query_ids: Sequence[int], options: Any, si
 
 
 @dataclass(frozen=True)
+class OwnTokenizer:
+    """A selection graph that reads the ids of a tokenizer of its own (a WordPiece extractor beside a BPE
+    generator). The bundle, or the checkpoint, carries it as `file` beside the model's tokenizer; the runtime loads
+    it once, and `reframe(units, query, tokenizer, options, model config)` gives the units (texts and spans
+    unchanged) and the query ids in its ids, framed as the stage's `inputs` read them."""
+
+    file: str
+    used: Callable[[dict[str, Any]], bool]  # model config -> whether this model's stage reads its own tokenizer
+    vocab_size: Callable[[dict[str, Any]], int]  # model config -> the ids the stage's graph can read
+    reframe: Callable[[Sequence[Unit], str | None, Any, Any, dict[str, Any]], tuple[list[Unit], list[int]]]
+
+
+@dataclass(frozen=True)
 class Selection:
     """A stage between paging and encoding (DYLE's extractor, the hierarchical transformer's ranker): the kind's
     `graph` scores an item's units run by run, and `keep` chooses the units the encoder sees.
@@ -128,7 +141,8 @@ class Selection:
     Each run is a few consecutive units (`runs(units, query_ids, unit options, unit_batch_size)`: by count, or
     packed into chunks of tokens as an extractor reads them), so the stage's memory is bounded by one run and its
     time grows with the number of units; `memory(model config, run's inputs)` is the working memory of one run in
-    bytes, checked against the call's memory limit before the run."""
+    bytes, checked against the call's memory limit before the run; `own_tokenizer`, for a graph that may read the
+    ids of a tokenizer of its own."""
 
     graph: str  # the scoring graph, one of the kind's graphs
     inputs: Callable[[Sequence[Unit], Sequence[int], Any], dict[str, np.ndarray]]  # (run's units, query ids, options)
@@ -136,6 +150,7 @@ class Selection:
     keep: Callable[[Sequence[Unit], np.ndarray, Any], list[Unit]]  # (units, scores, unit options) -> kept units
     runs: Callable[[Sequence[Unit], Sequence[int], Any, int], list[tuple[int, int]]] = fixed_runs
     memory: Callable[[dict[str, Any], dict[str, np.ndarray]], int] | None = None
+    own_tokenizer: OwnTokenizer | None = None  # for stages whose graph may read another tokenizer's ids
 
 
 def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:

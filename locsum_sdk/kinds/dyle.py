@@ -3,14 +3,15 @@ every snippet from chunks of consecutive snippets and keeps the top K (the selec
 encoded alone and decoded as PageSum decodes pages, the decoder ending in `locsum.SnippetMarginalize`.
 
 Extractor chunks are `<s> [query </s>] snippet </s> snippet </s> ...` of at most `chunk_tokens` tokens, in the
-generator's token ids (a BART encoder, or a RoBERTa sharing BART's BPE); a snippet's score is read at the `</s>`
-after it.
+generator's token ids (a BART encoder, or a RoBERTa sharing BART's BPE), or `[CLS] [query [SEP]] snippet [SEP] ...`
+in the ids of an extractor's own tokenizer (a WordPiece BERT such as all-MiniLM-L6-v2, carried in the bundle as
+`extractor_tokenizer.json`); a snippet's score is read at the separator after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..memory import arrays_bytes, encoder_pass
 from ..modeling.dyle_config import DyleConfig
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
-from . import GraphIO, Kind, Selection, TensorIO, keep_top, register
+from . import GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register
 from .pagesum import PageSumLayout
 from .pagesum import graphs as per_unit_graphs
 
@@ -50,11 +51,8 @@ class SnippetOptions:
         check_int("chunk_tokens", self.chunk_tokens, self.snippet_tokens)  # a chunk holds any one snippet
 
     def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
-        """chunk_tokens fits the extractor, and the extractor reads the generator's tokens."""
+        """chunk_tokens fits the extractor."""
         extractor = model.get("extractor") or {}
-        if extractor.get("own_tokenizer"):
-            raise error("this runtime runs DYLE extractors that read the generator's token ids (a BART encoder, or a "
-                        "RoBERTa sharing BART's BPE); this one has a tokenizer of its own")
         positions = extractor.get("max_positions", model["max_positions"])
         if self.chunk_tokens > positions:
             raise error(f"chunk_tokens={self.chunk_tokens} is over the extractor's {positions} positions; use at "
@@ -128,6 +126,38 @@ def extractor_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> in
     return arrays_bytes(inputs) + encoder_pass(rows, length, extractor.d_model, extractor.heads, extractor.ffn_dim)
 
 
+def own_ids(units: Sequence[Unit], query: str | None, tokenizer, chunk_tokens: int, start: int,
+            separator: int) -> tuple[list[Unit], list[int]]:
+    """The snippets and the query in the ids of an extractor's own tokenizer: each unit `[start] [query [separator]]
+    text [separator]` (its text cut so that it fits a chunk alone, the query to half a chunk), and the query ids."""
+    query_ids = tokenizer.encode(query, add_special_tokens=False).ids[: chunk_tokens // 2] if query else []
+    head = [start, *query_ids, separator] if query_ids else [start]
+    room = chunk_tokens - len(head) - 1
+    encodings = tokenizer.encode_batch([u.text for u in units], add_special_tokens=False) if units else []
+    framed = [replace(u, token_ids=(*head, *enc.ids[:room], separator), head=len(head))
+              for u, enc in zip(units, encodings)]
+    return framed, query_ids
+
+
+def reframe(units: Sequence[Unit], query: str | None, tokenizer, options: SnippetOptions,
+            model: dict[str, Any]) -> tuple[list[Unit], list[int]]:
+    """`own_ids` with the extractor's start and separator ids."""
+    extractor = DyleConfig.from_dict(model).extractor
+    return own_ids(units, query, tokenizer, options.chunk_tokens, extractor.start_token_id,
+                   extractor.separator_token_id)
+
+
+def reads_own_tokenizer(model: dict[str, Any]) -> bool:
+    return bool((model.get("extractor") or {}).get("own_tokenizer"))
+
+
+def extractor_vocab_size(model: dict[str, Any]) -> int:
+    return DyleConfig.from_dict(model).extractor.vocab_size
+
+
+EXTRACTOR_TOKENIZER = OwnTokenizer("extractor_tokenizer.json", reads_own_tokenizer, extractor_vocab_size, reframe)
+
+
 def keep(units: Sequence[Unit], scores: np.ndarray, options: SnippetOptions) -> list[Unit]:
     """The top_k snippets by extractor score, in their order in the input."""
     return keep_top(units, scores, options.top_k, ranked=False)
@@ -150,4 +180,4 @@ UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor
 
 KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
                      Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
-                               extractor_memory)))
+                               extractor_memory, EXTRACTOR_TOKENIZER)))

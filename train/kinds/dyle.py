@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from locsum_sdk.kinds.dyle import extractor_inputs
+from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, extractor_inputs, own_ids
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit, split_sentences
 
@@ -74,13 +74,19 @@ class DyleSet(SummarizationSet):
                  progress: bool = True):
         super().__init__(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
         self.options = pager.options
-        source = config.objective_options.get("extractor_from")
+        self.extractor_tokenizer_file = extractor_tokenizer_file(config)
         self.extractor_tokenizer = None  # None: the extractor reads the generator's ids
-        if source:
+        if self.extractor_tokenizer_file is not None:
             from tokenizers import Tokenizer
 
-            self.extractor_tokenizer = Tokenizer.from_file(str(config.resolve(source) / "tokenizer.json"))
+            self.extractor_tokenizer = Tokenizer.from_file(str(self.extractor_tokenizer_file))
         self.oracles = self._oracles(paths, split, Path(config.output).expanduser() / ".oracle", progress)
+
+    @property
+    def checkpoint_files(self) -> dict[str, Path]:
+        """The extractor's own tokenizer, when it has one."""
+        file = self.extractor_tokenizer_file
+        return {} if file is None else {EXTRACTOR_TOKENIZER.file: file}
 
     def _key(self, paths: Sequence[str | os.PathLike], split: str) -> str:
         digest = hashlib.sha256()
@@ -113,10 +119,11 @@ class DyleSet(SummarizationSet):
     def chunks(self, snippets: Sequence[Unit], query: str | None = None) -> dict[str, torch.Tensor]:
         """The extractor's inputs over all the snippets, every chunk at once: in the snippets' own ids (which
         carry the query), or, for an extractor with a tokenizer of its own, in its ids."""
-        if self.extractor_tokenizer is None:
-            inputs = extractor_inputs(snippets, [], self.options)
-        else:
-            inputs = own_chunks(self.extractor_tokenizer, [u.text for u in snippets], query, self.options.chunk_tokens)
+        if self.extractor_tokenizer is not None:
+            tokenizer = self.extractor_tokenizer
+            snippets, _ = own_ids(snippets, query, tokenizer, self.options.chunk_tokens,
+                                  tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
+        inputs = extractor_inputs(snippets, [], self.options)
         return {name: torch.from_numpy(value) for name, value in inputs.items()}
 
     def collate(self, samples: list[DyleSample], pad: int, decoder_start: int) -> DyleBatch:
@@ -125,35 +132,27 @@ class DyleSet(SummarizationSet):
                          [s.units for s in samples], [s.oracle for s in samples], decoder_input_ids, labels)
 
     @torch.no_grad()
+    def extractor_scores(self, model, snippets: Sequence[Unit], query: str | None) -> np.ndarray:
+        """The extractor's score of every snippet, in torch, as training reads the snippets."""
+        return model.extractor(**self.chunks(snippets, query)).float().numpy()
+
     def inference_units(self, model, sample: DyleSample) -> list[list[int]]:
         """The extractor's top_k snippets (in input order), as the runtime keeps them."""
-        scores = model.extractor(**self.chunks(sample.snippets, sample.query)).float().numpy()
+        scores = self.extractor_scores(model, sample.snippets, sample.query)
         keep = np.sort(np.argsort(-scores, kind="stable")[: self.options.top_k])
         return [sample.units[i] for i in keep]
 
 
-def own_chunks(tokenizer, texts: Sequence[str], query: str | None, budget: int) -> dict[str, np.ndarray]:
-    """Chunks `[CLS] [query [SEP]] snippet [SEP] snippet [SEP] ...` of at most `budget` ids in the extractor's own
-    tokenizer (a WordPiece BERT): consecutive snippets packed greedily, each cut to fit a chunk alone; the flat
-    index of the [SEP] after each snippet."""
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    head = [cls] + (tokenizer.encode(query, add_special_tokens=False).ids[: budget // 2] + [sep] if query else [])
-    pieces = [enc.ids[: budget - len(head) - 1] + [sep]
-              for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-    rows: list[list[int]] = []
-    separators: list[tuple[int, int]] = []
-    for piece in pieces:
-        if not rows or len(rows[-1]) + len(piece) > budget:
-            rows.append(list(head))
-        rows[-1] += piece
-        separators.append((len(rows) - 1, len(rows[-1]) - 1))
-    length = max(len(r) for r in rows)
-    input_ids = np.zeros((len(rows), length), dtype=np.int64)
-    attention_mask = np.zeros((len(rows), length), dtype=np.int64)
-    for r, ids in enumerate(rows):
-        input_ids[r, : len(ids)], attention_mask[r, : len(ids)] = ids, 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "separators": np.array([r * length + p for r, p in separators], dtype=np.int64)}
+def extractor_tokenizer_file(config: TrainConfig) -> Path | None:
+    """The extractor's own tokenizer: the tokenizer.json of `objective_options.extractor_from` (an HF BERT
+    directory), or the one the `init_from` checkpoint carries; None when the extractor reads the generator's ids."""
+    source = config.objective_options.get("extractor_from")
+    if source:
+        return config.resolve(source) / "tokenizer.json"
+    if config.init_from:
+        carried = config.resolve(config.init_from) / EXTRACTOR_TOKENIZER.file
+        return carried if carried.is_file() else None
+    return None
 
 
 def prepare_model(model, config: TrainConfig):
