@@ -9,8 +9,8 @@ to the lead / random / oracle baselines and every --compare system (another chec
 bundle, each with its own summarize options: e.g. a single-page model of the same budget, or PageSum with one page
 per document via `policy=document`), float32 against int8,
 ONNX Runtime against the torch checkpoint (greedy, token for token), and the training budget read from the
-runs' metrics.jsonl. Summaries are kept under --work by bundle content and data set, so a release that was
-stopped picks up where it was.
+runs' metrics.jsonl. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
+content and data set, so a release that was stopped picks up where it was.
 """
 
 from __future__ import annotations
@@ -84,20 +84,32 @@ class Comparison:
         return export_onnx(self.path, work / "compare" / slug, force=True).path
 
 
-def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict) -> list[str]:
-    """The bundle's summaries of `examples` with `options`, kept under `work` by bundle content, options and data,
-    so an interrupted release resumes."""
-    files = json.loads((bundle / "manifest.json").read_text())["files"]
-    key = hashlib.sha256(json.dumps([files, options], sort_keys=True).encode()).hexdigest()[:16]
-    path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
+def content_key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def bundle_files(bundle: Path) -> dict[str, str]:
+    """The bundle's files by checksum, as its manifest lists them: its content."""
+    return json.loads((bundle / "manifest.json").read_text())["files"]
+
+
+def stored(path: Path, make):
+    """`make()`'s result (JSON), kept at `path` so that an interrupted release resumes where it was."""
     if path.is_file():
         return json.loads(path.read_text())
-    texts = summaries(Summarizer.from_pretrained(bundle), examples, **options)
+    result = make()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(texts))
+    partial.write_text(json.dumps(result))
     partial.replace(path)
-    return texts
+    return result
+
+
+def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict) -> list[str]:
+    """The bundle's summaries of `examples` with `options`, kept under `work` by bundle content, options and data."""
+    key = content_key(bundle_files(bundle), options)
+    return stored(work / "summaries" / f"{dataset}-{len(examples)}-{key}.json",
+                  lambda: summaries(Summarizer.from_pretrained(bundle), examples, **options))
 
 
 def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
@@ -229,7 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     int8 = export_onnx(args.checkpoint, work / "int8", quantize="int8", force=True).path
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     qmsum = read_examples(DATA / TEST_SETS["qmsum"], args.limit)
-    texts, seconds = side_by_side({"float32": fp32, "int8": int8}, qmsum)
+    both = content_key(bundle_files(fp32), bundle_files(int8))
+    texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
+                            lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
     quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum)
     float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
     int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
@@ -245,7 +259,9 @@ def main(argv: list[str] | None = None) -> None:
             systems[name] = run_baseline(name, examples)
         reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")
     ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
-    parity_result = parity(fp32, Path(args.checkpoint), qmsum)
+    weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
+    parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_files(fp32), weights)}.json",
+                           lambda: parity(fp32, Path(args.checkpoint), qmsum))
     training = budget([Path(r).expanduser() for r in filter(None, args.runs.split(","))])
     output = Path(args.output)
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
