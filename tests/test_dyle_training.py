@@ -188,3 +188,17 @@ def test_the_extractor_alone_trains_without_a_generator_pass(tmp_path, meetings,
     assert set(terms) == {"oracle"} and float(nll) == 0.0 and loss.item() > 0
     loss.backward()
     assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("extractor."))
+
+
+def test_the_model_card_reports_the_selection_stage(dyle_bundle_dir, meetings):
+    from locsum_sdk import Summarizer
+    from train.kinds import selection_report
+    from train.release import selection_lines
+
+    summarizer = Summarizer.from_pretrained(dyle_bundle_dir)
+    selection = selection_report("dyle", summarizer, meetings, 4)
+    assert list(selection["report"]) == ["extractor", "tf-idf", "lead", "random"]
+    lines = selection_lines(selection, 4)
+    assert lines[0].startswith("## Selection stage") and "| ranking | R@5 | R@10 | R@25 | examples |" in lines
+    assert any(line.startswith("| extractor | ") and line.endswith(" |") for line in lines)
+    assert selection_report("pagesum", summarizer, meetings, 4) is None and selection_lines(None, 4) == []

@@ -92,3 +92,13 @@ def test_the_ranker_report_has_every_ranker_at_every_length(hiersumm_bundle_dir,
     assert set(report) == {"ranker", "tf-idf", "lead", "random"}
     for by_n in report.values():
         assert by_n[1]["examples"] == 8 and 0 <= by_n[1]["mean"] <= by_n[3]["mean"] <= 100
+
+
+def test_the_model_card_reports_the_ranker(hiersumm_bundle_dir, clusters):
+    from locsum_sdk import Summarizer
+    from train.kinds import selection_report
+    from train.release import selection_lines
+
+    selection = selection_report("hiersumm", Summarizer.from_pretrained(hiersumm_bundle_dir), clusters, 3)
+    assert list(selection["report"]) == ["ranker", "tf-idf", "lead", "random"]
+    assert "| ranking | L'=5 | L'=10 | L'=20 | L'=40 | examples |" in selection_lines(selection, 3)

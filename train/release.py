@@ -32,6 +32,7 @@ from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.options import parse_assignment
 
 from .config import DATA
+from .kinds import selection_report
 
 logger = logging.getLogger("locsum_sdk.train")
 
@@ -159,8 +160,24 @@ DEFAULT_ABOUT = ("trained by this project on this machine with no pretrained wei
                  "to every unit). Val and test splits were used for nothing but validation and this card.")
 
 
+def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
+    """The card's section on a selection stage (DYLE's extractor, the ranker), when the kind has one."""
+    if selection is None:
+        return []
+    cutoffs = list(next(iter(selection["report"].values())))
+    lines = ["## Selection stage on QMSum test (95% bootstrap intervals)", "",
+             f"{selection['title'][0].upper()}{selection['title'][1:]}; examples: "
+             f"{'first ' + str(limit) if limit else 'all'} (those with something to find).", "",
+             "| ranking | " + " | ".join(selection["cutoff"].format(c) for c in cutoffs) + " | examples |",
+             "|---|" + "---|" * (len(cutoffs) + 1)]
+    for ranking, by_cutoff in selection["report"].items():
+        cells = " | ".join(f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for v in by_cutoff.values())
+        lines.append(f"| {ranking} | {cells} | {next(iter(by_cutoff.values()))['examples']} |")
+    return [*lines, ""]
+
+
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
-         about: str = DEFAULT_ABOUT) -> str:
+         about: str = DEFAULT_ABOUT, selection: dict | None = None) -> str:
     manifest = json.loads((bundle / "manifest.json").read_text())
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
@@ -190,6 +207,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
             cells = " | ".join(f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}]" for m in metrics.values())
             lines.append(f"| {system} | {cells} |")
         lines.append("")
+    lines += selection_lines(selection, limit)
     lines += [
         "## Checks",
         "",
@@ -267,14 +285,19 @@ def main(argv: list[str] | None = None) -> None:
     parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_files(fp32), weights)}.json",
                            lambda: parity(fp32, Path(args.checkpoint), qmsum))
     training = budget([Path(r).expanduser() for r in filter(None, args.runs.split(","))])
+    kind = json.loads((ship / "manifest.json").read_text())["kind"]
+    selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_files(ship))}.json",
+                       lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
+                                                args.limit))
     output = Path(args.output)
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training,
-                                            args.limit, args.about))
+                                            args.limit, args.about, selection))
     (staging / "evaluation.json").write_text(json.dumps(
-        {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training}, indent=2))
+        {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training,
+         "selection": selection}, indent=2))
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)

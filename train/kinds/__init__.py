@@ -1,7 +1,8 @@
 """Training by kind: `train/kinds/<kind>.py`, for a kind that needs more than its units and a summary (DYLE's
 oracle snippets and extractor chunks), defines `training_set(paths, pager, tokenizer, config, split)` and may define
-`prepare_model(model, config)` (e.g. an extractor from another pretrained encoder); every other kind trains on
-`SummarizationSet`. A data set gives `get`, `example`, `collate` and `inference_units`."""
+`prepare_model(model, config)` (e.g. an extractor from another pretrained encoder) and
+`selection_report(summarizer, data, limit)` (how its selection stage ranks, for the model card); every other kind
+trains on `SummarizationSet`. A data set gives `get`, `example`, `collate` and `inference_units`."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def prepare_model(kind: str, model, config: TrainConfig):
         if hasattr(module, "prepare_model"):
             return module.prepare_model(model, config)
     return model
+
+
+def selection_report(kind: str, summarizer, data: Path, limit: int | None) -> dict | None:
+    """How `kind`'s selection stage ranks the units of `data` for the model card: {"title", "cutoff" (a label
+    pattern such as "R@{}"), "report": {ranking: {cutoff: mean, low, high, examples}}}; None for kinds without one."""
+    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
+        module = importlib.import_module(f"{__name__}.{kind}")
+        if hasattr(module, "selection_report"):
+            return module.selection_report(summarizer, data, limit)
+    return None

@@ -188,3 +188,12 @@ def prepare_model(model, config: TrainConfig):
 
 def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> DyleSet:
     return DyleSet(paths, pager, tokenizer, config, split)
+
+
+def selection_report(summarizer, data: Path, limit: int | None) -> dict:
+    """The extractor's recall of oracle snippets at K = 5, 10, 25, next to tf-idf, lead and random rankings."""
+    from ..recall import bundle_items, recall_report
+
+    ks = [5, 10, 25]
+    return {"title": "extractor recall of the oracle snippets among the K best scored (%)", "cutoff": "R@{}",
+            "report": recall_report(bundle_items(summarizer, data, limit, max(ks)), ks)}

@@ -94,3 +94,12 @@ class HierSummSet(SummarizationSet):
 
 def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> HierSummSet:
     return HierSummSet(paths, pager, tokenizer, config)
+
+
+def selection_report(summarizer, data: Path, limit: int | None) -> dict:
+    """The ranker's ROUGE-L recall of the reference by its best L' paragraphs (L' = 5, 10, 20, 40; the paper's Table
+    1), next to tf-idf, lead and random rankings."""
+    from ..ranker_recall import ranker_report
+
+    return {"title": "ROUGE-L recall of the reference by the best L' paragraphs (%)", "cutoff": "L'={}",
+            "report": ranker_report(summarizer, data, [5, 10, 20, 40], limit)}
