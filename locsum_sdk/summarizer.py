@@ -200,6 +200,8 @@ class Summarizer:
         selection = self.kind.selection
         if selection is None:
             raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
+        if not isinstance(units, (list, tuple)) or not units or not all(isinstance(u, Unit) for u in units):
+            raise InputError("unit_scores takes a non-empty list of units, as the kind's pager makes them")
         paged = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units)
         if self.selection_tokenizer is None:
             query_ids = self.kind.pager(self.tokenizer, self.special, paging).query_ids(query)

@@ -17,7 +17,7 @@ from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.bundle import Manifest, write_manifest
-from locsum_sdk.errors import BackendError
+from locsum_sdk.errors import BackendError, InputError
 from locsum_sdk.kinds import GraphIO, Selection, TensorIO, keep_top
 from locsum_sdk.units import Unit
 
@@ -98,6 +98,13 @@ def test_the_selection_stage_keeps_the_best_scored_units_best_first(ranked_bundl
     assert [u.score for u in summary.units] == [float(n) for n in lengths]  # the ranker's scores, best first
     assert [len(u.token_ids) for u in summary.units] == lengths and summary.unit_weights.shape[1] == KEEP
     assert summary.to_dict()["units"][0]["score"] == lengths[0]
+
+
+@pytest.mark.parametrize("units", [[], "text", [("not", "a unit")], None])
+def test_unit_scores_refuses_what_is_not_a_list_of_units(ranked_bundle, units):
+    summarizer = Summarizer.from_pretrained(ranked_bundle, threads=1)
+    with pytest.raises(InputError, match="non-empty list of units"):
+        summarizer.unit_scores(units, None, summarizer.paging)
 
 
 def test_a_kind_can_run_its_scoring_graph_over_chunks_of_its_own(ranked_bundle, monkeypatch):
