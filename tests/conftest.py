@@ -109,6 +109,30 @@ def hf_bart_directory(path: Path, vocab_size: int = 400) -> Path:
     return path
 
 
+def check_selection_memory(bundle: Path, text: str, runs, inputs, graph: str) -> None:
+    """A selection stage's run is held to the memory limit: with a limit between one run of 4 and one of 8 units,
+    unit_batch_size=8 is refused before the run (naming the pass) and unit_batch_size=1 summarizes."""
+    from locsum_sdk import Summarizer
+    from locsum_sdk.errors import MemoryLimitError
+    from locsum_sdk.memory import PAGING_BYTES_PER_TOKEN
+
+    wide = Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=8)
+    options = wide.options().units
+    units = wide.kind.pager(wide.tokenizer, wide.special, options)([text])
+
+    def largest_run(size: int) -> int:
+        return max(wide.kind.selection.memory(wide.model, inputs(units[a:b], [], options))
+                   for a, b in runs(units, [], options, size))
+
+    assert len(runs(units, [], options, 1)) >= 8 and largest_run(1) * 4 < largest_run(8)
+    limit = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units) + largest_run(4)
+    with pytest.raises(MemoryLimitError, match=rf"the {graph} pass over \d+ units needs about .* over the memory "
+                                               r"limit .* smaller unit_batch_size \(now 8\)"):
+        wide.summarize(text, memory_limit=limit, max_length=6)
+    narrow = Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=1)
+    assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
+
+
 def run_onnx_function(function, domain: str, opset: int, inputs: dict, outputs: dict[str, int]) -> list:
     """One node calling the onnxscript `function` (an ONNX local function of `domain`), checked with
     onnx.checker and run on ONNX Runtime on `inputs` (name -> numpy array); returns the float `outputs`

@@ -8,14 +8,13 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import document, tiny_config
+from conftest import check_selection_memory, document, tiny_config
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
-from locsum_sdk.errors import MemoryLimitError, OptionError
+from locsum_sdk.errors import OptionError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.kinds.dyle import SnippetOptions, extractor_inputs, extractor_runs
-from locsum_sdk.memory import PAGING_BYTES_PER_TOKEN
 from locsum_sdk.units import is_dialogue
 
 UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96}
@@ -110,23 +109,7 @@ def test_chunks_hold_consecutive_snippets_within_the_budget(dyle_bundle):
 
 
 def test_the_extractor_pass_is_held_to_the_memory_limit(dyle_bundle):
-    text = meeting(random.Random(7), 60)
-    wide = Summarizer.from_pretrained(dyle_bundle, threads=1, unit_batch_size=8)
-    options = wide.options().units
-    units = wide.kind.pager(wide.tokenizer, wide.special, options)([text])
-
-    def largest_run(size: int) -> int:
-        return max(wide.kind.selection.memory(wide.model, extractor_inputs(units[a:b], [], options))
-                   for a, b in extractor_runs(units, [], options, size))
-
-    assert len(extractor_runs(units, [], options, 1)) >= 8
-    assert largest_run(1) * 4 < largest_run(8)  # a run holds at most unit_batch_size chunks
-    limit = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units) + largest_run(4)
-    with pytest.raises(MemoryLimitError, match=r"the extractor pass over \d+ units needs about .* over the memory "
-                                               r"limit .* smaller unit_batch_size \(now 8\)"):
-        wide.summarize(text, memory_limit=limit, max_length=6)
-    narrow = Summarizer.from_pretrained(dyle_bundle, threads=1, unit_batch_size=1)
-    assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
+    check_selection_memory(dyle_bundle, meeting(random.Random(7), 60), extractor_runs, extractor_inputs, "extractor")
 
 
 def test_options_that_do_not_fit_the_extractor_are_refused(dyle_bundle):

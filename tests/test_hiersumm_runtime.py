@@ -8,15 +8,13 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import document
+from conftest import check_selection_memory, document
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
-from locsum_sdk.errors import MemoryLimitError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.kinds import fixed_runs
 from locsum_sdk.kinds.hiersumm import ranker_inputs
-from locsum_sdk.memory import PAGING_BYTES_PER_TOKEN
 from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
 UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3}
@@ -68,20 +66,7 @@ def test_onnxruntime_matches_torch_token_for_token(hiersumm_bundle, hiersumm_che
 
 def test_the_ranker_pass_is_held_to_the_memory_limit(hiersumm_bundle):
     text = "\n\n".join(document(random.Random(i), 3) for i in range(24))
-    wide = Summarizer.from_pretrained(hiersumm_bundle, threads=1, unit_batch_size=8)
-    options = wide.options().units
-    units = wide.kind.pager(wide.tokenizer, wide.special, options)([text])
-
-    def largest_run(size: int) -> int:
-        return max(wide.kind.selection.memory(wide.model, ranker_inputs(units[a:b], [], options))
-                   for a, b in fixed_runs(units, [], options, size))
-
-    assert len(units) >= 16 and largest_run(1) * 4 < largest_run(8)
-    limit = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units) + largest_run(4)
-    with pytest.raises(MemoryLimitError, match=r"the ranker pass over 8 units needs about .* smaller unit_batch_size"):
-        wide.summarize(text, memory_limit=limit, max_length=6)
-    narrow = Summarizer.from_pretrained(hiersumm_bundle, threads=1, unit_batch_size=1)
-    assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
+    check_selection_memory(hiersumm_bundle, text, fixed_runs, ranker_inputs, "ranker")
 
 
 def test_a_bart_checkpoint_converts_with_its_token_embeddings(checkpoint_dir, tmp_path):
