@@ -1,0 +1,40 @@
+"""Every trained bundle shipped under engines/ besides the default: intact, within the size a shipped bundle may
+have, with its model card and measured figures, and summarizing the shipped example as its kind does."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from locsum_sdk import Summarizer
+from locsum_sdk.bundle import Bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+MEETING = ROOT / "examples" / "meeting.txt"
+SHIPPED = sorted(p.parent for p in (ROOT / "engines").glob("*/manifest.json") if p.parent.name != "default")
+MAX_MB = 30
+
+
+@pytest.mark.parametrize("bundle", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_a_shipped_bundle_is_intact_small_and_documented(bundle):
+    loaded = Bundle.load(bundle, verify=True)
+    assert loaded.manifest.kind == bundle.name  # engines/<kind>
+    assert sum(p.stat().st_size for p in bundle.iterdir()) <= MAX_MB * 2**20
+    card = (bundle / "README.md").read_text()
+    evaluation = json.loads((bundle / "evaluation.json").read_text())
+    assert f"of kind `{bundle.name}`" in card and "### qmsum" in card and "qmsum" in evaluation["rouge"]
+    assert evaluation["parity"]["examples"] > 0
+
+
+@pytest.mark.parametrize("bundle", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_a_shipped_bundle_summarizes_documents_and_a_meeting(bundle):
+    summarizer = Summarizer.from_pretrained(bundle, threads=2)
+    meeting = MEETING.read_text(encoding="utf-8")
+    turns = meeting.splitlines()
+    documents = ["\n".join(turns[k::3]) for k in range(3)]
+    for text in (meeting, documents):
+        summary = summarizer.summarize(text, query="What was decided?", max_length=24)
+        assert summary.text.strip() and summary.kind == bundle.name and summary.units
+        assert summary.unit_weights.shape[1] == len(summary.units)
+        assert np.allclose(summary.unit_weights.sum(axis=1), 1.0, atol=1e-4)
