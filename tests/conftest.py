@@ -83,16 +83,38 @@ def tiny_config(vocab_size: int, **changes):
     return BartConfig(**{**values, **changes})
 
 
-def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
-    """A tiny PageSum with weights large enough that greedy choices are not near-ties."""
+def random_model(build, seed: int = 0, std: float = 0.3):
+    """`build()`'s model with seeded random weights large enough that greedy choices are not near-ties, in eval
+    mode."""
     import torch
 
-    from locsum_sdk.modeling.pagesum import PageSum
-
     torch.manual_seed(seed)
-    model = PageSum(tiny_config(vocab_size))
+    model = build()
     model.reset_parameters(std)
     return model.eval()
+
+
+def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
+    """A tiny PageSum with random weights (`random_model`)."""
+    from locsum_sdk.modeling.pagesum import PageSum
+
+    return random_model(lambda: PageSum(tiny_config(vocab_size)), seed, std)
+
+
+def random_checkpoint(model, directory: Path, tokenizer_file: Path, units: dict) -> Path:
+    """`model` saved as our checkpoint with `units` and greedy decoding of at most 16 tokens."""
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    return save_checkpoint(model, directory, tokenizer_file, units=units,
+                           generation={"num_beams": 1, "max_length": 16})
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Rows as a JSON Lines data file, as ../shared/data lays them out."""
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 def hf_bart_directory(path: Path, vocab_size: int = 400) -> Path:

@@ -3,6 +3,7 @@ the generator marginalizes over snippets with padding snippets weighing nothing;
 
 import pytest
 import torch
+from conftest import random_model
 
 from locsum_sdk.errors import BundleError
 from locsum_sdk.modeling.bart import attention_bias
@@ -18,10 +19,7 @@ def tiny_dyle(seed: int = 0, **extractor) -> Dyle:
     config = DyleConfig(vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=2, encoder_heads=4,
                         decoder_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_positions=64,
                         extractor=ExtractorConfig(**extractor) if extractor else None)
-    torch.manual_seed(seed)
-    model = Dyle(config)
-    model.reset_parameters(0.3)
-    return model.eval()
+    return random_model(lambda: Dyle(config), seed)
 
 
 def test_the_bert_encoder_equals_hf_bert():

@@ -7,8 +7,7 @@ import random
 
 import numpy as np
 import pytest
-import torch
-from conftest import check_selection_memory, document, tiny_config
+from conftest import check_selection_memory, document, random_checkpoint, random_model, tiny_config
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
@@ -22,14 +21,10 @@ UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96}
 
 @pytest.fixture(scope="module")
 def dyle_checkpoint(tmp_path_factory, tokenizer, tokenizer_file):
-    from locsum_sdk.modeling.checkpoint import save_checkpoint
     from locsum_sdk.modeling.dyle import Dyle
 
-    torch.manual_seed(0)
-    model = Dyle(tiny_config(tokenizer.get_vocab_size()))
-    model.reset_parameters(0.3)
-    return save_checkpoint(model.eval(), tmp_path_factory.mktemp("dyle_ckpt"), tokenizer_file, units=UNITS,
-                           generation={"num_beams": 1, "max_length": 16})
+    model = random_model(lambda: Dyle(tiny_config(tokenizer.get_vocab_size())))
+    return random_checkpoint(model, tmp_path_factory.mktemp("dyle_ckpt"), tokenizer_file, UNITS)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from conftest import document
+from conftest import document, write_jsonl
 from test_training import run_config
 
 from locsum_sdk.modeling.dyle import select_snippets
@@ -26,8 +26,7 @@ def meetings(tmp_path_factory):
         rows.append({"id": f"m-{i}", "documents": ["\n".join(turns)],
                      "query": "What did they decide?" if i % 2 else None,
                      "summary": summary, "source": "test"})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def config(tmp_path, meetings, tokenizer_file, name, **changes):

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import random_model, tiny_config
 
 from locsum_sdk.modeling.hierencdec import HierEncDec, Parts
 
@@ -14,10 +14,7 @@ ATOL = 1e-5
 
 
 def model(seed: int = 0, parts: Parts | None = None) -> HierEncDec:
-    torch.manual_seed(seed)
-    m = HierEncDec(tiny_config(VOCAB, max_positions=64), parts)
-    m.reset_parameters(0.3)
-    return m.eval()
+    return random_model(lambda: HierEncDec(tiny_config(VOCAB, max_positions=64), parts), seed)
 
 
 def documents(seed: int = 0, batch: int = 2, docs: int = 3, length: int = 7):

@@ -3,6 +3,7 @@ the attention mass per paragraph, padding paragraphs change nothing, configs rou
 
 import pytest
 import torch
+from conftest import random_model
 
 from locsum_sdk.backends.base import BeamSlots
 from locsum_sdk.errors import BundleError
@@ -15,10 +16,7 @@ CONFIG = HierSummConfig(vocab_size=60, d_model=16, encoder_heads=4, decoder_head
 
 
 def model(seed=0):
-    torch.manual_seed(seed)
-    m = HierSumm(CONFIG)
-    m.reset_parameters(0.3)
-    return m.eval()
+    return random_model(lambda: HierSumm(CONFIG), seed)
 
 
 def batch(seed=1):

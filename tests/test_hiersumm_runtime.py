@@ -7,8 +7,7 @@ import random
 
 import numpy as np
 import pytest
-import torch
-from conftest import check_selection_memory, document
+from conftest import check_selection_memory, document, random_checkpoint, random_model
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
@@ -22,17 +21,13 @@ UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3}
 
 @pytest.fixture(scope="module")
 def hiersumm_checkpoint(tmp_path_factory, tokenizer, tokenizer_file):
-    from locsum_sdk.modeling.checkpoint import save_checkpoint
     from locsum_sdk.modeling.hiersumm import HierSumm
 
-    torch.manual_seed(0)
     config = HierSummConfig(vocab_size=tokenizer.get_vocab_size(), d_model=32, encoder_heads=4, decoder_heads=4,
                             encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=("local", "global", "local"),
                             decoder_layers=2, max_positions=128, ranker_hidden=16)
-    model = HierSumm(config)
-    model.reset_parameters(0.3)
-    return save_checkpoint(model.eval(), tmp_path_factory.mktemp("hiersumm_ckpt"), tokenizer_file, units=UNITS,
-                           generation={"num_beams": 1, "max_length": 16})
+    model = random_model(lambda: HierSumm(config))
+    return random_checkpoint(model, tmp_path_factory.mktemp("hiersumm_ckpt"), tokenizer_file, UNITS)
 
 
 @pytest.fixture(scope="module")

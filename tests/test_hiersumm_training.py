@@ -6,7 +6,7 @@ import random
 from collections import Counter
 
 import pytest
-from conftest import document
+from conftest import document, write_jsonl
 from test_training import run_config
 
 UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3, "max_pages": 12}
@@ -23,8 +23,7 @@ def clusters(tmp_path_factory):
         docs = [document(rng, rng.randint(2, 8)) for _ in range(rng.randint(2, 4))]
         rows.append({"id": f"c-{i}", "documents": docs, "query": "What changed?" if i % 2 else None,
                      "summary": docs[0].split("\n\n")[0], "source": "test"})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def config(tmp_path, clusters, tokenizer_file, name, **changes):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config
+from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config, write_jsonl
 
 from locsum_sdk.modeling.objectives import IGNORE, label_smoothed_nll
 from train.batching import Sample, collate
@@ -25,8 +25,7 @@ def jsonl(tmp_path_factory):
     rows = [{"id": f"x-{i}", "documents": [shared if i % 2 else document(rng, rng.randint(5, 40))],
              "query": "What was decided?" if i % 3 == 0 else None, "summary": document(rng, 2), "source": "test"}
             for i in range(12)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def test_jsonl_index_and_unique_documents(jsonl):
