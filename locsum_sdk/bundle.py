@@ -156,13 +156,6 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def selection_tokenizer(kind: str, model: dict[str, Any]) -> str | None:
-    """The file of the tokenizer a kind's selection stage reads for this model, when it has one of its own."""
-    selection = kinds.get(kind).selection
-    own = selection.own_tokenizer if selection is not None else None
-    return own.file if own is not None and own.used(model) else None
-
-
 @dataclass(frozen=True)
 class Bundle:
     """A validated bundle directory."""
@@ -181,9 +174,9 @@ class Bundle:
             raise BundleNotFoundError(f"{path} has no {C.MANIFEST_FILE}; is it a locsum bundle?")
         manifest = Manifest.from_json(manifest_path.read_bytes(), manifest_path)
         needed = {graph["file"] for graph in manifest.graphs.values()} | {C.TOKENIZER_FILE}
-        own = selection_tokenizer(manifest.kind, manifest.model)
+        own = kinds.get(manifest.kind).own_tokenizer(manifest.model)
         if own is not None:
-            needed.add(own)
+            needed.add(own.file)
         unlisted = sorted(needed - set(manifest.files))
         if unlisted:
             raise BundleIntegrityError(f"{manifest_path} lists no checksum for {unlisted}; export the bundle again")

@@ -69,7 +69,7 @@ def encoder_pass(rows: int, length: int, d_model: int, heads: int, ffn_dim: int)
 
 def arrays_bytes(arrays: dict[str, Any]) -> int:
     """Bytes held by a graph's input arrays."""
-    return sum(int(getattr(a, "nbytes", 0)) for a in arrays.values())
+    return sum(int(a.nbytes) for a in arrays.values())
 
 
 def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,

@@ -144,9 +144,9 @@ class Summarizer:
             runner, settings = _torch_backend(path, is_bundle, threads)
         special = SpecialTokens(**settings["special_tokens"])
         tokenizer = _tokenizer(Path(settings["tokenizer"]), settings["model"]["vocab_size"], "the model")
-        own = runner.kind.selection.own_tokenizer if runner.kind.selection is not None else None
+        own = runner.kind.own_tokenizer(settings["model"])
         selection_tokenizer = None
-        if own is not None and own.used(settings["model"]):
+        if own is not None:
             file = path / own.file
             if not file.is_file():
                 raise BundleNotFoundError(f"{path} has no {own.file}: its {runner.kind.selection.graph} reads a "

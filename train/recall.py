@@ -51,10 +51,15 @@ def baseline_rankers(rng: random.Random) -> dict[str, Ranker]:
     }
 
 
+def share(value: dict[str, float]) -> str:
+    """A percentage with its interval: '41.2 [38.0, 44.5]'."""
+    return f"{value['mean']:.1f} [{value['low']:.1f}, {value['high']:.1f}]"
+
+
 def print_report(report: dict[str, dict[int, dict[str, float]]], label: Callable[[int], str]) -> None:
     """One line per ranking: each cutoff's mean and interval, and the examples counted."""
     for name, by_cutoff in report.items():
-        cells = "  ".join(f"{label(n)} {v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for n, v in by_cutoff.items())
+        cells = "  ".join(f"{label(n)} {share(v)}" for n, v in by_cutoff.items())
         print(f"{name:>10}  {cells}  ({next(iter(by_cutoff.values()))['examples']} examples)")
 
 

@@ -33,6 +33,7 @@ from locsum_sdk.options import parse_assignment
 
 from .config import DATA
 from .kinds import selection_report
+from .recall import share
 
 logger = logging.getLogger("locsum_sdk.train")
 
@@ -171,7 +172,7 @@ def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
              "| ranking | " + " | ".join(selection["cutoff"].format(c) for c in cutoffs) + " | examples |",
              "|---|" + "---|" * (len(cutoffs) + 1)]
     for ranking, by_cutoff in selection["report"].items():
-        cells = " | ".join(f"{v['mean']:.1f} [{v['low']:.1f}, {v['high']:.1f}]" for v in by_cutoff.values())
+        cells = " | ".join(share(v) for v in by_cutoff.values())
         lines.append(f"| {ranking} | {cells} | {next(iter(by_cutoff.values()))['examples']} |")
     return [*lines, ""]
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import __version__, kinds
 from .. import constants as C
-from ..bundle import Bundle, Manifest, selection_tokenizer, write_manifest
+from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
@@ -194,11 +194,12 @@ def export_onnx(
     if vocab > model.config.vocab_size:
         raise ExportError(f"{tokenizer_file} has {vocab} tokens, more than the model's {model.config.vocab_size}")
     defaults.check_model(model.config.to_dict())
-    own = selection_tokenizer(declared.name, model.config.to_dict())
-    own_file = (Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent) / (own or "")
-    if own is not None and not own_file.is_file():
-        raise BundleNotFoundError(f"no {own} beside {checkpoint}: its {declared.selection.graph} reads a tokenizer "
-                                  "of its own; put that tokenizer.json there under this name")
+    own = declared.own_tokenizer(model.config.to_dict())
+    if own is not None:
+        own_file = (Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent) / own.file
+        if not own_file.is_file():
+            raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
+                                      "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
     output.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(output)
@@ -220,7 +221,7 @@ def export_onnx(
                 written[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         if own is not None:
-            shutil.copyfile(own_file, work / own)
+            shutil.copyfile(own_file, work / own.file)
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,

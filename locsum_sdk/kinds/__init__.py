@@ -177,6 +177,11 @@ class Kind:
     config: type = BartConfig  # the model config dataclass (`from_dict`, `to_dict`) the manifest's `model` holds
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
 
+    def own_tokenizer(self, model: dict[str, Any]) -> OwnTokenizer | None:
+        """The tokenizer of its own this model's selection stage reads (its bundle carries `file`), if any."""
+        own = self.selection.own_tokenizer if self.selection is not None else None
+        return own if own is not None and own.used(model) else None
+
 
 REGISTRY: dict[str, Kind] = {}
 
