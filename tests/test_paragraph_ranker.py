@@ -53,19 +53,43 @@ def test_padding_changes_no_score():
     assert torch.allclose(scores, padded, atol=1e-6)
 
 
-def test_it_learns_to_regress_rouge_recall():
+@pytest.mark.parametrize("listwise", [0.0, 1.0])
+def test_it_learns_to_rank_by_rouge_recall(listwise):
     model = ranker().train()
     title, title_mask, paragraph, paragraph_mask = inputs(n=8, seed=3)
     targets = torch.linspace(0.05, 0.6, 8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     first = None
     for _ in range(60):
-        loss = ranker_loss(model(title, title_mask, paragraph, paragraph_mask), targets)
+        loss = ranker_loss(model.logits(title, title_mask, paragraph, paragraph_mask), targets, listwise)
         first = first if first is not None else loss.item()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert loss.item() < first / 10
+    assert loss.item() < (first / 10 if not listwise else first)
+    with torch.no_grad():
+        scores = model(title, title_mask, paragraph, paragraph_mask)
+    assert torch.equal(scores.argsort(), targets.argsort())
+
+
+def test_the_loss_is_the_regression_plus_the_listwise_cross_entropy():
+    logits, targets = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0.3, 0.0, 0.1])
+    regression = torch.mean((torch.sigmoid(logits) - targets) ** 2)
+    shares = targets / targets.sum()
+    cross_entropy = -(shares * (logits - torch.logsumexp(logits, 0))).sum()
+    assert torch.allclose(ranker_loss(logits, targets, 0.0), regression)
+    assert torch.allclose(ranker_loss(logits, targets, 0.5), regression + 0.5 * cross_entropy)
+    assert torch.allclose(ranker_loss(logits, torch.zeros(3), 1.0), torch.mean(torch.sigmoid(logits) ** 2))
+
+
+def test_the_listwise_gradient_does_not_fade_when_the_sigmoid_saturates():
+    logits = torch.tensor([-12.0, -12.5, -13.0], requires_grad=True)
+    targets = torch.tensor([0.0, 0.0, 0.05])
+    ranker_loss(logits, targets, 0.0).backward()
+    regression = logits.grad.abs().max().item()
+    logits.grad = None
+    ranker_loss(logits, targets, 1.0).backward()
+    assert regression < 1e-6 and logits.grad[2].item() < -0.1
 
 
 def test_onnxruntime_scores_equal_torch(tmp_path):

@@ -184,7 +184,8 @@ def rank_paragraphs(model: HierSumm, paragraphs: list[list[int]], title: list[in
 
 def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """The Hierarchical Transformer's training loss on a batch (`train.kinds.hiersumm.HierBatch`), by
-    `objective_options.stage`: "ranker" (MSE of the ranker's scores against each paragraph's ROUGE-2 recall),
+    `objective_options.stage`: "ranker" (`ranker_loss` against each paragraph's ROUGE-2 recall, its listwise term
+    weighted by `objective_options.ranker_listwise`, default 1; 0 leaves the paper's regression alone),
     "summarizer" (label-smoothed NLL of the summary from the L' paragraphs the current ranker ranks best, best
     first, with their tf-idf graph) or "both" (their sum). Returns (loss, summary NLL, terms)."""
     from ..paragraphs import tfidf_graph
@@ -192,7 +193,9 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
     stage = config.objective_options.get("stage", "both")
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
-        errors = [ranker_loss(model.ranker(**ranker_tensors(p, t)).float(), torch.tensor(r, dtype=torch.float32))
+        listwise = float(config.objective_options.get("ranker_listwise", 1.0))
+        errors = [ranker_loss(model.ranker.logits(**ranker_tensors(p, t)).float(),
+                              torch.tensor(r, dtype=torch.float32), listwise)
                   for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
         terms["ranker"] = torch.stack(errors).mean()
     nll = torch.zeros(())
