@@ -9,10 +9,10 @@
 Training (`ranker_loss`): the paper's regression (squared error of s against each paragraph's ROUGE-2 recall),
 plus by default a listwise term, the cross-entropy between the recall shares of an input's paragraphs and the
 softmax of their logits. Recall targets are small (most paragraphs share few bigrams with the summary), so the
-regression alone is met by a near-constant score and its gradient fades as the sigmoid saturates: trained alone on
-QMSum it ranked no better than input order. The listwise term's gradient does not fade and rewards the order,
-which is all the runtime uses. Both keep the score a monotone function of the same logit, so the exported graph
-is unchanged.
+regression alone is met by a near-constant score and its gradient fades as the sigmoid saturates: trained on it
+alone, the ranker ranked QMSum val paragraphs no better than input order. The listwise term's gradient does not
+fade and rewards the order, which is all the runtime uses. Both keep the score a monotone function of the same
+logit, so the exported graph is unchanged.
 
 Both LSTMs read left to right over right-padded rows, so padding never reaches a real position; the max-pools
 skip padding. A paragraph scored without a title uses a title of zeros.
