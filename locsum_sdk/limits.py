@@ -157,17 +157,23 @@ def _select(units: list[Unit], query: Sequence[int], count: int | None, tokens: 
 def tfidf_scores(units: Sequence[Unit], query: Sequence[int]) -> np.ndarray:
     """Cosine similarity of each page's tf-idf vector (over token ids) to the query's, or, without a query, to
     the input's as a whole. Linear in the input: one sparse count per page."""
-    counts = [Counter(u.text_ids) for u in units]
+    return tfidf_cosine([u.text_ids for u in units], query)
+
+
+def tfidf_cosine(texts: Sequence[Sequence[int]], query: Sequence[int]) -> np.ndarray:
+    """`tfidf_scores` over token id sequences: each text's tf-idf cosine (document frequencies over `texts`) to
+    `query`'s, or, with an empty query, to all the texts' together; float64, (len(texts),)."""
+    counts = [Counter(ids) for ids in texts]
     frequency: Counter = Counter()
     whole: Counter = Counter()
     for count in counts:
         frequency.update(count.keys())
         whole.update(count)
-    idf = {token: np.log((1 + len(units)) / (1 + df)) + 1 for token, df in frequency.items()}
-    target = Counter(query) if query else whole
+    idf = {token: np.log((1 + len(texts)) / (1 + df)) + 1 for token, df in frequency.items()}
+    target = Counter(query) if len(query) else whole
     target_weights = {t: c * idf.get(t, 0.0) for t, c in target.items()}
     target_norm = np.sqrt(sum(w * w for w in target_weights.values())) or 1.0
-    scores = np.zeros(len(units))
+    scores = np.zeros(len(texts))
     for i, count in enumerate(counts):
         weights = {t: c * idf[t] for t, c in count.items()}
         norm = np.sqrt(sum(w * w for w in weights.values())) or 1.0

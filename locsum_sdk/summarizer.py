@@ -208,10 +208,12 @@ class Summarizer:
         else:
             units, query_ids = selection.own_tokenizer.reframe(units, query, self.selection_tokenizer, paging,
                                                                self.model)
+        whole = selection.features(self.model, units, query_ids) if selection.features is not None else {}
         scores = []
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
             part = units[first:end]
-            inputs = selection.inputs(part, query_ids, paging)
+            inputs = {**selection.inputs(part, query_ids, paging),
+                      **{name: rows[first:end] for name, rows in whole.items()}}
             if memory_limit is not None and selection.memory is not None:
                 needed = paged + selection.memory(self.model, inputs)
                 if needed > memory_limit:

@@ -76,6 +76,33 @@ def test_the_ranker_stage_trains_the_ranker_alone(tmp_path, clusters, tokenizer_
         objective(trainer.model, batch, type("C", (), {"objective_options": {"stage": "all"}, "label_smoothing": 0})())
 
 
+def test_a_ranker_grows_the_tfidf_feature_and_trains_on_it(tmp_path, clusters, tokenizer_file):
+    import torch
+
+    from locsum_sdk.modeling.hiersumm import objective, ranker_tensors
+    from train.__main__ import build
+    from train.kinds.hiersumm import prepare_model
+
+    plain = build(config(tmp_path, clusters, tokenizer_file, "plain"), progress=False)
+    grown_config = config(tmp_path, clusters, tokenizer_file, "grown",
+                          objective_options={"stage": "ranker", "ranker_tfidf": True})
+    grown = prepare_model(plain.model, grown_config)
+    assert grown.config.ranker_tfidf and not plain.model.config.ranker_tfidf
+    sample = plain.train_set.get(1)
+    tensors = ranker_tensors(sample.units, sample.title, False)
+    grown.eval(), plain.model.eval()
+    with torch.no_grad():  # the feature's column starts at zero: the old logits plus the feature, weight 1
+        feature = torch.linspace(-1, 1, len(sample.units))
+        assert torch.allclose(grown.ranker.logits(**tensors, tfidf=feature),
+                              plain.model.ranker.logits(**tensors) + feature, atol=1e-5)
+    trainer = build(grown_config, progress=False)
+    assert trainer.model.config.ranker_tfidf
+    batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+    loss, _, _ = objective(trainer.model, batch, trainer.config)
+    loss.backward()
+    assert trainer.model.ranker.tfidf_weight.grad is not None and trainer.model.ranker.tfidf_weight.grad != 0
+
+
 def test_rouge_l_recall_is_the_lcs_share_of_the_reference():
     from train.ranker_recall import rouge_l_recall
 

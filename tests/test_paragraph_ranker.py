@@ -10,9 +10,9 @@ import torch
 from locsum_sdk.modeling.paragraph_ranker import ParagraphRanker, RankerConfig, masked_max, ranker_loss
 
 
-def ranker(seed=0):
+def ranker(seed=0, tfidf=False):
     torch.manual_seed(seed)
-    return ParagraphRanker(RankerConfig(vocab_size=40, embed_dim=12, hidden=10)).eval()
+    return ParagraphRanker(RankerConfig(vocab_size=40, embed_dim=12, hidden=10, tfidf=tfidf)).eval()
 
 
 def inputs(seed=1, n=4, title_tokens=5, tokens=9):
@@ -40,6 +40,26 @@ def test_the_score_follows_the_formula():
         assert torch.allclose(scores[i], torch.sigmoid(model.score(h))[0], atol=1e-6)
     assert torch.all((scores > 0) & (scores < 1))
     assert torch.all(masked_max(torch.ones(1, 3, 2), torch.zeros(1, 3, dtype=torch.bool)) == 0)
+
+
+def test_the_tfidf_feature_enters_the_mix_and_the_score():
+    model = ranker(tfidf=True)
+    with torch.no_grad():
+        model.tfidf_weight.fill_(0.7)
+    title, title_mask, paragraph, paragraph_mask = inputs()
+    feature = torch.tensor([1.5, -0.5, 0.0, -1.0])
+    with torch.no_grad():
+        logits = model.logits(title, title_mask, paragraph, paragraph_mask, feature)
+        i = 0
+        t, _ = model.title_lstm(model.embed(title[i : i + 1]))
+        p, _ = model.paragraph_lstm(model.embed(paragraph[i : i + 1, :6]))
+        column = torch.full((p.shape[1], 1), 1.5)
+        h = torch.tanh(model.mix(torch.cat([p[0], t[0].amax(0).expand(p.shape[1], -1), column], -1))).amax(0)
+        assert torch.allclose(logits[i], model.score(h)[0] + 0.7 * 1.5, atol=1e-6)
+    with pytest.raises(ValueError, match="reads a tf-idf feature"):
+        model(title, title_mask, paragraph, paragraph_mask)
+    with pytest.raises(ValueError, match="does not read a tf-idf feature"):
+        ranker()(title, title_mask, paragraph, paragraph_mask, feature)
 
 
 def test_padding_changes_no_score():
@@ -92,19 +112,24 @@ def test_the_listwise_gradient_does_not_fade_when_the_sigmoid_saturates():
     assert regression < 1e-6 and logits.grad[2].item() < -0.1
 
 
-def test_onnxruntime_scores_equal_torch(tmp_path):
+@pytest.mark.parametrize("tfidf", [False, True])
+def test_onnxruntime_scores_equal_torch(tmp_path, tfidf):
     ort = pytest.importorskip("onnxruntime")
-    model = ranker()
-    example = inputs()
-    names = ["title_ids", "title_mask", "paragraph_ids", "paragraph_mask"]
+    model = ranker(tfidf=tfidf)
+
+    def feature(n, seed):
+        return (torch.randn(n, generator=torch.Generator().manual_seed(seed)),) if tfidf else ()
+
+    example = inputs() + feature(4, 0)
+    names = ["title_ids", "title_mask", "paragraph_ids", "paragraph_mask"] + (["tfidf"] if tfidf else [])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, example, str(tmp_path / "ranker.onnx"), input_names=names, output_names=["scores"],
                           dynamic_axes={"title_ids": {0: "n", 1: "tq"}, "title_mask": {0: "n", 1: "tq"},
                                         "paragraph_ids": {0: "n", 1: "t"}, "paragraph_mask": {0: "n", 1: "t"},
-                                        "scores": {0: "n"}}, opset_version=17, dynamo=False)
+                                        "tfidf": {0: "n"}, "scores": {0: "n"}}, opset_version=17, dynamo=False)
     session = ort.InferenceSession(str(tmp_path / "ranker.onnx"), providers=["CPUExecutionProvider"])
-    other = inputs(seed=7, n=6, title_tokens=8, tokens=13)  # other sizes than the traced ones
+    other = inputs(seed=7, n=6, title_tokens=8, tokens=13) + feature(6, 1)  # other sizes than the traced ones
     got = session.run(None, {name: t.numpy() for name, t in zip(names, other)})[0]
     with torch.no_grad():
         np.testing.assert_allclose(got, model(*other).numpy(), atol=1e-5)

@@ -142,7 +142,8 @@ class Selection:
     packed into chunks of tokens as an extractor reads them), so the stage's memory is bounded by one run and its
     time grows with the number of units; `memory(model config, run's inputs)` is the working memory of one run in
     bytes, checked against the call's memory limit before the run; `own_tokenizer`, for a graph that may read the
-    ids of a tokenizer of its own."""
+    ids of a tokenizer of its own; `features(model config, units, query ids)`, for inputs that depend on the whole
+    item (one row per unit; each run reads its rows), computed once per item."""
 
     graph: str  # the scoring graph, one of the kind's graphs
     inputs: Callable[[Sequence[Unit], Sequence[int], Any], dict[str, np.ndarray]]  # (run's units, query ids, options)
@@ -151,6 +152,7 @@ class Selection:
     runs: Callable[[Sequence[Unit], Sequence[int], Any, int], list[tuple[int, int]]] = fixed_runs
     memory: Callable[[dict[str, Any], dict[str, np.ndarray]], int] | None = None
     own_tokenizer: OwnTokenizer | None = None  # for stages whose graph may read another tokenizer's ids
+    features: Callable[[dict[str, Any], Sequence[Unit], Sequence[int]], dict[str, np.ndarray]] | None = None
 
 
 def keep_top(units: Sequence[Unit], scores: np.ndarray, count: int, ranked: bool) -> list[Unit]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
+from ..limits import tfidf_cosine
 from ..memory import FLOAT, arrays_bytes
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
@@ -23,7 +24,7 @@ from .hierencdec import HierEncDecLayout
 REVISION = 1
 TITLE_IDS, TITLE_MASK = "title_ids", "title_mask"
 PARAGRAPH_IDS, PARAGRAPH_MASK = "paragraph_ids", "paragraph_mask"
-GRAPH, SCORES = "graph", "scores"
+GRAPH, SCORES, TFIDF = "graph", "scores", "tfidf"
 
 
 def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[str, np.ndarray]:
@@ -41,9 +42,23 @@ def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[
     return {TITLE_IDS: title_ids, TITLE_MASK: title_mask, PARAGRAPH_IDS: paragraph_ids, PARAGRAPH_MASK: paragraph_mask}
 
 
+def tfidf_feature(texts: Sequence[Sequence[int]], title: Sequence[int]) -> np.ndarray:
+    """Each paragraph's tf-idf cosine to the title (`limits.tfidf_cosine`: to the whole input without one),
+    standardized over the input's paragraphs (zeros where they all score alike); float32, (len(texts),)."""
+    cosine = tfidf_cosine(texts, title)
+    spread = cosine.std()
+    centred = cosine - cosine.mean()
+    return (centred / spread if spread > 1e-9 else np.zeros_like(cosine)).astype(np.float32)
+
+
 def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:
     """One run of paragraphs, as the ranker graph reads them."""
     return ranker_arrays([u.text_ids for u in units], query_ids)
+
+
+def ranker_features(model: dict[str, Any], units: Sequence[Unit], query_ids: Sequence[int]) -> dict[str, np.ndarray]:
+    """The tf-idf feature of all an input's paragraphs, for a ranker that reads it (`model.ranker_tfidf`)."""
+    return {TFIDF: tfidf_feature([u.text_ids for u in units], query_ids)} if model.get("ranker_tfidf") else {}
 
 
 def ranker_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> int:
@@ -67,7 +82,8 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
         inputs=(TensorIO(TITLE_IDS, "int64", {0: "paragraphs", 1: "title_length"}),
                 TensorIO(TITLE_MASK, "int64", {0: "paragraphs", 1: "title_length"}),
                 TensorIO(PARAGRAPH_IDS, "int64", {0: "paragraphs", 1: "length"}),
-                TensorIO(PARAGRAPH_MASK, "int64", {0: "paragraphs", 1: "length"})),
+                TensorIO(PARAGRAPH_MASK, "int64", {0: "paragraphs", 1: "length"}),
+                *([TensorIO(TFIDF, "float32", {0: "paragraphs"})] if model.get("ranker_tfidf") else [])),
         outputs=(TensorIO(SCORES, "float32", {0: "paragraphs"}),),
     )
     encoder = GraphIO(
@@ -100,4 +116,5 @@ UNITS = ("paragraphs (blank-line blocks, or runs of speaker turns) the ranker ke
          "layers")
 
 KIND = register(Kind("hiersumm", REVISION, UNITS, ParagraphOptions, ParagraphPager, graphs, HierSummLayout(),
-                     HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep, memory=ranker_memory)))
+                     HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep, memory=ranker_memory,
+                                                     features=ranker_features)))

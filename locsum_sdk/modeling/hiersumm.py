@@ -84,7 +84,7 @@ class HierSumm(nn.Module):
         self.encoder = HierarchicalEncoder(self.embed_tokens, config.encoder_layers, config.encoder_heads,
                                            config.encoder_ffn_dim, config.dropout, parts, config.max_positions)
         self.ranker = ParagraphRanker(RankerConfig(config.vocab_size, config.d_model, config.ranker_hidden,
-                                                   config.pad_token_id))
+                                                   config.pad_token_id, config.ranker_tfidf))
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model, eps=1e-6)
         if not config.tie_generator:
@@ -166,19 +166,23 @@ class HierSumm(nn.Module):
         return self.generate_log_probs(x.view(batch, beams, -1)), weights
 
 
-def ranker_tensors(paragraphs: list[list[int]], title: list[int]) -> dict[str, torch.Tensor]:
-    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`) from paragraphs' unit ids
-    (<s> text </s>) and the title's ids, as tensors by name."""
-    from ..kinds.hiersumm import ranker_arrays
+def ranker_tensors(paragraphs: list[list[int]], title: list[int], tfidf: bool) -> dict[str, torch.Tensor]:
+    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`, and with `tfidf`
+    `kinds.hiersumm.tfidf_feature`) from all of an input's paragraphs' unit ids (<s> text </s>) and the title's
+    ids, as tensors by name."""
+    from ..kinds.hiersumm import TFIDF, ranker_arrays, tfidf_feature
 
-    arrays = ranker_arrays([ids[1:-1] for ids in paragraphs], title)
+    texts = [ids[1:-1] for ids in paragraphs]
+    arrays = ranker_arrays(texts, title)
+    if tfidf:
+        arrays[TFIDF] = tfidf_feature(texts, title)
     return {name: torch.from_numpy(value) for name, value in arrays.items()}
 
 
 @torch.no_grad()
 def rank_paragraphs(model: HierSumm, paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
     """Indices of the ranker's `top` best paragraphs, best first (ties to the earlier)."""
-    scores = model.ranker(**ranker_tensors(paragraphs, title)).float()
+    scores = model.ranker(**ranker_tensors(paragraphs, title, model.config.ranker_tfidf)).float()
     return torch.argsort(-scores, stable=True)[:top].tolist()
 
 
@@ -194,7 +198,7 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
         listwise = float(config.objective_options.get("ranker_listwise", 1.0))
-        errors = [ranker_loss(model.ranker.logits(**ranker_tensors(p, t)).float(),
+        errors = [ranker_loss(model.ranker.logits(**ranker_tensors(p, t, model.config.ranker_tfidf)).float(),
                               torch.tensor(r, dtype=torch.float32), listwise)
                   for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
         terms["ranker"] = torch.stack(errors).mean()
@@ -252,8 +256,8 @@ class RankerGraph(nn.Module):
         super().__init__()
         self.ranker = model.ranker
 
-    def forward(self, title_ids, title_mask, paragraph_ids, paragraph_mask):
-        return (self.ranker(title_ids, title_mask, paragraph_ids, paragraph_mask),)
+    def forward(self, title_ids, title_mask, paragraph_ids, paragraph_mask, tfidf=None):
+        return (self.ranker(title_ids, title_mask, paragraph_ids, paragraph_mask, tfidf),)
 
 
 def ranker_spec(model: HierSumm, paragraphs: int = 3, title: int = 4, length: int = 9):
@@ -266,9 +270,11 @@ def ranker_spec(model: HierSumm, paragraphs: int = 3, title: int = 4, length: in
     paragraph_ids = torch.randint(3, vocab, (paragraphs, length), generator=g)
     paragraph_mask = torch.ones_like(paragraph_ids)
     paragraph_mask[1, length - 3 :] = 0
+    inputs = (title_ids, title_mask, paragraph_ids, paragraph_mask)
+    if model.config.ranker_tfidf:
+        inputs += (torch.randn(paragraphs, generator=g),)
     io = graphs.declared(model)["ranker"]
-    return graphs.GraphSpec(RankerGraph(model), (title_ids, title_mask, paragraph_ids, paragraph_mask),
-                            io.input_names, io.output_names, io.axes)
+    return graphs.GraphSpec(RankerGraph(model), inputs, io.input_names, io.output_names, io.axes)
 
 
 def encoder_spec(model: HierSumm, items: int = 2, units: int = 3, length: int = 10):

@@ -26,6 +26,7 @@ class HierSummConfig(EncoderDecoderConfig):
     encoder_layers: tuple[str, ...] = ("local",) * 5 + ("global",) * 2
     decoder_layers: int = 6
     ranker_hidden: int = 256  # the paragraph ranker's LSTM width (its embedding is d_model wide)
+    ranker_tfidf: bool = False  # the ranker also reads each paragraph's tf-idf cosine to the title (not the paper's)
     max_positions: int = 512  # longest paragraph and longest summary (sinusoidal codes)
     dropout: float = 0.1  # training only
     share_embeddings: bool = True  # one token table for the encoder and the decoder
@@ -46,6 +47,7 @@ class HierSummConfig(EncoderDecoderConfig):
         check_float("model.dropout", self.dropout, 0.0, 1.0, error=BundleError)
         check_bool("model.share_embeddings", self.share_embeddings, error=BundleError)
         check_bool("model.tie_generator", self.tie_generator, error=BundleError)
+        check_bool("model.ranker_tfidf", self.ranker_tfidf, error=BundleError)
         if not self.encoder_layers or any(kind not in LAYER_KINDS for kind in self.encoder_layers):
             raise BundleError(f"model.encoder_layers={self.encoder_layers!r}: a non-empty list of {LAYER_KINDS}")
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads or self.d_model % 2:

@@ -6,6 +6,11 @@
     h[k] = tanh(W [p[k]; u] + b)
     s    = sigmoid(w . max over k of h[k] + c)   the paragraph's score, regressed on its ROUGE-2 recall
 
+With `RankerConfig.tfidf` (not in the paper), the ranker also reads f, the paragraph's tf-idf cosine to the title
+standardized over the input's paragraphs (`tfidf_feature`): h[k] = tanh(W [p[k]; u; f] + b) and
+s = sigmoid(w . max over k of h[k] + v f + c), v starting at 1, so that training starts from a mix of the two
+rankings and learns when the words the title shares with a paragraph matter.
+
 Training (`ranker_loss`): the paper's regression (squared error of s against each paragraph's ROUGE-2 recall),
 plus by default a listwise term, the cross-entropy between the recall shares of an input's paragraphs and the
 softmax of their logits. Recall targets are small (most paragraphs share few bigrams with the summary), so the
@@ -32,6 +37,7 @@ class RankerConfig:
     embed_dim: int = 256
     hidden: int = 256
     pad_token_id: int = 1
+    tfidf: bool = False  # read each paragraph's standardized tf-idf cosine to the title
 
 
 def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -47,23 +53,31 @@ class ParagraphRanker(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
         self.title_lstm = nn.LSTM(config.embed_dim, config.hidden, batch_first=True)
         self.paragraph_lstm = nn.LSTM(config.embed_dim, config.hidden, batch_first=True)
-        self.mix = nn.Linear(2 * config.hidden, config.hidden)
+        self.mix = nn.Linear(2 * config.hidden + config.tfidf, config.hidden)
         self.score = nn.Linear(config.hidden, 1)
+        if config.tfidf:
+            self.tfidf_weight = nn.Parameter(torch.ones(()))
 
     def forward(self, title_ids: torch.Tensor, title_mask: torch.Tensor, paragraph_ids: torch.Tensor,
-                paragraph_mask: torch.Tensor) -> torch.Tensor:
-        """title_ids, title_mask (N, Tq); paragraph_ids, paragraph_mask (N, T) -> scores in (0, 1), (N,)."""
-        return torch.sigmoid(self.logits(title_ids, title_mask, paragraph_ids, paragraph_mask))
+                paragraph_mask: torch.Tensor, tfidf: torch.Tensor | None = None) -> torch.Tensor:
+        """title_ids, title_mask (N, Tq); paragraph_ids, paragraph_mask (N, T); tfidf (N,) when the config reads
+        it -> scores in (0, 1), (N,)."""
+        return torch.sigmoid(self.logits(title_ids, title_mask, paragraph_ids, paragraph_mask, tfidf))
 
     def logits(self, title_ids: torch.Tensor, title_mask: torch.Tensor, paragraph_ids: torch.Tensor,
-               paragraph_mask: torch.Tensor) -> torch.Tensor:
+               paragraph_mask: torch.Tensor, tfidf: torch.Tensor | None = None) -> torch.Tensor:
         """The scores before the sigmoid, (N,)."""
+        if (tfidf is not None) != self.config.tfidf:
+            raise ValueError(f"this ranker {'reads' if self.config.tfidf else 'does not read'} a tf-idf feature")
         title, _ = self.title_lstm(self.embed(title_ids))  # (N, Tq, H)
         pooled_title = masked_max(title, title_mask.bool())  # (N, H)
         tokens, _ = self.paragraph_lstm(self.embed(paragraph_ids))  # (N, T, H)
-        both = torch.cat([tokens, pooled_title[:, None].expand(-1, tokens.shape[1], -1)], dim=-1)
-        hidden = masked_max(torch.tanh(self.mix(both)), paragraph_mask.bool())  # (N, H)
-        return self.score(hidden).squeeze(-1)
+        parts = [tokens, pooled_title[:, None].expand(-1, tokens.shape[1], -1)]
+        if tfidf is not None:
+            parts.append(tfidf[:, None, None].to(tokens.dtype).expand(-1, tokens.shape[1], 1))
+        hidden = masked_max(torch.tanh(self.mix(torch.cat(parts, dim=-1))), paragraph_mask.bool())  # (N, H)
+        logits = self.score(hidden).squeeze(-1)
+        return logits if tfidf is None else logits + self.tfidf_weight * tfidf.to(logits.dtype)
 
 
 def ranker_loss(logits: torch.Tensor, targets: torch.Tensor, listwise: float = 1.0) -> torch.Tensor:

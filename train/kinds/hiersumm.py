@@ -103,3 +103,24 @@ def selection_report(summarizer, data: Path, limit: int | None) -> dict:
 
     return {"title": "ROUGE-L recall of the reference by the best L' paragraphs (%)", "cutoff": "L'={}",
             "report": ranker_report(summarizer, data, [5, 10, 20, 40], limit)}
+
+
+def prepare_model(model, config: TrainConfig):
+    """`objective_options.ranker_tfidf = true`: the ranker also reads each paragraph's standardized tf-idf cosine to
+    the title (`RankerConfig.tfidf`). A ranker without it gains it with every weight kept, a zero column for the
+    feature in its mix layer and the feature's own weight at 1, so training starts from the old scores plus the
+    feature."""
+    if not config.objective_options.get("ranker_tfidf") or model.config.ranker_tfidf:
+        return model
+    import dataclasses
+
+    from locsum_sdk.modeling.checkpoint import load_into
+    from locsum_sdk.modeling.hiersumm import HierSumm
+
+    grown = HierSumm(dataclasses.replace(model.config, ranker_tfidf=True))
+    state = model.state_dict()
+    mix = state["ranker.mix.weight"]
+    state["ranker.mix.weight"] = torch.cat([mix, mix.new_zeros(mix.shape[0], 1)], dim=1)
+    state["ranker.tfidf_weight"] = grown.ranker.tfidf_weight.detach().clone()
+    load_into(grown, state, "the ranker with a tf-idf feature")
+    return grown.train(model.training)
