@@ -179,3 +179,12 @@ def tfidf_cosine(texts: Sequence[Sequence[int]], query: Sequence[int]) -> np.nda
         norm = np.sqrt(sum(w * w for w in weights.values())) or 1.0
         scores[i] = sum(w * target_weights.get(t, 0.0) for t, w in weights.items()) / (norm * target_norm)
     return scores
+
+
+def tfidf_feature(texts: Sequence[Sequence[int]], query: Sequence[int]) -> np.ndarray:
+    """`tfidf_cosine` standardized over the texts (zero mean, unit deviation; zeros where they all score alike):
+    a learned selection stage's lexical input, on one scale whatever the input's length; float32, (len(texts),)."""
+    cosine = tfidf_cosine(texts, query)
+    spread = cosine.std()
+    centred = cosine - cosine.mean()
+    return (centred / spread if spread > 1e-9 else np.zeros_like(cosine)).astype(np.float32)

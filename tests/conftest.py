@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -153,6 +154,29 @@ def check_selection_memory(bundle: Path, text: str, runs, inputs, graph: str) ->
         wide.summarize(text, memory_limit=limit, max_length=6)
     narrow = Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=1)
     assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
+
+
+def check_whole_input_features(bundle: Path, checkpoint: Path, text: str, query: str) -> None:
+    """A selection stage with inputs computed over the whole item (`Selection.features`) scores every unit the same
+    whatever the runs (unit_batch_size 1, 8; torch at 2) and backend, and both backends summarize token for token."""
+    from locsum_sdk import Summarizer
+
+    scores = {}
+    for name, summarizer in [("ort-1", Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=1)),
+                             ("ort-8", Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=8)),
+                             ("torch", Summarizer.from_pretrained(checkpoint, backend="torch", unit_batch_size=2))]:
+        options = summarizer.options().units
+        pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options)
+        units = pager.pages([text], pager.query_ids(query))
+        assert summarizer.kind.selection.features(summarizer.model, units, pager.query_ids(query))
+        scores[name] = summarizer.unit_scores(units, query, options)
+    assert len(scores["torch"]) >= 8  # several runs at unit_batch_size 1 and 2
+    np.testing.assert_allclose(scores["ort-1"], scores["ort-8"], atol=1e-6)
+    np.testing.assert_allclose(scores["ort-1"], scores["torch"], atol=1e-5)
+    ort = Summarizer.from_pretrained(bundle, threads=1).summarize(text, query=query, num_beams=2, max_length=8)
+    ref = Summarizer.from_pretrained(checkpoint, backend="torch").summarize(text, query=query, num_beams=2,
+                                                                           max_length=8)
+    assert ort.token_ids == ref.token_ids and [u.start for u in ort.units] == [u.start for u in ref.units]
 
 
 def run_onnx_function(function, domain: str, opset: int, inputs: dict, outputs: dict[str, int]) -> list:

@@ -54,6 +54,21 @@ def test_the_extractor_scores_the_state_at_each_separator():
     bert = tiny_dyle(architecture="bert", vocab_size=50, d_model=16, layers=1, heads=2, ffn_dim=32,
                      type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0).extractor
     assert isinstance(bert.encoder, BertEncoder) and bert(ids % 50, mask, separators).shape == (4,)
+    assert torch.equal(extractor(ids, mask, separators, torch.ones(4)), scores)  # read only with `tfidf`
+
+
+def test_an_extractor_with_tfidf_adds_the_weighted_feature():
+    extractor = tiny_dyle(vocab_size=60, d_model=32, layers=2, heads=4, ffn_dim=64, max_positions=64,
+                          tfidf=True).extractor
+    with torch.no_grad():
+        extractor.tfidf_weight.fill_(0.5)
+    ids, mask = torch.randint(3, 60, (2, 12)), torch.ones(2, 12, dtype=torch.long)
+    separators, feature = torch.tensor([3, 7, 12 + 4]), torch.tensor([1.0, -2.0, 0.0])
+    states = extractor.encoder(ids, mask).reshape(24, -1)
+    expected = extractor.classifier(states[separators]).squeeze(-1) + 0.5 * feature
+    assert torch.allclose(extractor(ids, mask, separators, feature), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="reads a tf-idf feature"):
+        extractor(ids, mask, separators)
 
 
 def test_the_generator_marginalizes_over_snippets_and_ignores_padding_snippets():

@@ -2,12 +2,20 @@
 (extractor selection, per-snippet encoding, marginalized decoding), token-exact with the torch reference; snippets
 from sentences and speaker turns; a PageSum checkpoint converted to DYLE."""
 
+import dataclasses
 import json
 import random
 
 import numpy as np
 import pytest
-from conftest import check_selection_memory, document, random_checkpoint, random_model, tiny_config
+from conftest import (
+    check_selection_memory,
+    check_whole_input_features,
+    document,
+    random_checkpoint,
+    random_model,
+    tiny_config,
+)
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
@@ -115,6 +123,19 @@ def test_options_that_do_not_fit_the_extractor_are_refused(dyle_bundle):
         summarizer.summarize("The board met.", chunk_tokens=20)  # below snippet_tokens
     with pytest.raises(OptionError, match="belong to other kinds"):
         summarizer.summarize("The board met.", page_tokens=64)
+
+
+def test_an_extractor_reading_tfidf_scores_the_same_run_by_run_and_in_onnxruntime(tmp_path_factory, tokenizer,
+                                                                                 tokenizer_file):
+    from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
+
+    bart = tiny_config(tokenizer.get_vocab_size())
+    config = DyleConfig.from_bart(bart, dataclasses.replace(ExtractorConfig.from_bart(bart), tfidf=True))
+    model = random_model(lambda: Dyle(config))
+    checkpoint = random_checkpoint(model, tmp_path_factory.mktemp("dyle_tfidf_ckpt"), tokenizer_file, UNITS)
+    bundle = export_onnx(checkpoint, tmp_path_factory.mktemp("bundles") / "dyle-tfidf").path
+    check_whole_input_features(bundle, checkpoint, meeting(random.Random(5), 30), "What did Anna say?")
 
 
 def test_a_pagesum_checkpoint_converts_to_dyle(checkpoint_dir, tmp_path):

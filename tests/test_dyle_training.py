@@ -189,6 +189,29 @@ def test_the_extractor_alone_trains_without_a_generator_pass(tmp_path, meetings,
     assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("extractor."))
 
 
+def test_an_extractor_grows_the_tfidf_feature_and_trains_on_it(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk.modeling.dyle import objective
+    from train.__main__ import build
+
+    weights = {"generation": 0.0, "oracle": 1.0, "consistency": 0.0}
+    plain = build(config(tmp_path, meetings, tokenizer_file, "plain", val_files=[],
+                         objective_options={"loss_weights": weights}), progress=False)
+    grown = build(config(tmp_path, meetings, tokenizer_file, "grown", val_files=[],
+                         objective_options={"loss_weights": weights, "extractor_tfidf": True}), progress=False)
+    assert grown.model.config.extractor.tfidf and not plain.model.config.extractor.tfidf
+    sample = plain.train_set.get(1)
+    chunks = plain.train_set.chunks(sample.snippets, sample.query)
+    assert chunks["tfidf"].shape == chunks["separators"].shape
+    plain.model.eval(), grown.model.eval()
+    with torch.no_grad():  # the same weights (same seed), plus the feature at weight 1
+        assert torch.allclose(grown.model.extractor(**chunks), plain.model.extractor(**chunks) + chunks["tfidf"],
+                              atol=1e-5)
+    batch = grown.train_set.collate([grown.train_set.get(i) for i in range(2)], grown.pad, grown.start)
+    loss, _, _ = objective(grown.model.train(), batch, grown.config)
+    loss.backward()
+    assert grown.model.extractor.tfidf_weight.grad is not None and grown.model.extractor.tfidf_weight.grad != 0
+
+
 def test_the_model_card_reports_the_selection_stage(dyle_bundle_dir, meetings):
     from locsum_sdk import Summarizer
     from train.kinds import selection_report

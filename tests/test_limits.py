@@ -2,11 +2,12 @@
 
 import logging
 
+import numpy as np
 import pytest
 
 from locsum_sdk import Summarizer
 from locsum_sdk.errors import InputTooLongError, MemoryLimitError, OptionError
-from locsum_sdk.limits import LimitOptions, tfidf_scores
+from locsum_sdk.limits import LimitOptions, tfidf_cosine, tfidf_feature, tfidf_scores
 from locsum_sdk.memory import available_memory, estimate_memory, memory_limit, parse_size
 from locsum_sdk.units import Unit
 
@@ -103,3 +104,12 @@ def test_default_limit_is_a_share_of_the_available_memory():
     if available is not None:
         assert 0 < memory_limit(None) <= available
     assert memory_limit("1GB") == 10**9
+
+
+def test_tfidf_feature_is_the_standardized_cosine_to_the_query():
+    texts = [[5, 6, 7], [8, 9], [5, 5, 10], [11]]
+    cosine = tfidf_cosine(texts, [5, 10])
+    feature = tfidf_feature(texts, [5, 10])
+    np.testing.assert_allclose(feature, (cosine - cosine.mean()) / cosine.std(), atol=1e-6)
+    assert feature.dtype == np.float32 and feature.argmax() == 2 and abs(feature.mean()) < 1e-6
+    assert not tfidf_feature([[5], [5]], [5]).any()  # no spread: no signal, not a division by zero

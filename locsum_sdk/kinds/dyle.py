@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
+from ..limits import tfidf_feature
 from ..memory import arrays_bytes, encoder_pass
 from ..modeling.dyle_config import DyleConfig
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
@@ -30,6 +31,7 @@ REVISION = 1
 POLICIES = ("auto", "sentence", "turn")
 SEPARATORS = "separators"  # extractor input: flat index (chunk * length + position) of the </s> after each snippet
 SCORES = "scores"
+TFIDF = "tfidf"  # extractor input with `extractor.tfidf`: each snippet's standardized tf-idf cosine to the query
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,16 @@ def extractor_vocab_size(model: dict[str, Any]) -> int:
 EXTRACTOR_TOKENIZER = OwnTokenizer("extractor_tokenizer.json", reads_own_tokenizer, extractor_vocab_size, reframe)
 
 
+def reads_tfidf(model: dict[str, Any]) -> bool:
+    return bool((model.get("extractor") or {}).get("tfidf"))
+
+
+def extractor_features(model: dict[str, Any], units: Sequence[Unit], query_ids: Sequence[int]) -> dict[str, np.ndarray]:
+    """The tf-idf feature of all an input's snippets (in the ids the extractor reads), for an extractor with
+    `tfidf`."""
+    return {TFIDF: tfidf_feature([u.text_ids for u in units], query_ids)} if reads_tfidf(model) else {}
+
+
 def keep(units: Sequence[Unit], scores: np.ndarray, options: SnippetOptions) -> list[Unit]:
     """The top_k snippets by extractor score, in their order in the input."""
     return keep_top(units, scores, options.top_k, ranked=False)
@@ -169,7 +181,8 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
         "extractor.onnx",
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "chunks", 1: "length"}),
                 TensorIO(C.ATTENTION_MASK, "int64", {0: "chunks", 1: "length"}),
-                TensorIO(SEPARATORS, "int64", {0: "snippets"})),
+                TensorIO(SEPARATORS, "int64", {0: "snippets"}),
+                *([TensorIO(TFIDF, "float32", {0: "snippets"})] if reads_tfidf(model) else [])),
         outputs=(TensorIO(SCORES, "float32", {0: "snippets"}),),
     )
     return {"extractor": extractor, **per_unit_graphs(model)}
@@ -180,4 +193,4 @@ UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor
 
 KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
                      Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
-                               extractor_memory, EXTRACTOR_TOKENIZER)))
+                               extractor_memory, EXTRACTOR_TOKENIZER, extractor_features)))

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..limits import tfidf_cosine
+from ..limits import tfidf_feature
 from ..memory import FLOAT, arrays_bytes
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
@@ -40,15 +40,6 @@ def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[
     for row, ids in enumerate(texts):
         paragraph_ids[row, : len(ids)], paragraph_mask[row, : len(ids)] = ids, 1
     return {TITLE_IDS: title_ids, TITLE_MASK: title_mask, PARAGRAPH_IDS: paragraph_ids, PARAGRAPH_MASK: paragraph_mask}
-
-
-def tfidf_feature(texts: Sequence[Sequence[int]], title: Sequence[int]) -> np.ndarray:
-    """Each paragraph's tf-idf cosine to the title (`limits.tfidf_cosine`: to the whole input without one),
-    standardized over the input's paragraphs (zeros where they all score alike); float32, (len(texts),)."""
-    cosine = tfidf_cosine(texts, title)
-    spread = cosine.std()
-    centred = cosine - cosine.mean()
-    return (centred / spread if spread > 1e-9 else np.zeros_like(cosine)).astype(np.float32)
 
 
 def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: ParagraphOptions) -> dict[str, np.ndarray]:

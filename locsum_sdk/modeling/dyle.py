@@ -44,13 +44,22 @@ class Extractor(nn.Module):
             self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
             self.encoder = Encoder(config, self.shared)
         self.classifier = nn.Linear(config.d_model, 1)
+        if config.tfidf:
+            self.tfidf_weight = nn.Parameter(torch.ones(()))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, separators: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, separators: torch.Tensor,
+                tfidf: torch.Tensor | None = None) -> torch.Tensor:
         """Chunks input_ids, attention_mask (C, L); separators (n,): the flat index (chunk * L + position) of the
-        separator after each snippet -> the snippets' scores (n,)."""
+        separator after each snippet; tfidf (n,): each snippet's tf-idf feature, read when the config's `tfidf` is
+        on -> the snippets' scores (n,)."""
         states = self.encoder(input_ids, attention_mask)  # (C, L, D)
         rows = states.reshape(-1, states.shape[-1])[separators]  # (n, D)
-        return self.classifier(rows).squeeze(-1)
+        scores = self.classifier(rows).squeeze(-1)
+        if not self.config.tfidf:
+            return scores
+        if tfidf is None:
+            raise ValueError("this extractor reads a tf-idf feature (tfidf=) beside its chunks")
+        return scores + self.tfidf_weight * tfidf.to(scores.dtype)
 
 
 class Dyle(PerUnitModel):
@@ -251,8 +260,8 @@ class ExtractorGraph(nn.Module):
         super().__init__()
         self.extractor = model.extractor
 
-    def forward(self, input_ids, attention_mask, separators):
-        return (self.extractor(input_ids, attention_mask, separators),)
+    def forward(self, input_ids, attention_mask, separators, tfidf=None):
+        return (self.extractor(input_ids, attention_mask, separators, tfidf),)
 
 
 def extractor_spec(model: Dyle, chunks: int = 2, length: int = 12):
@@ -265,9 +274,11 @@ def extractor_spec(model: Dyle, chunks: int = 2, length: int = 12):
     attention_mask = torch.ones(chunks, length, dtype=torch.int64)
     attention_mask[1, length - 3 :] = 0
     separators = torch.tensor([c * length + p for c in range(chunks) for p in range(3, length - 3 * c, 3)])
+    inputs = (input_ids, attention_mask, separators)
+    if cfg.tfidf:
+        inputs += (torch.randn(len(separators), generator=g),)
     io = graphs.declared(model)["extractor"]
-    return graphs.GraphSpec(ExtractorGraph(model), (input_ids, attention_mask, separators), io.input_names,
-                            io.output_names, io.axes)
+    return graphs.GraphSpec(ExtractorGraph(model), inputs, io.input_names, io.output_names, io.axes)
 
 
 def register_model_kind() -> None:

@@ -18,7 +18,8 @@ class ExtractorConfig:
     """The extractor's encoder: `bart` is an encoder of our BART (post-LayerNorm, positions offset by 2, the
     generator's tokenizer); `bert` is a BERT or RoBERTa encoder (HF names, token types): all-MiniLM-L6-v2 with its
     own WordPiece tokenizer, or DYLE's RoBERTa retriever, whose BPE ids are BART's. A snippet's score is a linear
-    projection of the state at the separator after it."""
+    projection of the state at the separator after it; with `tfidf` (not in the paper), plus the snippet's tf-idf
+    cosine to the query standardized over the input's snippets (`limits.tfidf_feature`), times a learned weight."""
 
     architecture: str = "bart"  # one of ARCHITECTURES
     vocab_size: int = 8192
@@ -39,6 +40,7 @@ class ExtractorConfig:
     dropout: float = 0.1  # training only
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    tfidf: bool = False  # also read each snippet's standardized tf-idf cosine to the query
 
     def __post_init__(self) -> None:
         check_choice("extractor.architecture", self.architecture, ARCHITECTURES, error=BundleError)
@@ -54,6 +56,7 @@ class ExtractorConfig:
         check_choice("extractor.activation", self.activation, ACTIVATIONS, error=BundleError)
         check_bool("extractor.scale_embedding", self.scale_embedding, error=BundleError)
         check_bool("extractor.own_tokenizer", self.own_tokenizer, error=BundleError)
+        check_bool("extractor.tfidf", self.tfidf, error=BundleError)
         if self.d_model % self.heads:
             raise BundleError(f"extractor.d_model={self.d_model} must be divisible by extractor.heads={self.heads}")
 

@@ -170,7 +170,8 @@ def ranker_tensors(paragraphs: list[list[int]], title: list[int], tfidf: bool) -
     """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`, and with `tfidf`
     `kinds.hiersumm.tfidf_feature`) from all of an input's paragraphs' unit ids (<s> text </s>) and the title's
     ids, as tensors by name."""
-    from ..kinds.hiersumm import TFIDF, ranker_arrays, tfidf_feature
+    from ..kinds.hiersumm import TFIDF, ranker_arrays
+    from ..limits import tfidf_feature
 
     texts = [ids[1:-1] for ids in paragraphs]
     arrays = ranker_arrays(texts, title)

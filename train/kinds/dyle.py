@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, extractor_inputs, own_ids
+from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, TFIDF, extractor_inputs, own_ids
+from locsum_sdk.limits import tfidf_feature
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit, split_sentences
 
@@ -118,12 +119,16 @@ class DyleSet(SummarizationSet):
 
     def chunks(self, snippets: Sequence[Unit], query: str | None = None) -> dict[str, torch.Tensor]:
         """The extractor's inputs over all the snippets, every chunk at once: in the snippets' own ids (which
-        carry the query), or, for an extractor with a tokenizer of its own, in its ids."""
+        carry the query), or, for an extractor with a tokenizer of its own, in its ids; with each snippet's tf-idf
+        feature (`TFIDF`, read by an extractor with `tfidf`) in the same ids."""
         if self.extractor_tokenizer is not None:
             tokenizer = self.extractor_tokenizer
-            snippets, _ = own_ids(snippets, query, tokenizer, self.options.chunk_tokens,
-                                  tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
-        inputs = extractor_inputs(snippets, [], self.options)
+            snippets, query_ids = own_ids(snippets, query, tokenizer, self.options.chunk_tokens,
+                                          tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
+        else:
+            query_ids = self.pager.query_ids(query)
+        inputs = {**extractor_inputs(snippets, [], self.options),
+                  TFIDF: tfidf_feature([u.text_ids for u in snippets], query_ids)}
         return {name: torch.from_numpy(value) for name, value in inputs.items()}
 
     def collate(self, samples: list[DyleSample], pad: int, decoder_start: int) -> DyleBatch:
@@ -158,10 +163,19 @@ def extractor_tokenizer_file(config: TrainConfig) -> Path | None:
 def prepare_model(model, config: TrainConfig):
     """`objective_options.extractor_from`: an HF BERT directory (config.json, model.safetensors, tokenizer.json; e.g.
     all-MiniLM-L6-v2): the extractor becomes that encoder, reading its own tokenizer's ids, with a zero scoring
-    layer; the generator keeps its weights. Without it the model is unchanged."""
+    layer; the generator keeps its weights. `objective_options.extractor_tfidf = true`: an extractor without the
+    tf-idf feature (`ExtractorConfig.tfidf`) gains it, its weight at 1, every other weight kept. Without either the
+    model is unchanged."""
     source = config.objective_options.get("extractor_from")
-    if not source:
-        return model
+    if source:
+        model = extractor_from(model, config.resolve(source))
+    if config.objective_options.get("extractor_tfidf") and not model.config.extractor.tfidf:
+        model = with_tfidf(model)
+    return model
+
+
+def extractor_from(model, directory: Path):
+    """The model with its extractor replaced by the HF BERT in `directory` (see `prepare_model`)."""
     from tokenizers import Tokenizer
 
     from locsum_sdk.modeling.bert import from_hf_bert_names
@@ -170,7 +184,6 @@ def prepare_model(model, config: TrainConfig):
     from locsum_sdk.modeling.dyle import Dyle
     from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
 
-    directory = config.resolve(source)
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     extractor = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
                                              tokenizer.token_to_id("[SEP]"))
@@ -184,6 +197,19 @@ def prepare_model(model, config: TrainConfig):
     load_into(replaced, state, str(directory))
     logger.info("extractor from %s (%s, its own tokenizer)", directory, extractor.architecture)
     return replaced.train(model.training)
+
+
+def with_tfidf(model):
+    """The model with an extractor that also reads the tf-idf feature, at weight 1, every other weight kept."""
+    from locsum_sdk.modeling.checkpoint import load_into
+    from locsum_sdk.modeling.dyle import Dyle
+
+    extractor = dataclasses.replace(model.config.extractor, tfidf=True)
+    grown = Dyle(dataclasses.replace(model.config, extractor=extractor))
+    state = {**model.state_dict(), "extractor.tfidf_weight": grown.extractor.tfidf_weight.detach().clone()}
+    load_into(grown, state, "the extractor with a tf-idf feature")
+    logger.info("the extractor reads each snippet's tf-idf feature")
+    return grown.train(model.training)
 
 
 def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> DyleSet:
