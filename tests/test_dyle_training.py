@@ -98,7 +98,11 @@ def test_recall_is_reported_for_the_extractor_and_the_baselines(dyle_bundle_dir,
 
     items = bundle_items(Summarizer.from_pretrained(dyle_bundle_dir), meetings, None, 5, progress=False)
     report = recall_report(items, [2, 5])
-    assert set(report) == {"extractor", "tf-idf", "lead", "random"}
+    assert list(report) == ["extractor", "tf-idf", "lead", "random", "extractor minus tf-idf"]
+    difference = report.pop("extractor minus tf-idf")
+    for k in (2, 5):  # the paired difference's mean is the difference of the means
+        assert difference[k]["mean"] == pytest.approx(report["extractor"][k]["mean"] - report["tf-idf"][k]["mean"])
+        assert difference[k]["low"] <= difference[k]["mean"] <= difference[k]["high"]
     for by_k in report.values():
         assert by_k[2]["examples"] == by_k[5]["examples"] > 0
         assert 0 <= by_k[2]["mean"] <= by_k[5]["mean"] <= 100 and by_k[5]["low"] <= by_k[5]["mean"] <= by_k[5]["high"]
@@ -219,7 +223,7 @@ def test_the_model_card_reports_the_selection_stage(dyle_bundle_dir, meetings):
 
     summarizer = Summarizer.from_pretrained(dyle_bundle_dir)
     selection = selection_report("dyle", summarizer, meetings, 4)
-    assert list(selection["report"]) == ["extractor", "tf-idf", "lead", "random"]
+    assert list(selection["report"]) == ["extractor", "tf-idf", "lead", "random", "extractor minus tf-idf"]
     lines = selection_lines(selection, 4)
     assert lines[0].startswith("## Selection stage") and "| ranking | R@5 | R@10 | R@25 | examples |" in lines
     assert any(line.startswith("| extractor | ") and line.endswith(" |") for line in lines)

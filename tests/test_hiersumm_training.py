@@ -115,9 +115,11 @@ def test_the_ranker_report_has_every_ranker_at_every_length(hiersumm_bundle_dir,
     from train.ranker_recall import ranker_report
 
     report = ranker_report(Summarizer.from_pretrained(hiersumm_bundle_dir), clusters, [1, 3], progress=False)
+    difference = report.pop("ranker minus tf-idf")
     assert set(report) == {"ranker", "tf-idf", "lead", "random"}
     for by_n in report.values():
         assert by_n[1]["examples"] == 8 and 0 <= by_n[1]["mean"] <= by_n[3]["mean"] <= 100
+    assert difference[3]["mean"] == pytest.approx(report["ranker"][3]["mean"] - report["tf-idf"][3]["mean"])
 
 
 def test_the_model_card_reports_the_ranker(hiersumm_bundle_dir, clusters):
@@ -126,5 +128,5 @@ def test_the_model_card_reports_the_ranker(hiersumm_bundle_dir, clusters):
     from train.release import selection_lines
 
     selection = selection_report("hiersumm", Summarizer.from_pretrained(hiersumm_bundle_dir), clusters, 3)
-    assert list(selection["report"]) == ["ranker", "tf-idf", "lead", "random"]
+    assert list(selection["report"]) == ["ranker", "tf-idf", "lead", "random", "ranker minus tf-idf"]
     assert "| ranking | L'=5 | L'=10 | L'=20 | L'=40 | examples |" in selection_lines(selection, 3)

@@ -21,7 +21,7 @@ from locsum_sdk import Summarizer
 
 from .data import JsonlIndex
 from .oracle import _lcs_hits, rouge_tokens
-from .recall import baseline_rankers, interval, print_report
+from .recall import baseline_rankers, print_report, report_rows
 
 
 def rouge_l_recall(candidate: Sequence[str], reference: Sequence[str]) -> float:
@@ -53,8 +53,7 @@ def ranker_report(summarizer: Summarizer, data: Path, lengths: Sequence[int], li
                 chosen = sorted(order[:n].tolist())  # the kept paragraphs, read in input order
                 words = [w for k in chosen for w in rouge_tokens(units[k].text)]
                 rows[name][n].append(rouge_l_recall(words, reference))
-    return {name: {n: interval(values) | {"examples": len(values)} for n, values in by_n.items()}
-            for name, by_n in rows.items()}
+    return report_rows(rows, "ranker")
 
 
 def main(argv: list[str] | None = None) -> None:
