@@ -58,9 +58,10 @@ def share(value: dict[str, float]) -> str:
 
 def print_report(report: dict[str, dict[int, dict[str, float]]], label: Callable[[int], str]) -> None:
     """One line per ranking: each cutoff's mean and interval, and the examples counted."""
+    width = max(map(len, report))
     for name, by_cutoff in report.items():
         cells = "  ".join(f"{label(n)} {share(v)}" for n, v in by_cutoff.items())
-        print(f"{name:>10}  {cells}  ({next(iter(by_cutoff.values()))['examples']} examples)")
+        print(f"{name:>{width}}  {cells}  ({next(iter(by_cutoff.values()))['examples']} examples)")
 
 
 Item = tuple[Sequence[Unit], Sequence[int], Sequence[int], np.ndarray]  # units, query ids, oracle, extractor scores
