@@ -89,7 +89,7 @@ def test_a_ranker_grows_the_tfidf_feature_and_trains_on_it(tmp_path, clusters, t
     grown = prepare_model(plain.model, grown_config)
     assert grown.config.ranker_tfidf and not plain.model.config.ranker_tfidf
     sample = plain.train_set.get(1)
-    tensors = ranker_tensors(sample.units, sample.title, False)
+    tensors = ranker_tensors(plain.model, sample.units, sample.title)
     grown.eval(), plain.model.eval()
     with torch.no_grad():  # the feature's column starts at zero: the old logits plus the feature, weight 1
         feature = torch.linspace(-1, 1, len(sample.units))

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
+from ..limits import tfidf_feature
 from ..modeling.config import BartConfig
 from ..units import Unit
 
@@ -118,6 +119,24 @@ class Layout(Protocol):
 def fixed_runs(units: Sequence[Unit], query_ids: Sequence[int], options: Any, size: int) -> list[tuple[int, int]]:
     """Consecutive runs of at most `size` units: [first, end) each."""
     return [(first, min(first + size, len(units))) for first in range(0, len(units), size)]
+
+
+TFIDF = "tfidf"  # a selection graph's input: each unit's standardized tf-idf cosine to the query
+
+
+def tfidf_input(reads: bool, axis: str) -> tuple[TensorIO, ...]:
+    """The TFIDF input of a selection graph whose model `reads` it (one float per unit along `axis`), else none."""
+    return (TensorIO(TFIDF, "float32", {0: axis}),) if reads else ()
+
+
+def tfidf_features(reads: Callable[[dict[str, Any]], bool]):
+    """`Selection.features` of a stage whose model may read TFIDF (`reads(model config)`): `limits.tfidf_feature`
+    of all an item's units, in the ids the stage reads."""
+
+    def features(model: dict[str, Any], units: Sequence[Unit], query_ids: Sequence[int]) -> dict[str, np.ndarray]:
+        return {TFIDF: tfidf_feature([u.text_ids for u in units], query_ids)} if reads(model) else {}
+
+    return features
 
 
 @dataclass(frozen=True)

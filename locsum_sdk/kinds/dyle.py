@@ -18,12 +18,11 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import LocsumError, OptionError
-from ..limits import tfidf_feature
 from ..memory import arrays_bytes, encoder_pass
 from ..modeling.dyle_config import DyleConfig
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
-from . import GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register
+from . import GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register, tfidf_features, tfidf_input
 from .pagesum import PageSumLayout
 from .pagesum import graphs as per_unit_graphs
 
@@ -31,7 +30,6 @@ REVISION = 1
 POLICIES = ("auto", "sentence", "turn")
 SEPARATORS = "separators"  # extractor input: flat index (chunk * length + position) of the </s> after each snippet
 SCORES = "scores"
-TFIDF = "tfidf"  # extractor input with `extractor.tfidf`: each snippet's standardized tf-idf cosine to the query
 
 
 @dataclass(frozen=True)
@@ -164,12 +162,6 @@ def reads_tfidf(model: dict[str, Any]) -> bool:
     return bool((model.get("extractor") or {}).get("tfidf"))
 
 
-def extractor_features(model: dict[str, Any], units: Sequence[Unit], query_ids: Sequence[int]) -> dict[str, np.ndarray]:
-    """The tf-idf feature of all an input's snippets (in the ids the extractor reads), for an extractor with
-    `tfidf`."""
-    return {TFIDF: tfidf_feature([u.text_ids for u in units], query_ids)} if reads_tfidf(model) else {}
-
-
 def keep(units: Sequence[Unit], scores: np.ndarray, options: SnippetOptions) -> list[Unit]:
     """The top_k snippets by extractor score, in their order in the input."""
     return keep_top(units, scores, options.top_k, ranked=False)
@@ -182,7 +174,7 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "chunks", 1: "length"}),
                 TensorIO(C.ATTENTION_MASK, "int64", {0: "chunks", 1: "length"}),
                 TensorIO(SEPARATORS, "int64", {0: "snippets"}),
-                *([TensorIO(TFIDF, "float32", {0: "snippets"})] if reads_tfidf(model) else [])),
+                *tfidf_input(reads_tfidf(model), "snippets")),
         outputs=(TensorIO(SCORES, "float32", {0: "snippets"}),),
     )
     return {"extractor": extractor, **per_unit_graphs(model)}
@@ -193,4 +185,4 @@ UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor
 
 KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
                      Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
-                               extractor_memory, EXTRACTOR_TOKENIZER, extractor_features)))
+                               extractor_memory, EXTRACTOR_TOKENIZER, tfidf_features(reads_tfidf))))

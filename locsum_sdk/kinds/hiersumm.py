@@ -13,18 +13,28 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..limits import tfidf_feature
 from ..memory import FLOAT, arrays_bytes
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
 from ..units import Unit
-from . import GraphIO, Kind, Selection, TensorIO, cross_outputs, keep_top, register, step_graph
+from . import (
+    GraphIO,
+    Kind,
+    Selection,
+    TensorIO,
+    cross_outputs,
+    keep_top,
+    register,
+    step_graph,
+    tfidf_features,
+    tfidf_input,
+)
 from .hierencdec import HierEncDecLayout
 
 REVISION = 1
 TITLE_IDS, TITLE_MASK = "title_ids", "title_mask"
 PARAGRAPH_IDS, PARAGRAPH_MASK = "paragraph_ids", "paragraph_mask"
-GRAPH, SCORES, TFIDF = "graph", "scores", "tfidf"
+GRAPH, SCORES = "graph", "scores"
 
 
 def ranker_arrays(texts: Sequence[Sequence[int]], title: Sequence[int]) -> dict[str, np.ndarray]:
@@ -47,9 +57,8 @@ def ranker_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: Para
     return ranker_arrays([u.text_ids for u in units], query_ids)
 
 
-def ranker_features(model: dict[str, Any], units: Sequence[Unit], query_ids: Sequence[int]) -> dict[str, np.ndarray]:
-    """The tf-idf feature of all an input's paragraphs, for a ranker that reads it (`model.ranker_tfidf`)."""
-    return {TFIDF: tfidf_feature([u.text_ids for u in units], query_ids)} if model.get("ranker_tfidf") else {}
+def reads_tfidf(model: dict[str, Any]) -> bool:
+    return bool(model.get("ranker_tfidf"))
 
 
 def ranker_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> int:
@@ -74,7 +83,7 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
                 TensorIO(TITLE_MASK, "int64", {0: "paragraphs", 1: "title_length"}),
                 TensorIO(PARAGRAPH_IDS, "int64", {0: "paragraphs", 1: "length"}),
                 TensorIO(PARAGRAPH_MASK, "int64", {0: "paragraphs", 1: "length"}),
-                *([TensorIO(TFIDF, "float32", {0: "paragraphs"})] if model.get("ranker_tfidf") else [])),
+                *tfidf_input(reads_tfidf(model), "paragraphs")),
         outputs=(TensorIO(SCORES, "float32", {0: "paragraphs"}),),
     )
     encoder = GraphIO(
@@ -108,4 +117,4 @@ UNITS = ("paragraphs (blank-line blocks, or runs of speaker turns) the ranker ke
 
 KIND = register(Kind("hiersumm", REVISION, UNITS, ParagraphOptions, ParagraphPager, graphs, HierSummLayout(),
                      HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep, memory=ranker_memory,
-                                                     features=ranker_features)))
+                                                     features=tfidf_features(reads_tfidf))))

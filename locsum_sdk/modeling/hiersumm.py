@@ -166,16 +166,17 @@ class HierSumm(nn.Module):
         return self.generate_log_probs(x.view(batch, beams, -1)), weights
 
 
-def ranker_tensors(paragraphs: list[list[int]], title: list[int], tfidf: bool) -> dict[str, torch.Tensor]:
-    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`, and with `tfidf`
-    `kinds.hiersumm.tfidf_feature`) from all of an input's paragraphs' unit ids (<s> text </s>) and the title's
-    ids, as tensors by name."""
-    from ..kinds.hiersumm import TFIDF, ranker_arrays
+def ranker_tensors(model: HierSumm, paragraphs: list[list[int]], title: list[int]) -> dict[str, torch.Tensor]:
+    """The ranker's inputs as the runtime builds them (`kinds.hiersumm.ranker_arrays`, and for a ranker that reads
+    it the `kinds.TFIDF` feature) from all of an input's paragraphs' unit ids (<s> text </s>) and the title's ids, as
+    tensors by name."""
+    from ..kinds import TFIDF
+    from ..kinds.hiersumm import ranker_arrays
     from ..limits import tfidf_feature
 
     texts = [ids[1:-1] for ids in paragraphs]
     arrays = ranker_arrays(texts, title)
-    if tfidf:
+    if model.config.ranker_tfidf:
         arrays[TFIDF] = tfidf_feature(texts, title)
     return {name: torch.from_numpy(value) for name, value in arrays.items()}
 
@@ -183,7 +184,7 @@ def ranker_tensors(paragraphs: list[list[int]], title: list[int], tfidf: bool) -
 @torch.no_grad()
 def rank_paragraphs(model: HierSumm, paragraphs: list[list[int]], title: list[int], top: int) -> list[int]:
     """Indices of the ranker's `top` best paragraphs, best first (ties to the earlier)."""
-    scores = model.ranker(**ranker_tensors(paragraphs, title, model.config.ranker_tfidf)).float()
+    scores = model.ranker(**ranker_tensors(model, paragraphs, title)).float()
     return torch.argsort(-scores, stable=True)[:top].tolist()
 
 
@@ -199,7 +200,7 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
         listwise = float(config.objective_options.get("ranker_listwise", 1.0))
-        errors = [ranker_loss(model.ranker.logits(**ranker_tensors(p, t, model.config.ranker_tfidf)).float(),
+        errors = [ranker_loss(model.ranker.logits(**ranker_tensors(model, p, t)).float(),
                               torch.tensor(r, dtype=torch.float32), listwise)
                   for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
         terms["ranker"] = torch.stack(errors).mean()

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, TFIDF, extractor_inputs, own_ids
+from locsum_sdk.kinds import TFIDF
+from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, extractor_inputs, own_ids
 from locsum_sdk.limits import tfidf_feature
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit, split_sentences
