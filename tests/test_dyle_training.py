@@ -216,6 +216,36 @@ def test_an_extractor_grows_the_tfidf_feature_and_trains_on_it(tmp_path, meeting
     assert grown.model.extractor.tfidf_weight.grad is not None and grown.model.extractor.tfidf_weight.grad != 0
 
 
+@pytest.mark.parametrize("source", ["ours", "bert"])
+def test_checkpointing_the_extractor_keeps_its_gradients(tmp_path, meetings, tokenizer_file, source):
+    from locsum_sdk.modeling.dyle import objective
+    from train.__main__ import build
+
+    options = {"loss_weights": {"generation": 0.0, "oracle": 1.0, "consistency": 0.0}}
+    if source == "bert":
+        texts = [json.loads(line)["documents"][0] for line in meetings.read_text().splitlines()]
+        options["extractor_from"] = str(bert_directory(tmp_path / "bert", texts))
+    runs = []
+    for checkpointed in (False, True):
+        trainer = build(config(tmp_path, meetings, tokenizer_file, f"{source}-{checkpointed}", val_files=[],
+                               objective_options={**options, "extractor_checkpointing": checkpointed}),
+                        progress=False)
+        assert trainer.model.extractor.encoder.checkpoint_layers is checkpointed
+        torch.manual_seed(2)  # a scoring layer that passes gradients on (a BERT's starts at zero)
+        torch.nn.init.normal_(trainer.model.extractor.classifier.weight)
+        batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+        torch.manual_seed(1)  # the same dropout masks
+        loss, _, _ = objective(trainer.model.train(), batch, trainer.config)
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in trainer.model.named_parameters() if p.grad is not None}))
+    (loss, grads), (checkpointed_loss, checkpointed_grads) = runs
+    assert torch.allclose(loss, checkpointed_loss, atol=1e-6)
+    assert grads.keys() == checkpointed_grads.keys()
+    assert any(n.startswith("extractor.encoder.layers.0.") and g.abs().sum() > 0 for n, g in grads.items())
+    for name, grad in grads.items():
+        assert torch.allclose(grad, checkpointed_grads[name], atol=1e-6), name
+
+
 def test_the_model_card_reports_the_selection_stage(dyle_bundle_dir, meetings):
     from locsum_sdk import Summarizer
     from train.kinds import selection_report

@@ -24,6 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import BartConfig
 
@@ -37,6 +38,19 @@ SlotCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (G,
 def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(N, L) 0/1 mask -> (N, 1, 1, L) additive bias; a fully padded row stays finite (uniform attention)."""
     return (1.0 - mask.to(dtype))[:, None, None, :] * torch.finfo(dtype).min
+
+
+def run_encoder_layers(layers: nn.ModuleList, x: torch.Tensor, length: int, bias: torch.Tensor,
+                       checkpointed: bool) -> torch.Tensor:
+    """x (N*L, D) through encoder layers. `checkpointed` (training only): each layer keeps its input alone and runs
+    again in the backward pass, so an encoder over many chunks holds one layer's activations at a time, not every
+    layer's, at the cost of one more forward pass."""
+    for layer in layers:
+        if checkpointed and torch.is_grad_enabled():
+            x = checkpoint(layer, x, length, bias, use_reentrant=False)
+        else:
+            x = layer(x, length, bias)
+    return x
 
 
 def causal_bias(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -231,14 +245,13 @@ class Encoder(Embeddings):
     def __init__(self, config: BartConfig, shared: nn.Embedding):
         super().__init__(config, shared)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.checkpoint_layers = False  # training: recompute each layer in the backward pass (`run_encoder_layers`)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         x = super().forward(input_ids)  # (N, L, D)
         length, dim = input_ids.shape[1], x.shape[-1]
         bias = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
-        x = x.reshape(-1, dim)  # (N*L, D)
-        for layer in self.layers:
-            x = layer(x, length, bias)
+        x = run_encoder_layers(self.layers, x.reshape(-1, dim), length, bias, self.checkpoint_layers)  # (N*L, D)
         return x.view(-1, length, dim)  # (N, L, D)
 
 

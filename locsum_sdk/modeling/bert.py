@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import BundleError
-from .bart import EncoderLayer, attention_bias
+from .bart import EncoderLayer, attention_bias, run_encoder_layers
 from .dyle_config import ExtractorConfig
 
 
@@ -30,6 +30,7 @@ class BertEncoder(nn.Module):
         for layer in self.layers:
             layer.self_attn_layer_norm.eps = layer.final_layer_norm.eps = config.layer_norm_eps
         self.dropout = config.dropout
+        self.checkpoint_layers = False  # training: recompute each layer in the backward pass (`run_encoder_layers`)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """input_ids, attention_mask (N, L) -> states (N, L, D); every token has type 0."""
@@ -39,9 +40,7 @@ class BertEncoder(nn.Module):
         x = F.dropout(self.layernorm_embedding(x), self.dropout, self.training)
         dim = x.shape[-1]
         bias = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
-        x = x.reshape(-1, dim)
-        for layer in self.layers:
-            x = layer(x, length, bias)
+        x = run_encoder_layers(self.layers, x.reshape(-1, dim), length, bias, self.checkpoint_layers)
         return x.view(-1, length, dim)
 
 

@@ -165,13 +165,17 @@ def prepare_model(model, config: TrainConfig):
     """`objective_options.extractor_from`: an HF BERT directory (config.json, model.safetensors, tokenizer.json; e.g.
     all-MiniLM-L6-v2): the extractor becomes that encoder, reading its own tokenizer's ids, with a zero scoring
     layer; the generator keeps its weights. `objective_options.extractor_tfidf = true`: an extractor without the
-    tf-idf feature (`ExtractorConfig.tfidf`) gains it, its weight at 1, every other weight kept. Without either the
-    model is unchanged."""
-    source = config.objective_options.get("extractor_from")
-    if source:
-        model = extractor_from(model, config.resolve(source))
-    if config.objective_options.get("extractor_tfidf") and not model.config.extractor.tfidf:
+    tf-idf feature (`ExtractorConfig.tfidf`) gains it, its weight at 1, every other weight kept.
+    `objective_options.extractor_checkpointing = true`: the extractor's layers run again in the backward pass
+    instead of keeping their activations over every chunk of the batch (`bart.run_encoder_layers`): the same
+    gradients in the memory of one layer, for one more forward pass. The extractor reads all of an example's
+    snippets with gradients, which for all-MiniLM-L6-v2 (12 heads) takes over 24 GB without it."""
+    options = config.objective_options
+    if options.get("extractor_from"):
+        model = extractor_from(model, config.resolve(options["extractor_from"]))
+    if options.get("extractor_tfidf") and not model.config.extractor.tfidf:
         model = with_tfidf(model)
+    model.extractor.encoder.checkpoint_layers = bool(options.get("extractor_checkpointing", False))
     return model
 
 
