@@ -76,6 +76,35 @@ def test_the_ranker_stage_trains_the_ranker_alone(tmp_path, clusters, tokenizer_
         objective(trainer.model, batch, type("C", (), {"objective_options": {"stage": "all"}, "label_smoothing": 0})())
 
 
+def test_denoising_pretrains_the_encoder_and_decoder_on_paragraphs_in_order(tmp_path, clusters, tokenizer_file):
+    import torch
+
+    from locsum_sdk.modeling.hiersumm import objective
+    from train.__main__ import build
+    from train.noise import DenoisingSet
+
+    trainer = build(run_config(tmp_path, clusters, tokenizer_file, "denoise", "denoise", kind="hiersumm", units=UNITS,
+                               model=MODEL, max_steps=4, segment_tokens=90,
+                               objective_options={"stage": "summarizer"}), progress=False)
+    sample, whole = trainer.train_set.get(0), DenoisingSet.get(trainer.train_set, 0)
+    assert len(sample.units) > 1 and sample.target == whole.target
+    assert all(len(u) <= UNITS["paragraph_tokens"] and (u[0], u[-1]) == (0, 2) for u in sample.units)
+    assert [t for u in sample.units for t in u[1:-1]] == whole.units[0][1:-1]  # the noised segment, in order
+    batch = trainer.train_set.collate([trainer.train_set.get(i) for i in range(2)], trainer.pad, trainer.start)
+    assert not batch.ranked and batch.top_paragraphs == max(len(p) for p in batch.paragraphs)
+    loss, _, terms = objective(trainer.model, batch, trainer.config)
+    assert set(terms) == {"summarizer"}
+    loss.backward()
+    grads = dict(trainer.model.named_parameters())
+    assert all(p.grad is None for n, p in grads.items() if n.startswith("ranker."))
+    assert all(grads[n].grad is not None and torch.any(grads[n].grad != 0)
+               for n in ("encoder.layers.1.pooling.scores.weight", "layers.0.cross_attn.k_proj.weight"))
+    log = trainer.train()
+    assert [r["step"] for r in log] == [1, 2, 3, 4] and all(r["loss"] == r["loss"] for r in log)
+    with pytest.raises(ValueError, match="'summarizer'"):
+        objective(trainer.model, batch, type("C", (), {"objective_options": {"stage": "both"}, "label_smoothing": 0})())
+
+
 def test_a_ranker_grows_the_tfidf_feature_and_trains_on_it(tmp_path, clusters, tokenizer_file):
     import torch
 

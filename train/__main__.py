@@ -18,8 +18,7 @@ from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
 from .data import read_jsonl, segments, unique_documents
-from .kinds import prepare_model, training_set
-from .noise import DenoisingSet
+from .kinds import denoising_set, prepare_model, training_set
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
 
@@ -61,11 +60,11 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     special = SpecialTokens(**cfg.special_tokens())
     if config.objective == "denoise":
         mask_id = tokenizer.token_to_id(SPECIAL_TOKENS[-1])
-        train_set = DenoisingSet(segments(unique_documents(files), tokenizer, config.segment_tokens),
-                                 special.bos, special.eos, mask_id, config.seed)
+        train_set = denoising_set(config.kind, segments(unique_documents(files), tokenizer, config.segment_tokens),
+                                  special, mask_id, config.seed, config)
         val_files = [config.resolve(f) for f in config.val_files]
-        val_set = DenoisingSet(segments(unique_documents(val_files), tokenizer, config.segment_tokens),
-                               special.bos, special.eos, mask_id, config.seed + 1) if val_files else None
+        val_set = denoising_set(config.kind, segments(unique_documents(val_files), tokenizer, config.segment_tokens),
+                                special, mask_id, config.seed + 1, config) if val_files else None
     else:
         kind = kinds.get(config.kind)
         pager = kind.pager(tokenizer, special, kind.unit_options(**config.paging()))

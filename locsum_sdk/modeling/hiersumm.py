@@ -193,10 +193,14 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
     `objective_options.stage`: "ranker" (`ranker_loss` against each paragraph's ROUGE-2 recall, its listwise term
     weighted by `objective_options.ranker_listwise`, default 1; 0 leaves the paper's regression alone),
     "summarizer" (label-smoothed NLL of the summary from the L' paragraphs the current ranker ranks best, best
-    first, with their tf-idf graph) or "both" (their sum). Returns (loss, summary NLL, terms)."""
+    first, with their tf-idf graph; a batch that is not `ranked`, denoising, gives its first L' in input order) or
+    "both" (their sum). Returns (loss, summary NLL, terms)."""
     from ..paragraphs import tfidf_graph
 
     stage = config.objective_options.get("stage", "both")
+    if not batch.ranked and stage != "summarizer":
+        raise ValueError(f"objective_options.stage={stage!r}: paragraphs in input order (denoising) have no ranker "
+                         "targets; use 'summarizer'")
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
         listwise = float(config.objective_options.get("ranker_listwise", 1.0))
@@ -206,8 +210,9 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
         terms["ranker"] = torch.stack(errors).mean()
     nll = torch.zeros(())
     if stage in ("summarizer", "both"):
-        chosen = [[p[i] for i in rank_paragraphs(model, p, t, batch.top_paragraphs)]
-                  for p, t in zip(batch.paragraphs, batch.titles)]
+        chosen = ([[p[i] for i in rank_paragraphs(model, p, t, batch.top_paragraphs)]
+                   for p, t in zip(batch.paragraphs, batch.titles)] if batch.ranked
+                  else [p[: batch.top_paragraphs] for p in batch.paragraphs])
         units, length = max(len(c) for c in chosen), max(len(ids) for c in chosen for ids in c)
         input_ids = torch.full((len(chosen), units, length), model.config.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)

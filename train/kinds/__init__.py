@@ -1,8 +1,10 @@
 """Training by kind: `train/kinds/<kind>.py`, for a kind that needs more than its units and a summary (DYLE's
 oracle snippets and extractor chunks), defines `training_set(paths, pager, tokenizer, config, split)` and may define
-`prepare_model(model, config)` (e.g. an extractor from another pretrained encoder) and
-`selection_report(summarizer, data, limit)` (how its selection stage ranks, for the model card); every other kind
-trains on `SummarizationSet`. A data set gives `get`, `example`, `collate` and `inference_units`."""
+`prepare_model(model, config)` (e.g. an extractor from another pretrained encoder),
+`denoising_set(segments, special, mask_id, seed, config)` (the "denoise" objective's data laid out as the kind reads
+its input) and `selection_report(summarizer, data, limit)` (how its selection stage ranks, for the model card);
+every other kind trains on `SummarizationSet` and `DenoisingSet`. A data set gives `get`, `example`, `collate` and
+`inference_units`."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from locsum_sdk.units import Pager
 
 from ..config import TrainConfig
 from ..data import SummarizationSet
+from ..noise import DenoisingSet
 
 
 def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str):
@@ -22,6 +25,16 @@ def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, conf
     if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
         return importlib.import_module(f"{__name__}.{kind}").training_set(paths, pager, tokenizer, config, split)
     return SummarizationSet(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
+
+
+def denoising_set(kind: str, segments: list, special, mask_id: int, seed: int, config: TrainConfig):
+    """The "denoise" objective's data for `kind`: BART's noise over `segments`, one unit per segment unless the kind
+    lays its input out otherwise."""
+    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
+        module = importlib.import_module(f"{__name__}.{kind}")
+        if hasattr(module, "denoising_set"):
+            return module.denoising_set(segments, special, mask_id, seed, config)
+    return DenoisingSet(segments, special.bos, special.eos, mask_id, seed)
 
 
 def prepare_model(kind: str, model, config: TrainConfig):

@@ -4,6 +4,9 @@ regression target) and the summary.
 
 `objective_options.stage` picks what trains (`locsum_sdk.modeling.hiersumm.objective`): "ranker" (the paper trains
 it first, alone), "summarizer" (its input: the paragraphs the current ranker ranks best, as at run time) or "both".
+
+The "denoise" objective (`HierDenoisingSet`) pretrains the encoder and decoder before either: BART's noise over a
+segment of text, cut into paragraphs read in order, and the whole segment as the target.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import torch
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit
 
-from ..batching import shifted_targets
+from ..batching import Sample, shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
+from ..noise import DenoisingSet
 from ..oracle import rouge_tokens
 
 
@@ -50,7 +54,7 @@ class HierSample:
 @dataclass
 class HierBatch:
     """Per sample its paragraphs' ids, title and recall targets; for the batch the decoder inputs and labels, and
-    L', the paragraphs the encoder reads."""
+    L', the paragraphs the encoder reads: the ranker's best (`ranked`), or the first L' in input order."""
 
     top_paragraphs: int
     paragraphs: list[list[list[int]]]
@@ -58,6 +62,7 @@ class HierBatch:
     recall: list[list[float]]
     decoder_input_ids: torch.Tensor
     labels: torch.Tensor
+    ranked: bool = True
 
     @property
     def tokens(self) -> int:
@@ -90,6 +95,36 @@ class HierSummSet(SummarizationSet):
 
         order = rank_paragraphs(model, sample.units, sample.title, self.options.top_paragraphs)
         return [sample.units[i] for i in order]
+
+
+class HierDenoisingSet(DenoisingSet):
+    """BART's noise over each segment (`DenoisingSet`), the noised text cut into consecutive paragraphs of at most
+    `paragraph_tokens` (`<s> text </s>`, as the pager frames them), read in order with no title; the target is the
+    whole segment. Rebuilding it teaches the decoder to read every paragraph through the hierarchical encoder, which
+    the summarizer stage alone did not learn at our budget (it wrote one summary whatever its input)."""
+
+    def __init__(self, segments, bos: int, eos: int, mask_id: int, seed: int, paragraph_tokens: int):
+        super().__init__(segments, bos, eos, mask_id, seed)
+        self.paragraph_tokens = paragraph_tokens
+
+    def get(self, index: int, epoch: int = 0) -> Sample:
+        noised = super().get(index, epoch)
+        text, body = noised.units[0][1:-1], self.paragraph_tokens - 2
+        paragraphs = [[self.bos, *text[i : i + body], self.eos] for i in range(0, len(text), body)]
+        return Sample(paragraphs or [[self.bos, self.eos]], noised.target)
+
+    def collate(self, samples: list[Sample], pad: int, decoder_start: int) -> HierBatch:
+        decoder_input_ids, labels = shifted_targets([s.target for s in samples], pad, decoder_start)
+        return HierBatch(max(len(s.units) for s in samples), [s.units for s in samples], [[] for _ in samples],
+                         [[0.0] * len(s.units) for s in samples], decoder_input_ids, labels, ranked=False)
+
+
+def denoising_set(segments, special, mask_id: int, seed: int, config: TrainConfig) -> HierDenoisingSet:
+    """The denoising data in paragraphs of the config's `paragraph_tokens` (the summarizer stage's)."""
+    from locsum_sdk import kinds
+
+    options = kinds.get("hiersumm").unit_options(**config.paging())
+    return HierDenoisingSet(segments, special.bos, special.eos, mask_id, seed, options.paragraph_tokens)
 
 
 def training_set(paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str) -> HierSummSet:
