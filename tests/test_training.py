@@ -163,12 +163,22 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     trainer.train(max_steps=2)
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
              "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work"),
-             "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly."])
+             "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly.",
+             "--min-distinct", "0"])  # two steps of training may write one summary for both inputs
     card = (tmp_path / "default" / "README.md").read_text()
     assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card and "| as sections |" in card
     assert "kind `pagesum`" in card and "trained briefly." in card
-    assert "of 2 summaries identical" in card
+    assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
     Bundle.load(tmp_path / "default")
+
+
+def test_release_stops_for_a_model_that_writes_one_summary_for_every_input():
+    from train.release import distinct
+
+    assert distinct(["a", "b", "a", "c"], 0.5) == 3
+    with pytest.raises(SystemExit, match="of 4 inputs hold only 1 distinct texts"):
+        distinct(["same"] * 4, 0.5)
+    assert distinct(["same"] * 4, 0.0) == 1
 
 
 def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeypatch):

@@ -9,7 +9,8 @@ to the lead / random / oracle baselines and every --compare system (another chec
 bundle, each with its own summarize options: e.g. a single-page model of the same budget, or PageSum with one page
 per document via `policy=document`), float32 against int8,
 ONNX Runtime against the torch checkpoint (greedy, token for token), and the training budget read from the
-runs' metrics.jsonl. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
+runs' metrics.jsonl. A model that writes (nearly) the same summary for every input is not released
+(`--min-distinct`). Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
 content and data set, so a release that was stopped picks up where it was.
 """
 
@@ -142,6 +143,16 @@ def parity(bundle: Path, checkpoint: Path, examples: list[EvalExample]) -> dict:
     return {"identical": len(examples) - len(differing), "examples": len(examples), "differing": differing}
 
 
+def distinct(texts: list[str], minimum: float) -> int:
+    """How many of the summaries differ; a model that ignores its input writes one summary whatever the input, and
+    fewer than `minimum` (a share) stops the release."""
+    count = len(set(texts))
+    if count < minimum * len(texts):
+        raise SystemExit(f"the summaries of {len(texts)} inputs hold only {count} distinct texts: the model writes "
+                         f"the same summary whatever its input; train it further (--min-distinct {minimum:g})")
+    return count
+
+
 def budget(runs: list[Path]) -> dict[str, dict[str, float]]:
     out = {}
     for run in runs:
@@ -178,7 +189,7 @@ def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
 
 
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
-         about: str = DEFAULT_ABOUT, selection: dict | None = None) -> str:
+         about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None) -> str:
     manifest = json.loads((bundle / "manifest.json").read_text())
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
@@ -220,6 +231,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs {int8['rouge1_float32']:.2f} "
         f"({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}); int8 summarized {int8['speedup']:.2f}x as fast as "
         f"float32 (total time over the set); int8 bundle {int8['size_mb']:.1f} MB.",
+        *([f"- Distinct summaries on QMSum test (float32): {distinct_summaries} of {parity_result['examples']}; a "
+           "model that ignores its input writes one summary for all."] if distinct_summaries is not None else []),
         "",
         "## Training budget (this machine: 2 CPU cores, bf16 autocast)",
         "",
@@ -252,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
     parser.add_argument("--sets", default=",".join(TEST_SETS))
     parser.add_argument("--work", default="~/.cache/locsum/release")
+    parser.add_argument("--min-distinct", type=float, default=0.5,
+                        help="the least share of distinct summaries on QMSum test that a release accepts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     work = Path(args.work).expanduser()
@@ -263,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     both = content_key(bundle_files(fp32), bundle_files(int8))
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
+    distinct_summaries = distinct(texts["float32"], args.min_distinct)
     quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum)
     float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
     int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
@@ -295,10 +311,10 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training,
-                                            args.limit, args.about, selection))
+                                            args.limit, args.about, selection, distinct_summaries))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training,
-         "selection": selection}, indent=2))
+         "selection": selection, "distinct_summaries": distinct_summaries}, indent=2))
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
