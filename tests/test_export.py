@@ -133,7 +133,7 @@ def test_export_from_hf_bart_directory_through_the_script(tmp_path, tokenizer_fi
     assert manifest["model"]["d_model"] == 16 and manifest["units"]["page_tokens"] == 64
 
 
-def test_int8_export_quantizes_linear_layers_only(tmp_path, checkpoint_dir):
+def test_int8_export_quantizes_linear_layers_and_embedding_tables(tmp_path, checkpoint_dir):
     from locsum_sdk import Summarizer
 
     bundle = exporter.export_onnx(checkpoint_dir, tmp_path / "int8", quantize="int8")
@@ -141,6 +141,9 @@ def test_int8_export_quantizes_linear_layers_only(tmp_path, checkpoint_dir):
     decoder = onnx.load(str(bundle.path / C.DECODER_FILE))
     ops = {n.op_type for n in decoder.graph.node}
     assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
+    tables = [i for i in decoder.graph.initializer if i.name.endswith("shared.weight_quantized")]
+    assert tables and all(t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8) for t in tables)
+    assert not any(i.name.endswith("shared.weight") for i in decoder.graph.initializer)  # no float32 table left
     assert [f.name for f in decoder.functions] == ["PageCombine"]
     for graph in bundle.manifest.graphs.values():
         assert np.isfinite(graph["int8_max_abs_diff"])

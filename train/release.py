@@ -295,9 +295,9 @@ def main(argv: list[str] | None = None) -> None:
         reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")
     ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
     if size_mb(ship) > args.max_mb:
-        raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB and int8 "
-                         f"({size_mb(int8):.1f} MB) moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (more than 0.5); "
-                         "train a smaller model or raise --max-mb")
+        raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB, int8 is "
+                         f"{size_mb(int8):.1f} MB and moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (at most 0.5 "
+                         "ships); train a smaller model or raise --max-mb")
     weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
     parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_files(fp32), weights)}.json",
                            lambda: parity(fp32, Path(args.checkpoint), qmsum))

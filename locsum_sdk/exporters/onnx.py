@@ -32,10 +32,11 @@ QUANTIZATIONS = ("int8",)
 
 
 def quantize_int8(path: Path) -> None:
-    """ONNX Runtime dynamic quantization of the linear layers: int8 weights, activations quantized per run.
+    """ONNX Runtime dynamic quantization of the linear layers and the embedding tables: int8 weights, activations
+    quantized per run; an embedding lookup (Gather of a constant table) reads 8-bit rows and dequantizes them.
 
-    Only MatMul/Gemm with a constant weight are touched; attention, LayerNorm, softmax and the combine op stay
-    float32. The LM head shares its weight with the embedding lookup; it gets its own copy first, since the
+    Only MatMul/Gemm with a constant weight and Gather of a constant table are touched; attention, LayerNorm, softmax
+    and the combine op stay float32. The LM head shares its weight with the embedding lookup; it gets its own copy first, since the
     quantizer rewrites a Gemm's weight in place."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -55,7 +56,7 @@ def quantize_int8(path: Path) -> None:
             node.input[1] = copy.name
     onnx.save(model, str(path))
     target = path.with_name(path.stem + ".int8.onnx")
-    quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
+    quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"],
                      extra_options={"MatMulConstBOnly": True})
     os.replace(target, path)
 
