@@ -36,8 +36,8 @@ def quantize_int8(path: Path) -> None:
     quantized per run; an embedding lookup (Gather of a constant table) reads 8-bit rows and dequantizes them.
 
     Only MatMul/Gemm with a constant weight and Gather of a constant table are touched; attention, LayerNorm, softmax
-    and the combine op stay float32. The LM head shares its weight with the embedding lookup; it gets its own copy first, since the
-    quantizer rewrites a Gemm's weight in place."""
+    and the combine op stay float32. The LM head shares its weight with the embedding lookup; it gets its own copy
+    first, since the quantizer rewrites a Gemm's weight in place."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
