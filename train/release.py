@@ -227,8 +227,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"{parity_result['identical']} of {parity_result['examples']} summaries identical token for token"
         + (f"; first differing step per differing example: {parity_result['differing']}." if parity_result["differing"]
            else "."),
-        f"- int8 (dynamic quantization of the linear layers) vs float32 on QMSum test, the same examples summarized "
-        f"by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs {int8['rouge1_float32']:.2f} "
+        f"- int8 (dynamic quantization of the linear layers and embedding tables) vs float32 on QMSum test, the same "
+        f"examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs {int8['rouge1_float32']:.2f} "
         f"({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}); int8 summarized {int8['speedup']:.2f}x as fast as "
         f"float32 (total time over the set); int8 bundle {int8['size_mb']:.1f} MB.",
         *([f"- Distinct summaries on QMSum test (float32): {distinct_summaries} of {parity_result['examples']}; a "
