@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from locsum_sdk.units import Pager
@@ -20,37 +20,38 @@ from ..data import SummarizationSet
 from ..noise import DenoisingSet
 
 
+def _hook(kind: str, name: str) -> Callable | None:
+    """`train/kinds/<kind>.py`'s function `name`, or None where the kind has no such module or function."""
+    if importlib.util.find_spec(f"{__name__}.{kind}") is None:
+        return None
+    return getattr(importlib.import_module(f"{__name__}.{kind}"), name, None)
+
+
 def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str):
     """The data set of `kind` over `paths` (`split`: "train" or "val", kept apart in any cache)."""
-    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
-        return importlib.import_module(f"{__name__}.{kind}").training_set(paths, pager, tokenizer, config, split)
+    own = _hook(kind, "training_set")
+    if own is not None:
+        return own(paths, pager, tokenizer, config, split)
     return SummarizationSet(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
 
 
 def denoising_set(kind: str, segments: list, special, mask_id: int, seed: int, config: TrainConfig):
     """The "denoise" objective's data for `kind`: BART's noise over `segments`, one unit per segment unless the kind
     lays its input out otherwise."""
-    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
-        module = importlib.import_module(f"{__name__}.{kind}")
-        if hasattr(module, "denoising_set"):
-            return module.denoising_set(segments, special, mask_id, seed, config)
+    own = _hook(kind, "denoising_set")
+    if own is not None:
+        return own(segments, special, mask_id, seed, config)
     return DenoisingSet(segments, special.bos, special.eos, mask_id, seed)
 
 
 def prepare_model(kind: str, model, config: TrainConfig):
     """The model as `kind`'s training module prepares it before training (unchanged for most kinds)."""
-    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
-        module = importlib.import_module(f"{__name__}.{kind}")
-        if hasattr(module, "prepare_model"):
-            return module.prepare_model(model, config)
-    return model
+    own = _hook(kind, "prepare_model")
+    return model if own is None else own(model, config)
 
 
 def selection_report(kind: str, summarizer, data: Path, limit: int | None) -> dict | None:
     """How `kind`'s selection stage ranks the units of `data` for the model card: {"title", "cutoff" (a label
     pattern such as "R@{}"), "report": {ranking: {cutoff: mean, low, high, examples}}}; None for kinds without one."""
-    if importlib.util.find_spec(f"{__name__}.{kind}") is not None:
-        module = importlib.import_module(f"{__name__}.{kind}")
-        if hasattr(module, "selection_report"):
-            return module.selection_report(summarizer, data, limit)
-    return None
+    own = _hook(kind, "selection_report")
+    return None if own is None else own(summarizer, data, limit)
