@@ -138,6 +138,32 @@ def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
         load_checkpoint(tmp_path / "odd.pt")
 
 
+def test_a_research_checkpoint_exports_from_the_command_line_and_summarizes(tmp_path, tokenizer, tokenizer_file):
+    """The README's way to generate from nlpyang/hiersumm's file: `locsum export --kind hiersumm --checkpoint
+    model_step_N.pt --tokenizer tokenizer.json --output DIR`, then a Summarizer on the bundle."""
+    import argparse
+    import dataclasses
+
+    from locsum_sdk import Summarizer
+    from locsum_sdk.cli import main
+
+    config = dataclasses.replace(CONFIG, vocab_size=tokenizer.get_vocab_size(), share_embeddings=False,
+                                 tie_generator=False, pad_token_id=tokenizer.token_to_id("<pad>"),
+                                 bos_token_id=tokenizer.token_to_id("<s>"), eos_token_id=tokenizer.token_to_id("</s>"),
+                                 decoder_start_token_id=tokenizer.token_to_id("<s>"))
+    ours = random_model(lambda: HierSumm(config))
+    opt = argparse.Namespace(enc_layers=3, inter_layers=[1], heads=4, inter_heads=4, ff_size=32, dec_layers=2,
+                             enc_hidden_size=16, dec_hidden_size=16, emb_size=16, share_embeddings=False,
+                             share_decoder_embeddings=False)
+    torch.save({"model": to_research(ours.state_dict(), config), "opt": opt}, tmp_path / "model_step_1000.pt")
+    bundle = tmp_path / "bundle"
+    assert main(["export", "--kind", "hiersumm", "--checkpoint", str(tmp_path / "model_step_1000.pt"),
+                 "--tokenizer", str(tokenizer_file), "--output", str(bundle)]) == 0
+    summary = Summarizer.from_pretrained(bundle, threads=1).summarize(
+        "The board met on Monday.\n\nIt approved the budget for next year.", query="budget", max_length=6)
+    assert summary.kind == "hiersumm" and summary.text and len(summary.units) == 2
+
+
 def test_a_research_file_with_anything_else_pickled_is_refused(tmp_path):
     import collections
 
