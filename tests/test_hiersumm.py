@@ -107,22 +107,31 @@ def to_research(state, config):
     return out
 
 
-def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
+def research_options():
+    """The research code's options (`opt`) for CONFIG's shapes."""
     import argparse
+
+    return argparse.Namespace(enc_layers=3, inter_layers=[1], heads=4, inter_heads=4, ff_size=32, dec_layers=2,
+                              enc_hidden_size=16, dec_hidden_size=16, emb_size=16, share_embeddings=False,
+                              share_decoder_embeddings=False)
+
+
+def research_file(path, config):
+    """A random HierSumm of `config` (CONFIG's shapes, untied embeddings) saved at `path` as nlpyang/hiersumm saves
+    a model; returns the model."""
+    ours = random_model(lambda: HierSumm(config))
+    torch.save({"model": to_research(ours.state_dict(), config), "opt": research_options(), "optim": {"state": {}}},
+               path)
+    return ours
+
+
+def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
     import dataclasses
 
     from locsum_sdk.modeling.checkpoint import load_checkpoint
 
     config = dataclasses.replace(CONFIG, share_embeddings=False, tie_generator=False)
-    torch.manual_seed(0)
-    ours = HierSumm(config)
-    ours.reset_parameters(0.3)
-    ours.eval()
-    opt = argparse.Namespace(enc_layers=3, inter_layers=[1], heads=4, inter_heads=4, ff_size=32, dec_layers=2,
-                             enc_hidden_size=16, dec_hidden_size=16, emb_size=16, share_embeddings=False,
-                             share_decoder_embeddings=False)
-    torch.save({"model": to_research(ours.state_dict(), config), "opt": opt, "optim": {"state": {}}},
-               tmp_path / "model_step_1000.pt")
+    ours = research_file(tmp_path / "model_step_1000.pt", config)
     loaded = load_checkpoint(tmp_path / "model_step_1000.pt").model
     assert loaded.kind == "hiersumm" and loaded.config.encoder_layers == ("local", "global", "local")
     ids, mask, units, graph, target = batch()
@@ -133,7 +142,7 @@ def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
     with pytest.raises(BundleError, match="loads as hiersumm, not pagesum"):
         load_checkpoint(tmp_path / "model_step_1000.pt", kind="pagesum")
     torch.save({"model": {"encoder.embeddings.weight": torch.zeros(4, 16), "encoder.mystery.weight": torch.zeros(1)},
-                "opt": opt}, tmp_path / "odd.pt")
+                "opt": research_options()}, tmp_path / "odd.pt")
     with pytest.raises(BundleError, match="not a weight of a hiersumm research model"):
         load_checkpoint(tmp_path / "odd.pt")
 
@@ -141,7 +150,6 @@ def test_a_research_checkpoint_converts_and_decodes_the_same(tmp_path):
 def test_a_research_checkpoint_exports_from_the_command_line_and_summarizes(tmp_path, tokenizer, tokenizer_file):
     """The README's way to generate from nlpyang/hiersumm's file: `locsum export --kind hiersumm --checkpoint
     model_step_N.pt --tokenizer tokenizer.json --output DIR`, then a Summarizer on the bundle."""
-    import argparse
     import dataclasses
 
     from locsum_sdk import Summarizer
@@ -151,11 +159,7 @@ def test_a_research_checkpoint_exports_from_the_command_line_and_summarizes(tmp_
                                  tie_generator=False, pad_token_id=tokenizer.token_to_id("<pad>"),
                                  bos_token_id=tokenizer.token_to_id("<s>"), eos_token_id=tokenizer.token_to_id("</s>"),
                                  decoder_start_token_id=tokenizer.token_to_id("<s>"))
-    ours = random_model(lambda: HierSumm(config))
-    opt = argparse.Namespace(enc_layers=3, inter_layers=[1], heads=4, inter_heads=4, ff_size=32, dec_layers=2,
-                             enc_hidden_size=16, dec_hidden_size=16, emb_size=16, share_embeddings=False,
-                             share_decoder_embeddings=False)
-    torch.save({"model": to_research(ours.state_dict(), config), "opt": opt}, tmp_path / "model_step_1000.pt")
+    research_file(tmp_path / "model_step_1000.pt", config)
     bundle = tmp_path / "bundle"
     assert main(["export", "--kind", "hiersumm", "--checkpoint", str(tmp_path / "model_step_1000.pt"),
                  "--tokenizer", str(tokenizer_file), "--output", str(bundle)]) == 0
