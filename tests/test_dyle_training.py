@@ -214,6 +214,13 @@ def test_an_extractor_grows_the_tfidf_feature_and_trains_on_it(tmp_path, meeting
     loss, _, _ = objective(grown.model.train(), batch, grown.config)
     loss.backward()
     assert grown.model.extractor.tfidf_weight.grad is not None and grown.model.extractor.tfidf_weight.grad != 0
+    started = build(config(tmp_path, meetings, tokenizer_file, "started", val_files=[],
+                           objective_options={"loss_weights": weights, "extractor_tfidf": True,
+                                              "extractor_tfidf_weight": 0.4}), progress=False)
+    started.model.eval()
+    with torch.no_grad():  # the feature's weight starts where the config says
+        assert torch.allclose(started.model.extractor(**chunks),
+                              plain.model.extractor(**chunks) + 0.4 * chunks["tfidf"], atol=1e-5)
 
 
 @pytest.mark.parametrize("source", ["ours", "bert"])
