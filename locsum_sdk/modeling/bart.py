@@ -114,13 +114,14 @@ class Attention(nn.Module):
 
         Beam k's key/value is written into slot k of the cache (G, H, K, C, d) at the position that `at` (see
         `write_index`) names, in place; then every beam attends over the K*C cached positions that `bias`
-        (G, 1, K, K*C) leaves open."""
+        (G, 1, K, K*C) leaves open. G and K are read from `bias`, which every layer of a step shares, so the
+        exported graph computes its reshapes once per step rather than once per layer."""
         keys, values = cache
-        groups, heads, beams, capacity, dim = keys.shape
+        groups, beams = bias.shape[0], bias.shape[2]  # shapes of the step's shared tensors, not of this layer's
         q, k, v = (self.split(proj(x), beams) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (G, H, K, d)
         keys.index_put_(at, k)
         values.index_put_(at, v)
-        flat = (groups, heads, beams * capacity, dim)
+        flat = (groups, self.heads, -1, self.head_dim)  # (G, H, K*C, d)
         out = self.attend(q, keys.view(flat).transpose(2, 3), values.view(flat), bias)  # (G, H, K, d)
         return self.out_proj(self.merge(out))
 

@@ -34,10 +34,11 @@ def item_cross_attention(attention: Attention, x: torch.Tensor, kv: tuple[torch.
     """x (B*Q, D): Q query rows of each of B items attend to all real tokens of the item's U rows.
 
     kv: key (B*U, H, d, L), value (B*U, H, L, d); bias (B*U, 1, 1, L). Returns the output (B*Q, D) and the
-    attention mass per row (B, U, H, Q)."""
+    attention mass per row (B, U, H, Q). Shapes come from `bias`, which every layer shares, so the exported graph
+    computes them once per step."""
     k_t, v = kv
-    rows, heads, dim, length = k_t.shape
-    batch = rows // units
+    heads, dim, length = attention.heads, attention.head_dim, bias.shape[-1]
+    batch = bias.shape[0] // units
     q = attention.split(attention.q_proj(x), queries)  # (B, H, Q, d)
     if attention.scaling != 1.0:
         q = q * attention.scaling
