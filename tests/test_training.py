@@ -112,6 +112,23 @@ def test_the_trainer_uses_the_objective_the_kind_registers(tmp_path, jsonl, toke
     assert record["loss_summary"] == record["loss_again"] == pytest.approx(record["loss"] / 2)
 
 
+@pytest.mark.parametrize(("kind", "options", "named"), [
+    ("pagesum", {"hybrid": True}, "hybrid"),  # a kind that reads none
+    ("dyle", {"extractor_tfidf_wieght": 0.4}, "extractor_tfidf_wieght"),
+    ("dyle", {"loss_weights": {"oracle": 1.0, "consistancy": 0.0}}, "consistancy"),
+    ("hiersumm", {"stages": "ranker"}, "stages"),
+])
+def test_an_objective_option_the_kind_does_not_read_is_refused_before_training(tmp_path, jsonl, tokenizer_file,
+                                                                               kind, options, named):
+    from locsum_sdk.errors import OptionError
+    from train.__main__ import build
+
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "typo", kind=kind, objective_options=options)
+    with pytest.raises(OptionError, match=named):
+        build(config, progress=False)
+    assert not config.run_dir().exists()
+
+
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
     from locsum_sdk import Summarizer
     from locsum_sdk.exporters.onnx import export_onnx

@@ -18,7 +18,7 @@ from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
 from .data import read_jsonl, segments, unique_documents
-from .kinds import denoising_set, prepare_model, training_set
+from .kinds import check_objective_options, denoising_set, prepare_model, training_set
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
 
@@ -46,6 +46,7 @@ def prepare_tokenizer(config: TrainConfig, files: list[Path]):
 
 
 def build(config: TrainConfig, progress: bool = True) -> Trainer:
+    check_objective_options(config.kind, config.objective_options)
     files = [config.resolve(f) for f in config.train_files]
     tokenizer_file, tokenizer = prepare_tokenizer(config, files)
     torch.manual_seed(config.seed)

@@ -2,8 +2,9 @@
 oracle snippets and extractor chunks), defines `training_set(paths, pager, tokenizer, config, split)` and may define
 `prepare_model(model, config)` (e.g. an extractor from another pretrained encoder),
 `denoising_set(segments, special, mask_id, seed, config)` (the "denoise" objective's data laid out as the kind reads
-its input) and `selection_report(summarizer, data, limit)` (how its selection stage ranks, for the model card);
-every other kind trains on `SummarizationSet` and `DenoisingSet`. A data set gives `get`, `example`, `collate` and
+its input) and `selection_report(summarizer, data, limit)` (how its selection stage ranks, for the model card),
+and names the `objective_options` it reads in `OBJECTIVE_OPTIONS` (a kind without them accepts none); every other
+kind trains on `SummarizationSet` and `DenoisingSet`. A data set gives `get`, `example`, `collate` and
 `inference_units`."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from locsum_sdk.errors import OptionError
 from locsum_sdk.units import Pager
+from locsum_sdk.validation import check_keys
 
 from ..config import TrainConfig
 from ..data import SummarizationSet
@@ -25,6 +28,13 @@ def _hook(kind: str, name: str) -> Callable | None:
     if importlib.util.find_spec(f"{__name__}.{kind}") is None:
         return None
     return getattr(importlib.import_module(f"{__name__}.{kind}"), name, None)
+
+
+def check_objective_options(kind: str, options: dict) -> None:
+    """`options` names nothing `kind` does not read (`OBJECTIVE_OPTIONS` of its training module): a typo fails
+    before any model or data is loaded instead of training without the setting."""
+    known = _hook(kind, "OBJECTIVE_OPTIONS") or ()
+    check_keys(f"objective_options of kind {kind!r}", options, known, error=OptionError)
 
 
 def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str):

@@ -21,11 +21,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from locsum_sdk.errors import OptionError
 from locsum_sdk.kinds import TFIDF
 from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, extractor_inputs, own_ids
 from locsum_sdk.limits import tfidf_feature
+from locsum_sdk.modeling.dyle import LOSS_WEIGHTS
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.units import Pager, Unit, split_sentences
+from locsum_sdk.validation import check_keys
 
 from ..batching import shifted_targets
 from ..config import TrainConfig
@@ -34,6 +37,8 @@ from ..oracle import oracle
 
 logger = logging.getLogger("locsum_sdk.train")
 
+OBJECTIVE_OPTIONS = ("loss_weights", "hybrid", "extractor_from", "extractor_tfidf", "extractor_tfidf_weight",
+                     "extractor_checkpointing")  # see `prepare_model` and `locsum_sdk.modeling.dyle.objective`
 ORACLE_VERSION = 1  # bumped when `train.oracle` changes what it chooses
 
 
@@ -174,6 +179,7 @@ def prepare_model(model, config: TrainConfig):
     gradients in the memory of one layer, for one more forward pass. The extractor reads all of an example's
     snippets with gradients, which for all-MiniLM-L6-v2 (12 heads) takes over 24 GB without it."""
     options = config.objective_options
+    check_keys("objective_options.loss_weights", options.get("loss_weights", {}), LOSS_WEIGHTS, error=OptionError)
     if options.get("extractor_from"):
         model = extractor_from(model, config.resolve(options["extractor_from"]))
     if options.get("extractor_tfidf") and not model.config.extractor.tfidf:

@@ -28,6 +28,8 @@ from ..data import SummarizationSet
 from ..noise import DenoisingSet
 from ..oracle import rouge_tokens
 
+OBJECTIVE_OPTIONS = ("stage", "ranker_listwise", "ranker_tfidf")  # see `prepare_model` and the modeling's `objective`
+
 
 def rouge2_recall(paragraph: str, reference_bigrams: Counter) -> float:
     """The share of the reference's bigrams (clipped counts) the paragraph holds, rouge-score's tokens."""
