@@ -129,6 +129,33 @@ def test_an_objective_option_the_kind_does_not_read_is_refused_before_training(t
     assert not config.run_dir().exists()
 
 
+def test_lr_scale_multiplies_the_rate_of_the_parameters_it_names(tmp_path, jsonl, tokenizer_file):
+    from train.__main__ import build
+
+    scaled, plain = "model.decoder.layers.0.fc1.weight", "model.decoder.layers.1.fc1.weight"
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "scaled", val_files=[], weight_decay=0.0,
+                        lr_scale={"model.decoder.layers.0.": 10.0})
+    trainer = build(config, progress=False)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if name in (scaled, plain)}
+    trainer.train(max_steps=1)
+    after = dict(trainer.model.named_parameters())
+    rate = 1e-3 / 2  # the first warmup step; Adam's first update moves each weight by about the rate
+    assert (after[plain] - before[plain]).abs().max().item() == pytest.approx(rate, rel=0.05)
+    assert (after[scaled] - before[scaled]).abs().max().item() == pytest.approx(10 * rate, rel=0.05)
+
+
+@pytest.mark.parametrize(("lr_scale", "message"), [({"model.decoder.layers.0.": 0.0}, "positive"),
+                                                   ({"model.decoder.layers.0.": float("nan")}, "positive"),
+                                                   ({"extractor.": 10.0}, "start no parameter")])
+def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, tokenizer_file, lr_scale, message):
+    from locsum_sdk.errors import OptionError
+    from train.__main__ import build
+
+    values = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "bad", lr_scale=lr_scale).to_dict()
+    with pytest.raises(OptionError, match=message):
+        build(TrainConfig.from_dict(values), progress=False)
+
+
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
     from locsum_sdk import Summarizer
     from locsum_sdk.exporters.onnx import export_onnx

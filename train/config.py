@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class TrainConfig:
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 1000
     lr: float = 5e-4
+    lr_scale: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> multiple of the schedule's rate
     warmup_steps: int = 100
     schedule: str = "inverse_sqrt"  # or "linear" (to zero at max_steps)
     weight_decay: float = 0.01
@@ -68,6 +70,10 @@ class TrainConfig:
             raise ValueError(f"objective={config.objective!r}: use 'denoise' or 'summarize'")
         if config.schedule not in ("inverse_sqrt", "linear"):
             raise ValueError(f"schedule={config.schedule!r}: use 'inverse_sqrt' or 'linear'")
+        bad = {prefix: scale for prefix, scale in config.lr_scale.items()
+               if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf}
+        if bad:
+            raise OptionError(f"lr_scale {bad}: each scale is a positive, finite number")
         return config
 
     @classmethod

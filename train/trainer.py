@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from locsum_sdk.errors import OptionError
 from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.registry import model_kind
 
@@ -53,11 +54,23 @@ def learning_rate(config: TrainConfig, step: int) -> float:
 
 
 def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    decay, plain = [], []
+    """AdamW without weight decay on biases and norms. A parameter whose name starts with a prefix of
+    `config.lr_scale` learns at the schedule's rate times that prefix's scale (the longest prefix that matches)."""
+    names = [name for name, _ in model.named_parameters()]
+    unused = sorted(prefix for prefix in config.lr_scale if not any(name.startswith(prefix) for name in names))
+    if unused:
+        raise OptionError(f"lr_scale names {unused}, which start no parameter of this model; parameters start with "
+                          f"{sorted({name.split('.')[0] for name in names})}")
+    groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
-        (plain if param.ndim < 2 or "layer_norm" in name or "layernorm" in name else decay).append(param)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
+        decays = not (param.ndim < 2 or "layer_norm" in name or "layernorm" in name)
+        matches = [prefix for prefix in config.lr_scale if name.startswith(prefix)]
+        scale = float(config.lr_scale[max(matches, key=len)]) if matches else 1.0
+        groups.setdefault((decays, scale), []).append(param)
+    order = sorted(groups, key=lambda key: (key[1] != 1.0, not key[0], key[1]))  # unscaled first, as before scales
+    return torch.optim.AdamW([{"params": groups[key], "weight_decay": config.weight_decay if key[0] else 0.0,
+                               "lr_scale": key[1]} for key in order],
+                             lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
 
 
 class Trainer:
@@ -106,7 +119,7 @@ class Trainer:
         while self.position.step < stop:
             step, started = self.position.step, time.perf_counter()
             for group in self.optimizer.param_groups:
-                group["lr"] = learning_rate(config, step)
+                group["lr"] = learning_rate(config, step) * group.get("lr_scale", 1.0)  # older runs' groups lack it
             losses, nlls, parts = [], [], {}
             for _ in range(config.grad_accum):
                 epoch, cursor, batch = next(batches)
