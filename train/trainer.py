@@ -67,7 +67,8 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
         matches = [prefix for prefix in config.lr_scale if name.startswith(prefix)]
         scale = float(config.lr_scale[max(matches, key=len)]) if matches else 1.0
         groups.setdefault((decays, scale), []).append(param)
-    order = sorted(groups, key=lambda key: (key[1] != 1.0, not key[0], key[1]))  # unscaled first, as before scales
+    # unscaled groups first, decaying then not: the order of the checkpoints written before lr_scale, which resume
+    order = sorted(groups, key=lambda key: (key[1] != 1.0, not key[0], key[1]))
     return torch.optim.AdamW([{"params": groups[key], "weight_decay": config.weight_decay if key[0] else 0.0,
                                "lr_scale": key[1]} for key in order],
                              lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
