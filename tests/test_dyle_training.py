@@ -265,3 +265,54 @@ def test_the_model_card_reports_the_selection_stage(dyle_bundle_dir, meetings):
     assert lines[0].startswith("## Selection stage") and "| ranking | R@5 | R@10 | R@25 | examples |" in lines
     assert any(line.startswith("| extractor | ") and line.endswith(" |") for line in lines)
     assert selection_report("pagesum", summarizer, meetings, 4) is None and selection_lines(None, 4) == []
+
+
+def synthetic_probe_examples(rng, count, signal):
+    """Snippet states that mark the oracle snippets along one axis (signal > 0) or carry nothing (0); the tf-idf
+    feature and ranking are noise."""
+    from train.probe import ProbeExample
+
+    examples = []
+    for _ in range(count):
+        states, oracle = torch.randn(30, 8, generator=rng), torch.randperm(30, generator=rng)[:3].tolist()
+        states[oracle, 0] += signal
+        examples.append(ProbeExample(states, torch.randn(30, generator=rng), torch.rand(30, generator=rng).numpy(),
+                                     oracle))
+    return examples
+
+
+def test_the_probe_finds_what_the_states_say_about_the_oracle_and_nothing_where_they_say_nothing():
+    from train.probe import probe_report
+
+    rng = torch.Generator().manual_seed(0)
+    marked = probe_report(synthetic_probe_examples(rng, 24, 3.0), synthetic_probe_examples(rng, 24, 3.0), [5])
+    assert marked["penalty"] <= 0.1 and marked["test_loss"] < marked["test_loss_tfidf_alone"] - 0.5
+    assert marked["recall"]["probe minus tf-idf"][5]["low"] > 30
+    blank = probe_report(synthetic_probe_examples(rng, 24, 0.0), synthetic_probe_examples(rng, 24, 0.0), [5])
+    assert blank["penalty"] >= 1.0 and blank["weight_norm"] < 0.2
+
+
+def test_the_probe_reads_a_starting_extractors_snippet_states(tmp_path, meetings, tokenizer_file):
+    from locsum_sdk import kinds
+    from locsum_sdk.units import SpecialTokens
+    from train.__main__ import prepare_tokenizer, starting_model
+    from train.kinds.dyle import DyleSet
+    from train.probe import probe_examples
+
+    settings = config(tmp_path, meetings, tokenizer_file, "probe", objective_options={"extractor_tfidf": True})
+    _, tokenizer = prepare_tokenizer(settings, [meetings])
+    model = starting_model(settings, tokenizer).eval()
+    kind = kinds.get("dyle")
+    special = SpecialTokens(**model.config.special_tokens())
+    pager = kind.pager(tokenizer, special, kind.unit_options(**settings.paging()))
+    data = DyleSet([meetings], pager, tokenizer, settings, "train", False)
+    examples = probe_examples(model, data, range(len(data)), "probe", False)
+    assert examples and all(x.oracle for x in examples)
+    first = next(sample for sample in map(data.get, range(len(data))) if sample.oracle)
+    chunks = data.chunks(first.snippets, first.query)
+    with torch.no_grad():  # the scoring layer reads exactly these states
+        scores = model.extractor(**chunks)
+        expected = (model.extractor.classifier(examples[0].states).squeeze(-1)
+                    + model.extractor.tfidf_weight * chunks["tfidf"])
+    assert examples[0].states.shape == (len(first.snippets), model.config.extractor.d_model)
+    assert torch.allclose(scores, expected, atol=1e-5)

@@ -45,10 +45,8 @@ def prepare_tokenizer(config: TrainConfig, files: list[Path]):
     return path, Tokenizer.from_file(str(path))
 
 
-def build(config: TrainConfig, progress: bool = True) -> Trainer:
-    check_objective_options(config.kind, config.objective_options)
-    files = [config.resolve(f) for f in config.train_files]
-    tokenizer_file, tokenizer = prepare_tokenizer(config, files)
+def starting_model(config: TrainConfig, tokenizer):
+    """The model a run of `config` starts from: `init_from` (or fresh weights), as the kind prepares it."""
     torch.manual_seed(config.seed)
     if config.init_from:
         model = load_checkpoint(config.resolve(config.init_from), kind=config.kind).model  # e.g. BART -> hierencdec
@@ -56,7 +54,14 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         model_config = kinds.get(config.kind).config(**{**config.model, "vocab_size": tokenizer.get_vocab_size()})
         model = model_kind(config.kind).model(model_config)
         model.reset_parameters(0.02)
-    model = prepare_model(config.kind, model, config)
+    return prepare_model(config.kind, model, config)
+
+
+def build(config: TrainConfig, progress: bool = True) -> Trainer:
+    check_objective_options(config.kind, config.objective_options)
+    files = [config.resolve(f) for f in config.train_files]
+    tokenizer_file, tokenizer = prepare_tokenizer(config, files)
+    model = starting_model(config, tokenizer)
     cfg = model.config
     special = SpecialTokens(**cfg.special_tokens())
     if config.objective == "denoise":

@@ -47,14 +47,18 @@ class Extractor(nn.Module):
         if config.tfidf:
             self.tfidf_weight = nn.Parameter(torch.ones(()))
 
+    def snippet_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       separators: torch.Tensor) -> torch.Tensor:
+        """The encoder's state at each snippet's separator (n, D), which the scoring layer reads."""
+        states = self.encoder(input_ids, attention_mask)  # (C, L, D)
+        return states.reshape(-1, states.shape[-1])[separators]
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, separators: torch.Tensor,
                 tfidf: torch.Tensor | None = None) -> torch.Tensor:
         """Chunks input_ids, attention_mask (C, L); separators (n,): the flat index (chunk * L + position) of the
         separator after each snippet; tfidf (n,): each snippet's tf-idf feature, read when the config's `tfidf` is
         on -> the snippets' scores (n,)."""
-        states = self.encoder(input_ids, attention_mask)  # (C, L, D)
-        rows = states.reshape(-1, states.shape[-1])[separators]  # (n, D)
-        scores = self.classifier(rows).squeeze(-1)
+        scores = self.classifier(self.snippet_states(input_ids, attention_mask, separators)).squeeze(-1)
         if not self.config.tfidf:
             return scores
         if tfidf is None:
