@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.common import write_result
 from locsum_sdk import kinds
+from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
 from train.config import DATA
 from train.data import JsonlIndex
@@ -21,13 +22,11 @@ TRAIN = DATA / "qmsum" / "train.jsonl"
 
 @pytest.mark.skipif(not TRAIN.is_file(), reason=f"{TRAIN} (the shared data) is not here")
 def test_oracle_throughput_on_qmsum_train(benchmark, quick):
-    from tokenizers import Tokenizer
-
     from locsum_sdk.summarizer import default_bundle
 
     kind = kinds.get("dyle")
     options = kind.unit_options()
-    pager = kind.pager(Tokenizer.from_file(str(default_bundle() / "tokenizer.json")), SpecialTokens(), options)
+    pager = kind.pager(read_tokenizer(default_bundle() / "tokenizer.json"), SpecialTokens(), options)
     index = JsonlIndex([TRAIN])
     count = 100 if quick else len(index)
     stats = {"snippets": 0, "chosen": 0, "paging_s": 0.0, "oracle_s": 0.0}

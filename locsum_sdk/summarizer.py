@@ -21,6 +21,7 @@ from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mb, memory_limit
 from .options import Options
+from .tokenizer_file import read_tokenizer
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
 
@@ -312,10 +313,8 @@ class Summarizer:
 
 def _tokenizer(path: Path, vocab_size: int, reader: str):
     """A tokenizer file, readable and with no id past what `reader` (the model, or a selection graph) can read."""
-    from tokenizers import Tokenizer
-
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = read_tokenizer(path)
     except Exception as err:  # tokenizers raises its own exception for unreadable files
         raise BundleError(f"{path} is not a readable tokenizer ({err}); export again") from None
     if tokenizer.get_vocab_size() > vocab_size:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import document, write_jsonl
 from test_training import run_config
+from tokenizers import Tokenizer
 
 from locsum_sdk.modeling.dyle import select_snippets
 
@@ -120,6 +121,8 @@ def bert_directory(path, texts):
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(
         vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tokenizer.enable_padding(length=128, pad_id=0, pad_token="[PAD]")  # as sentence-transformers' files do
+    tokenizer.enable_truncation(128)
     path.mkdir(parents=True)
     tokenizer.save(str(path / "tokenizer.json"))
     torch.manual_seed(0)
@@ -128,6 +131,19 @@ def bert_directory(path, texts):
     transformers.BertModel(config).save_pretrained(path)
     return path
 
+
+
+def test_a_tokenizer_file_that_pads_and_truncates_is_read_without_either(tmp_path, meetings):
+    from locsum_sdk.tokenizer_file import read_tokenizer
+
+    texts = [json.loads(line)["documents"][0] for line in meetings.read_text().splitlines()]
+    path = bert_directory(tmp_path / "minilm", texts) / "tokenizer.json"
+    raw, read = Tokenizer.from_file(str(path)), read_tokenizer(path)
+    long_text = " ".join(texts)
+    assert len(raw.encode("a b").ids) == 128 and len(raw.encode(long_text).ids) == 128  # padded, and cut
+    assert read.padding is None and read.truncation is None
+    assert 3 < len(read.encode(long_text).ids) == len(read.encode(long_text).attention_mask) > 128
+    assert 0 not in read.encode_batch(["a b", long_text], add_special_tokens=False)[0].ids
 
 
 def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meetings, tokenizer_file):
@@ -149,6 +165,7 @@ def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meet
     assert int(ids[0, 0]) == extractor.start_token_id and ids.shape[1] <= 96
     assert torch.all(ids.reshape(-1)[chunks["separators"]] == extractor.separator_token_id)
     assert len(chunks["separators"]) == len(sample.snippets)
+    assert not torch.any((ids == 0) & (chunks["attention_mask"] == 1))  # no [PAD] read: the file's padding is off
     log = trainer.train()
     assert all(r["loss_oracle"] == r["loss_oracle"] for r in log)
     from train.recall import checkpoint_items, recall_report

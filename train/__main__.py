@@ -14,6 +14,7 @@ import torch
 from locsum_sdk import kinds
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.registry import model_kind
+from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
@@ -36,13 +37,11 @@ def tokenizer_texts(files: list[Path]):
 
 
 def prepare_tokenizer(config: TrainConfig, files: list[Path]):
-    from tokenizers import Tokenizer
-
     path = config.resolve(config.tokenizer)
     if not path.is_file():
         logger.info("training a %d-token tokenizer on %s", config.vocab_size, [f.name for f in files])
         save_tokenizer(train_tokenizer(tokenizer_texts(files), config.vocab_size), path)
-    return path, Tokenizer.from_file(str(path))
+    return path, read_tokenizer(path)
 
 
 def starting_model(config: TrainConfig, tokenizer):

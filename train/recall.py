@@ -20,6 +20,7 @@ from tqdm import tqdm
 from locsum_sdk import Summarizer
 from locsum_sdk.evaluation import interval as bootstrap_interval
 from locsum_sdk.limits import tfidf_scores
+from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import Unit
 
 from .config import TrainConfig
@@ -112,8 +113,6 @@ def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit:
                      progress: bool = True) -> Iterator[Item]:
     """A training checkpoint's extractor in torch (any extractor, one with its own tokenizer included) on the
     snippets and oracle the training data set makes of `data` with the training config's options."""
-    from tokenizers import Tokenizer
-
     from locsum_sdk import kinds
     from locsum_sdk.modeling.checkpoint import load_checkpoint
     from locsum_sdk.units import SpecialTokens
@@ -122,7 +121,7 @@ def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit:
 
     model = load_checkpoint(checkpoint).model
     kind = kinds.get(model.kind)
-    pager = kind.pager(Tokenizer.from_file(str(settings.resolve(settings.tokenizer))),
+    pager = kind.pager(read_tokenizer(settings.resolve(settings.tokenizer)),
                        SpecialTokens(**model.config.special_tokens()), kind.unit_options(**settings.paging()))
     examples = DyleSet([data], pager, pager.tokenizer, settings, f"eval-{data.parent.name}-{data.stem}", progress)
     for i in tqdm(range(min(limit or len(examples), len(examples))), desc="recall", disable=not progress):

@@ -27,6 +27,7 @@ from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER, extractor_inputs, own_ids
 from locsum_sdk.limits import tfidf_feature
 from locsum_sdk.modeling.dyle import LOSS_WEIGHTS
 from locsum_sdk.modeling.objectives import IGNORE
+from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import Pager, Unit, split_sentences
 from locsum_sdk.validation import check_keys
 
@@ -84,9 +85,7 @@ class DyleSet(SummarizationSet):
         self.extractor_tokenizer_file = extractor_tokenizer_file(config)
         self.extractor_tokenizer = None  # None: the extractor reads the generator's ids
         if self.extractor_tokenizer_file is not None:
-            from tokenizers import Tokenizer
-
-            self.extractor_tokenizer = Tokenizer.from_file(str(self.extractor_tokenizer_file))
+            self.extractor_tokenizer = read_tokenizer(self.extractor_tokenizer_file)
         self.oracles = self._oracles(paths, split, Path(config.output).expanduser() / ".oracle", progress)
 
     @property
