@@ -176,7 +176,8 @@ def prepare_model(model, config: TrainConfig):
     `objective_options.extractor_checkpointing = true`: the extractor's layers run again in the backward pass
     instead of keeping their activations over every chunk of the batch (`bart.run_encoder_layers`): the same
     gradients in the memory of one layer, for one more forward pass. The extractor reads all of an example's
-    snippets with gradients, which for all-MiniLM-L6-v2 (12 heads) takes over 24 GB without it."""
+    snippets with gradients, which for all-MiniLM-L6-v2 (12 heads) took over 24 GB without it (with every snippet
+    padded to 128 ids, as its tokenizer file did before `read_tokenizer` turned that off)."""
     options = config.objective_options
     check_keys("objective_options.loss_weights", options.get("loss_weights", {}), LOSS_WEIGHTS, error=OptionError)
     if options.get("extractor_from"):
