@@ -146,7 +146,8 @@ def test_lr_scale_multiplies_the_rate_of_the_parameters_it_names(tmp_path, jsonl
 
 @pytest.mark.parametrize(("lr_scale", "message"), [({"model.decoder.layers.0.": 0.0}, "positive"),
                                                    ({"model.decoder.layers.0.": float("nan")}, "positive"),
-                                                   ({"extractor.": 10.0}, "start no parameter")])
+                                                   ({"extractor.": 10.0}, "start no parameter"),
+                                                   (3.0, "a table of parameter-name prefixes")])
 def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, tokenizer_file, lr_scale, message):
     from locsum_sdk.errors import OptionError
     from train.__main__ import build

@@ -70,6 +70,9 @@ class TrainConfig:
             raise ValueError(f"objective={config.objective!r}: use 'denoise' or 'summarize'")
         if config.schedule not in ("inverse_sqrt", "linear"):
             raise ValueError(f"schedule={config.schedule!r}: use 'inverse_sqrt' or 'linear'")
+        if not isinstance(config.lr_scale, dict):
+            raise OptionError(f"lr_scale={config.lr_scale!r}: a table of parameter-name prefixes and scales, e.g. "
+                              '{ "extractor.classifier." = 100.0 }')
         bad = {prefix: scale for prefix, scale in config.lr_scale.items()
                if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf}
         if bad:
