@@ -56,6 +56,12 @@ def starting_model(config: TrainConfig, tokenizer):
     return prepare_model(config.kind, model, config)
 
 
+def training_pager(config: TrainConfig, tokenizer, model):
+    """The pager training reads `config`'s examples with: its kind's units over the model's special tokens."""
+    kind = kinds.get(config.kind)
+    return kind.pager(tokenizer, SpecialTokens(**model.config.special_tokens()), kind.unit_options(**config.paging()))
+
+
 def build(config: TrainConfig, progress: bool = True) -> Trainer:
     check_objective_options(config.kind, config.objective_options)
     files = [config.resolve(f) for f in config.train_files]
@@ -71,8 +77,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         val_set = denoising_set(config.kind, segments(unique_documents(val_files), tokenizer, config.segment_tokens),
                                 special, mask_id, config.seed + 1, config) if val_files else None
     else:
-        kind = kinds.get(config.kind)
-        pager = kind.pager(tokenizer, special, kind.unit_options(**config.paging()))
+        pager = training_pager(config, tokenizer, model)
         train_set = training_set(config.kind, files, pager, tokenizer, config, "train")
         val_set = (training_set(config.kind, [config.resolve(f) for f in config.val_files], pager, tokenizer, config,
                                 "val") if config.val_files else None)

@@ -24,12 +24,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from locsum_sdk import kinds
 from locsum_sdk.errors import OptionError
 from locsum_sdk.limits import tfidf_scores
-from locsum_sdk.units import SpecialTokens
+from locsum_sdk.modeling.dyle import oracle_cross_entropy
 
-from .__main__ import prepare_tokenizer, starting_model
+from .__main__ import prepare_tokenizer, starting_model, training_pager
 from .config import TrainConfig
 from .kinds.dyle import DyleSet
 from .recall import print_report, recall_at, report_rows
@@ -65,7 +64,7 @@ def probe_examples(model, data: DyleSet, indices: Sequence[int], desc: str, prog
 
 def oracle_loss(examples: Sequence[ProbeExample], weight: torch.Tensor, tfidf_weight: torch.Tensor) -> torch.Tensor:
     """The extractor's oracle cross-entropy under the probe's scores, averaged over the examples."""
-    return torch.stack([-torch.log_softmax(x.states @ weight + tfidf_weight * x.tfidf, 0)[x.oracle].mean()
+    return torch.stack([oracle_cross_entropy(x.states @ weight + tfidf_weight * x.tfidf, x.oracle)
                         for x in examples]).mean()
 
 
@@ -128,8 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--config: a DYLE config, not kind {config.kind!r}")
     _, tokenizer = prepare_tokenizer(config, [config.resolve(f) for f in config.train_files])
     model = starting_model(config, tokenizer).eval()
-    kind = kinds.get("dyle")
-    pager = kind.pager(tokenizer, SpecialTokens(**model.config.special_tokens()), kind.unit_options(**config.paging()))
+    pager = training_pager(config, tokenizer, model)
     progress = not args.quiet
     train_path, test_path = Path(args.train_data), Path(args.data)
     train_set = DyleSet([train_path], pager, tokenizer, config, "train", progress)

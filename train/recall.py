@@ -113,16 +113,13 @@ def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit:
                      progress: bool = True) -> Iterator[Item]:
     """A training checkpoint's extractor in torch (any extractor, one with its own tokenizer included) on the
     snippets and oracle the training data set makes of `data` with the training config's options."""
-    from locsum_sdk import kinds
     from locsum_sdk.modeling.checkpoint import load_checkpoint
-    from locsum_sdk.units import SpecialTokens
 
+    from .__main__ import training_pager
     from .kinds.dyle import DyleSet
 
     model = load_checkpoint(checkpoint).model
-    kind = kinds.get(model.kind)
-    pager = kind.pager(read_tokenizer(settings.resolve(settings.tokenizer)),
-                       SpecialTokens(**model.config.special_tokens()), kind.unit_options(**settings.paging()))
+    pager = training_pager(settings, read_tokenizer(settings.resolve(settings.tokenizer)), model)
     examples = DyleSet([data], pager, pager.tokenizer, settings, f"eval-{data.parent.name}-{data.stem}", progress)
     for i in tqdm(range(min(limit or len(examples), len(examples))), desc="recall", disable=not progress):
         sample = examples.get(i)

@@ -12,6 +12,7 @@ decoding step the token distribution is marginalized over the snippets with dyna
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,12 @@ def select_snippets(scores: torch.Tensor, oracle: list[int], top_k: int, hybrid:
     return sorted(chosen)
 
 
+def oracle_cross_entropy(scores: torch.Tensor, oracle: Sequence[int]) -> torch.Tensor:
+    """The extractor's oracle loss on one input: cross-entropy of its snippet scores (n,) over all snippets,
+    averaged over the oracle snippets."""
+    return -torch.log_softmax(scores, 0)[torch.tensor(list(oracle))].mean()
+
+
 def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """DYLE's training loss on a batch (`train.kinds.dyle.DyleBatch`):
 
@@ -120,7 +127,7 @@ def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch
     hybrid = options.get("hybrid", True)
     top_k, pad = batch.top_k, model.config.pad_token_id
     scores = [model.extractor(**chunks).float() for chunks in batch.chunks]  # per sample (n,)
-    oracle_terms = [-torch.log_softmax(s, 0)[torch.tensor(o)].mean() for s, o in zip(scores, batch.oracle) if o]
+    oracle_terms = [oracle_cross_entropy(s, o) for s, o in zip(scores, batch.oracle) if o]
     oracle_loss = torch.stack(oracle_terms).mean() if oracle_terms else scores[0].new_zeros(())
     if weights["generation"] == 0 and weights["consistency"] == 0:  # the extractor alone: no generator pass
         return weights["oracle"] * oracle_loss, oracle_loss.new_zeros(()), {"oracle": oracle_loss.detach()}
