@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,44 @@ def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, token
     values = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "bad", lr_scale=lr_scale).to_dict()
     with pytest.raises(OptionError, match=message):
         build(TrainConfig.from_dict(values), progress=False)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("objective_options", "x", "objective_options must be an object"),
+    ("batch_size", "4", "batch_size='4' is not accepted"),
+    ("max_steps", 0, "max_steps=0 is not accepted"),
+    ("bf16", "yes", "bf16='yes' is not accepted"),
+    ("lr", 0.0, "lr=0 is not accepted"),
+    ("clip", 0, "clip=0 is not accepted"),
+    ("label_smoothing", float("nan"), "label_smoothing=nan is not accepted"),
+    ("train_files", "a.jsonl", "a list of JSON Lines paths"),
+    ("train_files", [], "train_files is empty"),
+    ("name", "../elsewhere", "one path component"),
+    ("schedule", "cosine", "schedule='cosine' is not accepted"),
+    ("init_from", 3, "init_from=3 is not accepted"),
+])
+def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, jsonl, tokenizer_file, field, value,
+                                                                      message):
+    from locsum_sdk.errors import OptionError
+
+    values = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "bad").to_dict()
+    TrainConfig.from_dict(values)
+    with pytest.raises(OptionError, match=re.escape(message)):
+        TrainConfig.from_dict({**values, field: value})
+
+
+def test_a_config_without_a_required_field_names_it(tmp_path, jsonl, tokenizer_file):
+    from locsum_sdk.errors import OptionError
+
+    values = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "bad").to_dict()
+    del values["tokenizer"]
+    with pytest.raises(OptionError, match=r"no \['tokenizer'\]"):
+        TrainConfig.from_dict(values)
+
+
+def test_every_shipped_config_reads():
+    for path in sorted((Path(__file__).resolve().parents[1] / "train" / "configs").glob("*.toml")):
+        assert TrainConfig.load(path).name == path.stem
 
 
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):

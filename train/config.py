@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from locsum_sdk.errors import OptionError
-from locsum_sdk.validation import check_keys
+from locsum_sdk.validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_keys,
+    check_mapping,
+    check_str,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -65,18 +73,13 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         check_keys("training config", values, [f.name for f in dataclasses.fields(cls)], error=OptionError)
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                   and f.name not in values]
+        if missing:
+            raise OptionError(f"training config has no {missing}; every config names them (see train/configs/)")
         config = cls(**values)
-        if config.objective not in ("denoise", "summarize"):
-            raise ValueError(f"objective={config.objective!r}: use 'denoise' or 'summarize'")
-        if config.schedule not in ("inverse_sqrt", "linear"):
-            raise ValueError(f"schedule={config.schedule!r}: use 'inverse_sqrt' or 'linear'")
-        if not isinstance(config.lr_scale, dict):
-            raise OptionError(f"lr_scale={config.lr_scale!r}: a table of parameter-name prefixes and scales, e.g. "
-                              '{ "extractor.classifier." = 100.0 }')
-        bad = {prefix: scale for prefix, scale in config.lr_scale.items()
-               if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf}
-        if bad:
-            raise OptionError(f"lr_scale {bad}: each scale is a positive, finite number")
+        _check_fields(config)
         return config
 
     @classmethod
@@ -89,3 +92,44 @@ class TrainConfig:
         text = path.replace("$DATA", str(DATA))
         candidate = Path(text).expanduser()
         return candidate if candidate.is_absolute() else Path(__file__).resolve().parents[1] / candidate
+
+
+def _check_fields(config: TrainConfig) -> None:
+    """Each field has its type and range: a TOML typo stops the run here, before anything loads."""
+    check_str("name", config.name)
+    if not config.name.strip() or Path(config.name).name != config.name or config.name in (".", ".."):
+        raise OptionError(f"name={config.name!r}: the run's directory name, one path component (no '/')")
+    check_choice("objective", config.objective, ("denoise", "summarize"))
+    check_choice("schedule", config.schedule, ("inverse_sqrt", "linear"))
+    for name in ("tokenizer", "kind", "output"):
+        check_str(name, getattr(config, name))
+    check_str("init_from", config.init_from, optional=True)
+    for name in ("train_files", "val_files"):
+        files = getattr(config, name)
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise OptionError(f"{name}={files!r}: a list of JSON Lines paths, e.g. [\"$DATA/qmsum/train.jsonl\"]")
+    if not config.train_files:
+        raise OptionError("train_files is empty: name at least one JSON Lines file of training examples")
+    for name in ("model", "units", "generation", "objective_options"):
+        check_mapping(name, getattr(config, name))
+    if not isinstance(config.lr_scale, dict):
+        raise OptionError(f"lr_scale={config.lr_scale!r}: a table of parameter-name prefixes and scales, e.g. "
+                          '{ "extractor.classifier." = 100.0 }')
+    bad = {prefix: scale for prefix, scale in config.lr_scale.items()
+           if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf}
+    if bad:
+        raise OptionError(f"lr_scale {bad}: each scale is a positive, finite number")
+    for name in ("batch_size", "grad_accum", "max_steps", "log_every", "save_every", "keep_checkpoints",
+                 "segment_tokens", "max_target_tokens"):
+        check_int(name, getattr(config, name), 1)
+    for name in ("seed", "warmup_steps", "eval_every", "val_examples"):
+        check_int(name, getattr(config, name), 0)
+    check_int("vocab_size", config.vocab_size, 261)  # the byte alphabet and five specials
+    check_float("weight_decay", config.weight_decay, 0.0)
+    check_float("label_smoothing", config.label_smoothing, 0.0, 0.99)
+    for name in ("lr", "clip"):  # clip 0 would zero every gradient, not turn clipping off
+        value = getattr(config, name)
+        check_float(name, value, 0.0)
+        if value == 0:
+            raise OptionError(f"{name}=0 is not accepted; {name} must be a finite number > 0")
+    check_bool("bf16", config.bf16)
