@@ -190,3 +190,29 @@ def test_export_refuses_bad_option_values(tmp_path, checkpoint_dir):
         with pytest.raises(OptionError):
             exporter.export_onnx(checkpoint_dir, tmp_path / "b", options=options)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("object", "class pathlib"),
+    ("text", "not a torch file of tensors"),
+    ("truncated", "PytorchStreamReader failed"),
+])
+def test_a_weights_file_that_is_damaged_or_holds_objects_is_refused_in_one_line(tmp_path, content, message):
+    import pathlib
+
+    import torch
+
+    from locsum_sdk.errors import BundleError
+    from locsum_sdk.modeling.checkpoint import read_state_dict
+
+    path = tmp_path / "pytorch_model.bin"
+    if content == "text":
+        path.write_text('{"not": "weights"}\n')
+    else:
+        torch.save({"w": torch.zeros(2), "extra": pathlib.PurePosixPath("x")} if content == "object"
+                   else {"w": torch.zeros(64)}, path)
+        if content == "truncated":
+            path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(BundleError, match=f"{path} cannot be read as weights .*{message}") as refused:
+        read_state_dict(path)
+    assert "\n" not in str(refused.value) and "weights_only" not in str(refused.value)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,22 @@ class Checkpoint:
     settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
 
 
+def load_failure(err: Exception) -> str:
+    """Why a weights file did not load, in one line. torch's own message for a refused object advises loading
+    with `weights_only=False`, which would run code from the file: we never do, so we never repeat it."""
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError) and "WeightsUnpickler error:" in text:
+        detail = next((line.strip() for line in text.split("WeightsUnpickler error:", 1)[1].splitlines()
+                       if line.strip()), "")
+        found = re.match(r"Unsupported global: GLOBAL (\S+)", detail)
+        if found:
+            return (f"it holds a Python object of class {found.group(1)}, and only tensors and plain containers "
+                    "are ever unpickled: an object could run code")
+        return f"not a torch file of tensors: {detail or 'the unpickler refused it'}"
+    lines = text.strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else 'no message'}"
+
+
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Read a safetensors file, or a torch file with `weights_only=True` (never a full unpickle)."""
     if not path.is_file():
@@ -52,7 +70,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # safetensors and torch raise their own types for damaged or foreign files
-        raise BundleError(f"{path} cannot be read as weights ({type(err).__name__}: {err}); restore the file") from None
+        raise BundleError(f"{path} cannot be read as weights ({load_failure(err)}); restore the file") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import BundleError
+from .checkpoint import load_failure
 from .hiersumm_config import HierSummConfig
 
 ATTENTION = {"linear_keys": "k_proj", "linear_values": "v_proj", "linear_query": "q_proj", "final_linear": "out_proj"}
@@ -36,8 +37,7 @@ def read_research(path: Path) -> tuple[dict[str, torch.Tensor], argparse.Namespa
         with torch.serialization.safe_globals([argparse.Namespace]):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises its own types for damaged files and refused classes
-        raise BundleError(f"{path} cannot be read as a hiersumm research checkpoint ({type(err).__name__}: {err})") \
-            from None
+        raise BundleError(f"{path} cannot be read as a hiersumm research checkpoint ({load_failure(err)})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("model"), dict) or \
             not isinstance(checkpoint.get("opt"), argparse.Namespace):
         raise BundleError(f"{path} is not a hiersumm research checkpoint ({{'model': ..., 'opt': ...}})")
