@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,14 @@ def read_examples(path: str | Path, limit: int | None = None) -> list[EvalExampl
 
 
 def _example(raw: bytes, where: str, number: int) -> EvalExample:
+    row = parse_line(raw, where)
+    return EvalExample(row.get("id", f"line-{number}"), row["documents"], row["query"], row["summary"])
+
+
+def parse_line(raw: bytes, where: str) -> dict[str, Any]:
+    """One line of the data schema (`documents`: a string or a non-empty list of strings, `summary`: a non-empty
+    string, `query`: a string or null; `id` and `source` optional), checked; a DataError naming `where` otherwise.
+    Returns the row with `documents` as a list, `query` and `source` present, and `id` (if any) a string."""
     try:
         row = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -70,15 +79,23 @@ def _example(raw: bytes, where: str, number: int) -> EvalExample:
         raise DataError(f"{where}: 'documents' must be a non-empty list of strings")
     if not isinstance(summary, str):
         raise DataError(f"{where}: 'summary' must be a string (the reference summary)")
+    if not summary.strip():
+        raise DataError(f"{where}: 'summary' is empty; every example needs a reference summary")
     if query is not None and not isinstance(query, str):
         raise DataError(f"{where}: 'query' must be a string or null")
+    source = row.get("source", "")
+    if not isinstance(source, str):
+        raise DataError(f"{where}: 'source' must be a string")
     for field, text in [("documents", d) for d in documents] + [("summary", summary), ("query", query or "")]:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as err:
             raise DataError(f"{where}: '{field}' holds a lone surrogate (a broken \\u escape at character "
                             f"{err.start}); fix the line") from None
-    return EvalExample(str(row.get("id", f"line-{number}")), documents, query, summary)
+    checked = {**row, "documents": documents, "query": query, "source": source}
+    if "id" in row:
+        checked["id"] = str(row["id"])
+    return checked
 
 
 def _sentences(text: str) -> list[str]:

@@ -78,6 +78,7 @@ def test_baselines_on_real_qmsum(capsys):
     (b'{"documents": [], "summary": "s"}', "'documents'"),
     (b'{"documents": ["a"], "summary": "s", "query": 5}', "query"),
     (b'{"documents": ["\\ud800"], "summary": "s"}', "lone surrogate"), (b"\xff\xfe", "not a JSON line"),
+    (b'{"documents": ["a"], "summary": " \\n "}', "'summary' is empty"),
 ])
 def test_bad_data_lines_name_file_and_line(tmp_path, line, message):
     from locsum_sdk.errors import DataError

@@ -64,6 +64,23 @@ def test_label_smoothing():
     assert torch.allclose(smoothed, 0.9 * expected + 0.1 * uniform)
 
 
+@pytest.mark.parametrize("objective", ["summarize", "denoise"])
+@pytest.mark.parametrize(("line", "message"), [('{"id": "z", "documents": ["a"]}', "'summary' must be a string"),
+                                               ('{"id": "z", "documents": ["a"], "summary": ""}', "'summary' is empty"),
+                                               ("{not json", "not a JSON line")])
+def test_a_bad_training_line_stops_the_run_before_it_trains(tmp_path, jsonl, tokenizer_file, objective, line, message):
+    from locsum_sdk.errors import DataError
+    from train.__main__ import build
+
+    data = tmp_path / "data.jsonl"
+    lines = jsonl.read_text().splitlines()
+    data.write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
+    config = run_config(tmp_path, data, tokenizer_file, objective, "bad-line")
+    with pytest.raises(DataError, match=f"{re.escape(str(data))}:3: {message}"):
+        build(config, progress=False)
+    assert not (tmp_path / "bad-line" / "checkpoints").exists()
+
+
 def run_config(tmp_path, jsonl, tokenizer_file, objective, name, **changes):
     cfg = tiny_config(400)
     return TrainConfig(**{**dict(

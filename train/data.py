@@ -8,7 +8,6 @@ see identical inputs.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from locsum_sdk.evaluation import parse_line
 from locsum_sdk.units import Pager, split_sentences
 
 from .batching import Batch, Sample, collate
@@ -30,13 +30,18 @@ class Example:
     source: str
 
 
+def parse_example(raw: bytes, where: str) -> Example:
+    """One line of the data schema (`locsum_sdk.evaluation.parse_line` checks it); a DataError naming `where`."""
+    row = parse_line(raw, where)
+    return Example(row.get("id", where), row["documents"], row["query"], row["summary"], row["source"])
+
+
 def read_jsonl(path: str | os.PathLike) -> Iterator[Example]:
     """Stream the examples of one file."""
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
             if line.strip():
-                row = json.loads(line)
-                yield Example(row["id"], row["documents"], row.get("query"), row["summary"], row.get("source", ""))
+                yield parse_example(line, f"{path}:{number}")
 
 
 def unique_documents(paths: Sequence[str | os.PathLike]) -> Iterator[str]:
@@ -52,27 +57,28 @@ def unique_documents(paths: Sequence[str | os.PathLike]) -> Iterator[str]:
 
 
 class JsonlIndex:
-    """Random access to the lines of JSON Lines files by byte offset."""
+    """Random access to the lines of JSON Lines files by byte offset. Every line is checked when indexed, so a bad
+    line stops a run before it trains, naming its file and line."""
 
     def __init__(self, paths: Sequence[str | os.PathLike]):
-        self.entries: list[tuple[Path, int]] = []
+        self.entries: list[tuple[Path, int, int]] = []
         for path in map(Path, paths):
             offset = 0
             with open(path, "rb") as handle:
-                for line in handle:
+                for number, line in enumerate(handle, 1):
                     if line.strip():
-                        self.entries.append((path, offset))
+                        parse_example(line, f"{path}:{number}")
+                        self.entries.append((path, offset, number))
                     offset += len(line)
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def __getitem__(self, index: int) -> Example:
-        path, offset = self.entries[index]
+        path, offset, number = self.entries[index]
         with open(path, "rb") as handle:
             handle.seek(offset)
-            row = json.loads(handle.readline())
-        return Example(row["id"], row["documents"], row.get("query"), row["summary"], row.get("source", ""))
+            return parse_example(handle.readline(), f"{path}:{number}")
 
 
 class SummarizationSet:
