@@ -24,7 +24,12 @@ logger = logging.getLogger("locsum_sdk")
 POLICIES = ("spatial", "discourse", "document")
 MIN_PAGE_TOKENS = 8  # room for the frame and a few tokens of text
 
-_LINE = re.compile(r"[^\n]+")
+# Line breaks: LF, CRLF, a lone CR (classic Mac files), and Unicode's line and paragraph separators; every
+# line, turn and block below splits on the same ones.
+_BREAK = "\r\n|\r(?!\n)|\n|\u2028|\u2029"
+_BREAKS = re.compile(_BREAK)
+_BLANK_LINE = re.compile(f"(?:{_BREAK})[ \t]*(?:{_BREAK})|\u2029")
+_LINE = re.compile("[^\r\n\u2028\u2029]+")
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=[^a-z\s])")
 _HEADING = re.compile(
     r"^(#{1,6}\s+\S.*"  # markdown
@@ -162,18 +167,18 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return [trimmed for s, e in spans if (trimmed := _strip(text, s, e))]
 
 
-_TURN = re.compile(r"^[^\n:]{1,40}:(\s|$)")  # "PhD D: so ..." starts a speaker turn
+_TURN = re.compile(r"^[^:]{1,40}:(\s|$)")  # "PhD D: so ..." starts a speaker turn (matched on one line)
 
 
 def is_dialogue(text: str) -> bool:
     """Most non-empty lines start with a speaker tag ("Name: ...")."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in _LINE.findall(text) if line.strip()]
     return bool(lines) and sum(bool(_TURN.match(line.strip())) for line in lines) * 2 > len(lines)
 
 
 def by_line(text: str, spans: list[Span]) -> list[list[Span]]:
     """Spans grouped by the line of `text` they start on (a dialogue's turns), in order."""
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    starts = [0] + [m.end() for m in _BREAKS.finditer(text)]
     groups: dict[int, list[Span]] = {}
     for span in spans:
         groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)
@@ -182,7 +187,7 @@ def by_line(text: str, spans: list[Span]) -> list[list[Span]]:
 
 def by_block(text: str, spans: list[Span]) -> list[list[Span]]:
     """Spans grouped by the block of `text` they start in, blocks being separated by blank lines (paragraphs)."""
-    starts = [0] + [m.end() for m in re.finditer(r"\n[ \t]*\n", text)]
+    starts = [0] + [m.end() for m in _BLANK_LINE.finditer(text)]
     groups: dict[int, list[Span]] = {}
     for span in spans:
         groups.setdefault(bisect.bisect_right(starts, span.start), []).append(span)

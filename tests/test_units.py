@@ -154,3 +154,22 @@ def test_lone_surrogates_are_refused():
 def test_other_types_are_refused(bad):
     with pytest.raises(InputError):
         as_documents(bad)
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r", "\u2028"])
+def test_every_kind_of_line_break_makes_the_same_turns_blocks_and_sentences(tokenizer, newline):
+    from locsum_sdk.kinds.dyle import SnippetOptions, SnippetPager
+    from locsum_sdk.paragraphs import ParagraphOptions, ParagraphPager
+
+    dialogue = "\n".join(f"{name}: " + "The budget report was late. " * n for name, n in
+                         [("Anna", 1), ("Bob", 3), ("Anna", 1), ("Carl", 2), ("Bob", 1)])
+    prose = "The council met. It voted.\n\nThe library opens in spring.\n  \nBudgets were cut.\nCosts rose."
+    pagers = [SnippetPager(tokenizer, SPECIAL, SnippetOptions(snippet_tokens=64)),
+              ParagraphPager(tokenizer, SPECIAL, ParagraphOptions(paragraph_tokens=24)),
+              pager(tokenizer, page_tokens=24, policy="spatial")]
+    for text in (dialogue, prose):
+        other = text.replace("\n", newline)
+        for make in pagers:
+            lf, changed = make([text]), make([other])
+            assert [u.text.replace(newline, "\n") for u in changed] == [u.text for u in lf]
+            assert all(other[u.start:u.end] == u.text for u in changed)
