@@ -37,6 +37,12 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise OptionError(f"--limit {args.limit}: give a number of examples of at least 1 (omit it for all)")
+    baselines = [name for name in args.baselines.split(",") if name]
+    unknown = [name for name in baselines if name not in BASELINES]
+    if unknown:  # before any summary is written
+        raise OptionError(f"unknown baseline(s) {unknown}; use some of {BASELINES}, or --baselines '' for none")
+    if not args.bundle and not baselines:
+        raise OptionError("nothing to evaluate: give --bundle, or baselines other than none")
     examples = read_examples(args.data, args.limit)
     systems: dict[str, list[str]] = {}
     if args.bundle:
@@ -46,9 +52,7 @@ def _eval(args: argparse.Namespace) -> int:
             _summarize_example(summarizer, ex, args.data, overrides)
             for ex in tqdm(examples, desc="summarizing", disable=args.quiet)
         ]
-    for name in filter(None, args.baselines.split(",")):
-        if name not in BASELINES:
-            raise OptionError(f"unknown baseline {name!r}; use some of {BASELINES}")
+    for name in baselines:
         systems[name] = run_baseline(name, examples)
     report = evaluate(systems, examples, args.output)
     print(f"{len(examples)} examples of {args.data} (F1, 95% bootstrap interval)")
@@ -193,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--bundle", help="bundle or checkpoint directory (omit to score baselines only)")
     v.add_argument("--data", required=True, help="JSON Lines with documents, query, summary")
     v.add_argument("--limit", type=int, help="first N examples only")
-    v.add_argument("--baselines", default="lead,random,oracle", help="comma-separated: lead, random, oracle")
+    v.add_argument("--baselines", default="lead,random,oracle",
+                   help="comma-separated: lead, random, oracle ('' for none)")
     v.add_argument("--output", help="per-example outputs and scores (JSONL)")
     v.add_argument("--report", help="write the ROUGE table as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress bar")

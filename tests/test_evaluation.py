@@ -66,6 +66,25 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
     assert set(json.loads((tmp_path / "report.json").read_text())) == {"model", "lead"}
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--bundle", "BUNDLE", "--baselines", "lead,none"], "unknown baseline(s) ['none']"),
+    (["--baselines", ""], "nothing to evaluate"),
+])
+def test_locsum_eval_refuses_what_it_cannot_score_before_summarizing(bundle_dir, tmp_path, capsys, monkeypatch,
+                                                                     arguments, message):
+    from locsum_sdk import Summarizer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a bundle was loaded before the options were checked")
+
+    monkeypatch.setattr(Summarizer, "from_pretrained", refuse)
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"documents": ["Some text here."], "summary": "Text."}) + "\n")
+    arguments = [str(bundle_dir) if a == "BUNDLE" else a for a in arguments]
+    assert main(["eval", "--data", str(data), "--quiet", *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
 def test_baselines_on_real_qmsum(capsys):
     assert main(["eval", "--data", str(SHARED_DATA / "qmsum" / "test.jsonl"), "--limit", "3", "--baselines",
