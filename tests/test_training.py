@@ -310,3 +310,20 @@ def test_compared_systems_are_parsed_with_their_options(tmp_path):
     for bad in ("no-equals", "=path", "name=path;policy"):
         with pytest.raises(ValueError, match="--compare"):
             Comparison.parse(bad)
+
+
+def test_the_release_budget_counts_a_resumed_step_once_and_stops_at_the_released_one(tmp_path):
+    from train.release import budget
+
+    run = tmp_path / "run"
+    run.mkdir()
+    logged = [1, 2, 3, 4, 3, 4, 5, 6]  # cut after step 4, resumed from the checkpoint at step 2
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 10.0 - s - i / 10, "seconds": 3600.0, "tokens_per_s": 100.0}) + "\n"
+        for i, s in enumerate(logged)))
+    whole, released = budget([str(run)])["run"], budget([f"{run}@5"])["run"]
+    assert whole["steps"] == 6 and whole["hours_logged"] == 6.0
+    assert released["steps"] == 5 and released["hours_logged"] == 5.0
+    assert released["final_loss"] == pytest.approx(10.0 - 5 - 0.6)
+    with pytest.raises(SystemExit, match="no step logged"):
+        budget([f"{run}@0"])

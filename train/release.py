@@ -153,10 +153,23 @@ def distinct(texts: list[str], minimum: float) -> int:
     return count
 
 
-def budget(runs: list[Path]) -> dict[str, dict[str, float]]:
+def budget(runs: list[str]) -> dict[str, dict[str, float]]:
+    """Each run's steps, logged hours, mean tokens/s and final loss from its metrics.jsonl. `DIR@STEP` counts up to
+    STEP (the released checkpoint of a run that went on). A step logged twice (a run resumed from a checkpoint
+    before it) counts once, as logged last: the earlier one belongs to no checkpoint."""
     out = {}
-    for run in runs:
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for entry in runs:
+        path, at, step = entry.rpartition("@")
+        if not (at and step.isdigit()):
+            path, step = entry, ""
+        run = Path(path).expanduser()
+        by_step = {}
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            by_step[row["step"]] = row
+        rows = [by_step[s] for s in sorted(by_step) if not step or s <= int(step)]
+        if not rows:
+            raise SystemExit(f"{entry}: no step logged in {run / 'metrics.jsonl'}" + (f" up to {step}" if step else ""))
         speeds = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
         out[run.name] = {"steps": rows[-1]["step"], "hours_logged": sum(r.get("seconds", 0.0) for r in rows) / 3600,
                          "tokens_per_s": sum(speeds) / max(1, len(speeds)), "final_loss": rows[-1]["loss"]}
@@ -261,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-mb", type=float, default=30.0,
                         help="a float32 bundle over this size ships int8, when int8 keeps ROUGE-1 within 0.5")
     parser.add_argument("--about", default=DEFAULT_ABOUT, help="how the model was trained, for the card")
-    parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget)")
+    parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
+                        "DIR@STEP counts a run up to STEP")
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
     parser.add_argument("--sets", default=",".join(TEST_SETS))
     parser.add_argument("--work", default="~/.cache/locsum/release")
@@ -301,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
     parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_files(fp32), weights)}.json",
                            lambda: parity(fp32, Path(args.checkpoint), qmsum))
-    training = budget([Path(r).expanduser() for r in filter(None, args.runs.split(","))])
+    training = budget([r for r in args.runs.split(",") if r])
     kind = json.loads((ship / "manifest.json").read_text())["kind"]
     selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_files(ship))}.json",
                        lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
