@@ -75,10 +75,12 @@ def test_a_bad_training_line_stops_the_run_before_it_trains(tmp_path, jsonl, tok
     data = tmp_path / "data.jsonl"
     lines = jsonl.read_text().splitlines()
     data.write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
-    config = run_config(tmp_path, data, tokenizer_file, objective, "bad-line")
-    with pytest.raises(DataError, match=f"{re.escape(str(data))}:3: {message}"):
+    config = run_config(tmp_path, data, tokenizer_file, objective, "bad-line", init_from=str(tmp_path / "absent"))
+    with pytest.raises(DataError, match=f"{re.escape(str(data))}:3: {message}"):  # not the absent init_from
         build(config, progress=False)
-    assert not (tmp_path / "bad-line" / "checkpoints").exists()
+    config = run_config(tmp_path, jsonl, tokenizer_file, objective, "bad-line", val_files=[str(tmp_path / "no.jsonl")])
+    with pytest.raises(DataError, match="no.jsonl: no such data file"):
+        build(config, progress=False)
 
 
 def run_config(tmp_path, jsonl, tokenizer_file, objective, name, **changes):

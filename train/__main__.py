@@ -18,7 +18,7 @@ from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
 
 from .config import TrainConfig
-from .data import read_jsonl, segments, unique_documents
+from .data import check_data, read_jsonl, segments, unique_documents
 from .kinds import check_objective_options, denoising_set, prepare_model, training_set
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
@@ -65,6 +65,8 @@ def training_pager(config: TrainConfig, tokenizer, model):
 def build(config: TrainConfig, progress: bool = True) -> Trainer:
     check_objective_options(config.kind, config.objective_options)
     files = [config.resolve(f) for f in config.train_files]
+    val_files = [config.resolve(f) for f in config.val_files]
+    check_data(files + val_files)
     tokenizer_file, tokenizer = prepare_tokenizer(config, files)
     model = starting_model(config, tokenizer)
     cfg = model.config
@@ -73,14 +75,12 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         mask_id = tokenizer.token_to_id(SPECIAL_TOKENS[-1])
         train_set = denoising_set(config.kind, segments(unique_documents(files), tokenizer, config.segment_tokens),
                                   special, mask_id, config.seed, config)
-        val_files = [config.resolve(f) for f in config.val_files]
         val_set = denoising_set(config.kind, segments(unique_documents(val_files), tokenizer, config.segment_tokens),
                                 special, mask_id, config.seed + 1, config) if val_files else None
     else:
         pager = training_pager(config, tokenizer, model)
         train_set = training_set(config.kind, files, pager, tokenizer, config, "train")
-        val_set = (training_set(config.kind, [config.resolve(f) for f in config.val_files], pager, tokenizer, config,
-                                "val") if config.val_files else None)
+        val_set = training_set(config.kind, val_files, pager, tokenizer, config, "val") if val_files else None
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from locsum_sdk.errors import DataError
 from locsum_sdk.evaluation import parse_line
 from locsum_sdk.units import Pager, split_sentences
 
@@ -79,6 +80,16 @@ class JsonlIndex:
         with open(path, "rb") as handle:
             handle.seek(offset)
             return parse_example(handle.readline(), f"{path}:{number}")
+
+
+def check_data(paths: Sequence[str | os.PathLike]) -> None:
+    """Each file exists and holds examples, every line of the data schema: a DataError naming the file (and line)
+    otherwise. One parse per line, so a run can afford it before it loads anything."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise DataError(f"{path}: no such data file; check the config's train_files and val_files")
+        if not len(JsonlIndex([path])):
+            raise DataError(f"{path} holds no examples; give a JSON Lines file with one example per line")
 
 
 class SummarizationSet:
