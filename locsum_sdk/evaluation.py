@@ -58,14 +58,15 @@ def read_examples(path: str | Path, limit: int | None = None) -> list[EvalExampl
 
 
 def _example(raw: bytes, where: str, number: int) -> EvalExample:
-    row = parse_line(raw, where)
-    return EvalExample(row.get("id", f"line-{number}"), row["documents"], row["query"], row["summary"])
+    row = parse_line(raw, where, number)
+    return EvalExample(row["id"], row["documents"], row["query"], row["summary"])
 
 
-def parse_line(raw: bytes, where: str) -> dict[str, Any]:
-    """One line of the data schema (`documents`: a string or a non-empty list of strings, `summary`: a non-empty
+def parse_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
+    """Line `number` of a data file (`documents`: a string or a non-empty list of strings, `summary`: a non-empty
     string, `query`: a string or null; `id` and `source` optional), checked; a DataError naming `where` otherwise.
-    Returns the row with `documents` as a list, `query` and `source` present, and `id` (if any) a string."""
+    Returns the row with `documents` as a list, and `query`, `source` and `id` (a string, `line-N` by default)
+    present."""
     try:
         row = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -92,10 +93,8 @@ def parse_line(raw: bytes, where: str) -> dict[str, Any]:
         except UnicodeEncodeError as err:
             raise DataError(f"{where}: '{field}' holds a lone surrogate (a broken \\u escape at character "
                             f"{err.start}); fix the line") from None
-    checked = {**row, "documents": documents, "query": query, "source": source}
-    if "id" in row:
-        checked["id"] = str(row["id"])
-    return checked
+    return {**row, "id": str(row.get("id", f"line-{number}")), "documents": documents, "query": query,
+            "source": source}
 
 
 def _sentences(text: str) -> list[str]:

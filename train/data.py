@@ -31,10 +31,10 @@ class Example:
     source: str
 
 
-def parse_example(raw: bytes, where: str) -> Example:
-    """One line of the data schema (`locsum_sdk.evaluation.parse_line` checks it); a DataError naming `where`."""
-    row = parse_line(raw, where)
-    return Example(row.get("id", where), row["documents"], row["query"], row["summary"], row["source"])
+def parse_example(raw: bytes, path: str | os.PathLike, number: int) -> Example:
+    """Line `number` of `path`, checked by `locsum_sdk.evaluation.parse_line` (a DataError naming `path:number`)."""
+    row = parse_line(raw, f"{path}:{number}", number)
+    return Example(row["id"], row["documents"], row["query"], row["summary"], row["source"])
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[Example]:
@@ -42,7 +42,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[Example]:
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
             if line.strip():
-                yield parse_example(line, f"{path}:{number}")
+                yield parse_example(line, path, number)
 
 
 def unique_documents(paths: Sequence[str | os.PathLike]) -> Iterator[str]:
@@ -68,7 +68,7 @@ class JsonlIndex:
             with open(path, "rb") as handle:
                 for number, line in enumerate(handle, 1):
                     if line.strip():
-                        parse_example(line, f"{path}:{number}")
+                        parse_example(line, path, number)
                         self.entries.append((path, offset, number))
                     offset += len(line)
 
@@ -79,7 +79,7 @@ class JsonlIndex:
         path, offset, number = self.entries[index]
         with open(path, "rb") as handle:
             handle.seek(offset)
-            return parse_example(handle.readline(), f"{path}:{number}")
+            return parse_example(handle.readline(), path, number)
 
 
 def check_data(paths: Sequence[str | os.PathLike]) -> None:
