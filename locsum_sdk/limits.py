@@ -58,7 +58,7 @@ Estimate = Callable[[int, int, int], MemoryEstimate]  # (items, units per item, 
 
 
 def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estimate, limit: int | None,
-                 queries: Sequence[Sequence[int]]) -> list[list[Unit]]:
+                 queries: Sequence[Sequence[int]], unit_tokens: str) -> list[list[Unit]]:
     """Check (or truncate to) `max_tokens` per input and the memory limit for the batch.
 
     Args:
@@ -66,8 +66,9 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
         estimate: working memory of a (items, units, length) grid.
         limit: bytes the call may use (None: unknown, not checked).
         queries: each input's query token ids (for `select="tfidf"`).
+        unit_tokens: the name of the option that bounds a unit's tokens (the kind's `UNIT_TOKENS`), for advice.
     """
-    items = within_tokens(items, options, queries)
+    items = within_tokens(items, options, queries, unit_tokens)
     length = max(len(u.token_ids) for units in items for u in units)
     width = max(len(units) for units in items)
     needed = estimate(len(items), width, length)
@@ -97,12 +98,16 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
     return kept
 
 
-def within_tokens(items: list[list[Unit]], options: LimitOptions, queries: Sequence[Sequence[int]]) -> list[list[Unit]]:
-    """Check (or truncate to) `max_tokens` per input: the units of each input, within the limit."""
-    return [_within_tokens(i, units, options, query) for i, (units, query) in enumerate(zip(items, queries))]
+def within_tokens(items: list[list[Unit]], options: LimitOptions, queries: Sequence[Sequence[int]],
+                  unit_tokens: str) -> list[list[Unit]]:
+    """Check (or truncate to) `max_tokens` per input: the units of each input, within the limit. `unit_tokens`
+    names the option that bounds a unit's tokens, for the advice an error gives."""
+    return [_within_tokens(i, units, options, query, unit_tokens)
+            for i, (units, query) in enumerate(zip(items, queries))]
 
 
-def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: Sequence[int]) -> list[Unit]:
+def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: Sequence[int],
+                   unit_tokens: str) -> list[Unit]:
     tokens = sum(len(u.text_ids) for u in units)
     if tokens <= options.max_tokens:
         return units
@@ -115,7 +120,7 @@ def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: 
     if not kept:
         raise InputTooLongError(
             f"input {index}: no page fits max_tokens={options.max_tokens} (the smallest page has "
-            f"{min(len(u.text_ids) for u in units)} tokens); raise max_tokens or lower page_tokens"
+            f"{min(len(u.text_ids) for u in units)} tokens); raise max_tokens or lower {unit_tokens}"
         )
     logger.warning("input %d truncated: kept %d of %d pages (%d of %d tokens, select=%s)", index, len(kept),
                    len(units), sum(len(u.text_ids) for u in kept), tokens, options.select)

@@ -3,28 +3,32 @@
 `estimate_memory` adds up what a call allocates on top of the loaded model, from the model's shapes, the unit
 grid (items x units x tokens) and the decoding options, as the ONNX Runtime backend lays it out: the unit
 tokens, every decoder layer's cross keys/values for every unit (the part that grows with the input), the encoder's
-activations for one micro-batch, the self-attention slot cache at its last capacity (while it grows, the old and
-the new buffers coexist), one decoding step's activations and the search's bookkeeping. The activation terms
-count the tensors alive at once in one layer (the step's scaled by `ARENA_SLACK` for the allocator's rounding of
-its many small tensors); they were checked against measured peaks by `locsum bench`, which prints estimate and
-measurement side by side.
+activations for its largest run, the self-attention slot cache at its last capacity (while it grows, the old and
+the new buffers coexist), one decoding step's activations and the search's bookkeeping. The encoder and step terms
+come from the kind's layout (`kinds.Layout.encoder_memory`, `step_memory`), which knows the shapes its graphs
+allocate, from the building blocks below; they count the tensors alive at once in one layer, scaled by
+`ARENA_SLACK` for the allocator's rounding and the regions it keeps. `benchmarks/test_estimates.py` measures
+peaks against them over a grid of shapes for every kind, and `tests/test_estimates.py` over generated ones.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .backends.base import CACHE_CHUNK
 from .errors import OptionError
 
+logger = logging.getLogger("locsum_sdk")
+
 FLOAT = 4  # bytes of a float32
 INDEX = 8  # bytes of an int64
-ARENA_SLACK = 1.5  # ONNX Runtime's arena rounds a step's many small chunks up and keeps freed ones
+ARENA_SLACK = 1.5  # ONNX Runtime's arena rounds chunks up, extends in growing regions and keeps freed chunks
 PAGING_BYTES_PER_TOKEN = 160  # tokenizer encodings, spans and unit ids while the input is paged
 DEFAULT_SHARE = 0.8  # share of the available memory a call may use when no memory_limit is given
 
@@ -44,6 +48,7 @@ class MemoryEstimate:
     cache: int  # self-attention slot cache at its largest, growth included
     decoder: int  # one decoding step's activations and outputs
     search: int  # beam histories and per-step unit weights
+    selection: int = 0  # the selection stage's largest run, which its session's allocator keeps through the call
 
     @property
     def total(self) -> int:
@@ -61,10 +66,42 @@ def mb(size: float) -> str:
     return f"{size / 2**10:.1f} KB" if size >= 2**10 else f"{size:.0f} bytes"
 
 
+class MemoryLayout(Protocol):
+    """What the estimate asks of a kind's layout (`kinds.Layout`): the shapes its graphs allocate."""
+
+    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
+        """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
+
+    def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
+        """Bytes of activations of the encoder's largest run, `items` inputs of `width` units of `length` tokens
+        encoded with unit_batch_size `size`."""
+
+    def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
+                    capacity: int) -> int:
+        """Bytes of activations and outputs of one decoding step over that grid, `beams` beams, slot caches of
+        `capacity` positions."""
+
+
 def encoder_pass(rows: int, length: int, d_model: int, heads: int, ffn_dim: int) -> int:
     """Activations of a transformer encoder over `rows` sequences of `length` tokens, one layer alive at a time:
-    attention scores and probabilities, the FFN's hidden rows, two hidden states."""
-    return rows * length * FLOAT * (2 * heads * length + ffn_dim + 2 * d_model)
+    attention scores and probabilities, the FFN's hidden rows, the queries, keys and values, two hidden states and
+    the states the graph returns."""
+    return rows * length * FLOAT * (2 * heads * length + ffn_dim + 6 * d_model)
+
+
+def step_rows(rows: int, d_model: int, ffn_dim: int) -> int:
+    """A decoding step's hidden rows through one layer: the hidden states, projections and the FFN's rows."""
+    return rows * FLOAT * (8 * d_model + 2 * ffn_dim)
+
+
+def attention_scores(queries: int, heads: int, keys: int) -> int:
+    """One attention's scores, mask and probabilities for `queries` rows over `keys` positions."""
+    return 3 * queries * heads * keys * FLOAT
+
+
+def lm_head(rows: int, vocab: int) -> int:
+    """The LM head's logits, their log-softmax and the decoding loop's copy, for `rows` rows."""
+    return 3 * rows * vocab * FLOAT
 
 
 def arrays_bytes(arrays: dict[str, Any]) -> int:
@@ -72,49 +109,55 @@ def arrays_bytes(arrays: dict[str, Any]) -> int:
     return sum(int(a.nbytes) for a in arrays.values())
 
 
-def estimate_memory(model: dict[str, Any], batch: int, width: int, length: int, beams: int, max_length: int,
-                    unit_batch_size: int, tokens: int = 0, cache_rows: int | None = None,
-                    encoder_rows: int | None = None) -> MemoryEstimate:
+def estimate_memory(model: dict[str, Any], layout: MemoryLayout, batch: int, width: int, length: int, beams: int,
+                    max_length: int, unit_batch_size: int, tokens: int = 0, selection: int = 0) -> MemoryEstimate:
     """Working memory of summarizing `batch` items laid out on a (batch, width) grid of units of `length` tokens.
 
     Args:
         model: the model config (`manifest.model`): d_model, layers, heads, FFN sizes, vocab_size.
+        layout: the kind's `Layout`: its slot-cache rows (`cache_groups`), its encoder's largest run
+            (`encoder_memory`) and its decoding step (`step_memory`), from the shapes its graphs allocate.
         beams: num_beams; max_length: the longest sequence (the decoder start token included).
         unit_batch_size: units encoded together.
         tokens: input tokens paged (for the paging term).
-        cache_rows: rows of all decoder layers' slot caches together, as the kind lays them out
-            (`Layout.cache_groups`); None: a row per grid unit in every layer.
-        encoder_rows: units in the encoder's largest micro-batch (`Layout.largest_run`); None: unit_batch_size.
+        selection: bytes of the selection stage's largest run (`Summarizer.selection_memory`), 0 without one.
     """
-    d, vocab = model["d_model"], model["vocab_size"]
-    layers, heads = model["decoder_layers"], model["decoder_heads"]
+    d, layers = model["d_model"], model["decoder_layers"]
     rows = batch * width  # grid rows: every item is padded to the widest
     cross = rows * length * d * 2 * layers * FLOAT
     inputs = rows * length * INDEX * 3  # ids, mask, grid mask
-    run = min(unit_batch_size if encoder_rows is None else encoder_rows, rows)
-    encoder = encoder_pass(run, length, d, model["encoder_heads"], model["encoder_ffn_dim"])
     steps = max(1, max_length - 1)
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
     held = capacity + max(0, capacity - CACHE_CHUNK)  # old and new buffers during the last growth
-    groups = rows * layers if cache_rows is None else cache_rows
-    cache = groups * beams * held * d * 2 * FLOAT
-    queries = rows * beams
-    decoder = FLOAT * (
-        queries * (8 * d + 2 * model["decoder_ffn_dim"])  # hidden rows, projections, FFN
-        + 3 * queries * heads * length  # cross-attention scores, mask, softmax (one layer at a time)
-        + 3 * queries * heads * beams * capacity  # self-attention over the item's slots
-        + 3 * batch * beams * vocab  # LM head, log-softmax, the loop's copy
-    )
+    cache = sum(layout.cache_groups(batch, width, layers)) * beams * held * d * 2 * FLOAT
     search = 3 * batch * beams * steps * width * FLOAT
     return MemoryEstimate(
         paging=tokens * PAGING_BYTES_PER_TOKEN,
         inputs=inputs,
         cross=cross,
-        encoder=encoder,
+        encoder=int(layout.encoder_memory(model, batch, width, length, unit_batch_size) * ARENA_SLACK),
         cache=cache,
-        decoder=int(decoder * ARENA_SLACK),
+        decoder=int(layout.step_memory(model, batch, width, length, beams, capacity) * ARENA_SLACK),
         search=search,
+        selection=selection,
     )
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has, lowered by a cgroup limit if one is set (containers); None where neither
+    can be read."""
+    found = []
+    try:
+        found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        limit = (Path("/sys/fs/cgroup") / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
 
 
 def available_memory() -> int | None:
@@ -161,9 +204,22 @@ def parse_size(value: int | float | str, name: str = "memory_limit") -> int:
     raise OptionError(f"{name}={value!r} is not accepted; give bytes (an int) or a size such as '6GB' or '512MiB'")
 
 
+_WARNED: set[int] = set()  # limits over the machine's memory already warned about in this process
+
+
 def memory_limit(option: int | str | None) -> int | None:
-    """The limit a call runs under: `option` parsed, or DEFAULT_SHARE of the available memory (None: unknown)."""
+    """The limit a call runs under: `option` parsed, or DEFAULT_SHARE of the available memory (None: unknown).
+
+    A limit over the machine's physical memory is accepted, since swap or memory freed by others may serve it, but
+    it no longer protects the machine: a warning (once per limit and process) names both figures."""
     if option is not None:
-        return parse_size(option)
+        limit = parse_size(option)
+        physical = physical_memory()
+        if physical is not None and limit > physical and limit not in _WARNED:
+            _WARNED.add(limit)
+            logger.warning("memory_limit=%r (%s) is over this machine's %s of memory: an input the limit lets "
+                           "through may still run out of memory; give at most %s", option, mb(limit), mb(physical),
+                           mb(physical))
+        return limit
     available = available_memory()
     return None if available is None else int(available * DEFAULT_SHARE)

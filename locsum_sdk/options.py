@@ -55,11 +55,14 @@ class Options:
         lowers min_length to 8."""
         unknown = sorted(set(overrides) - set(self.names))
         if unknown:
-            others = {name: kind.name for kind in kinds.REGISTRY.values() if kind.unit_options is not type(self.units)
-                      for name in _names(kind.unit_options)}
-            foreign = {name: others[name] for name in unknown if name in others}
+            others: dict[str, list[str]] = {}
+            for kind in kinds.REGISTRY.values():
+                if kind.unit_options is not type(self.units):
+                    for name in _names(kind.unit_options):
+                        others.setdefault(name, []).append(kind.name)
+            foreign = [f"{name} (taken by {', '.join(sorted(others[name]))})" for name in unknown if name in others]
             if foreign:
-                raise OptionError(f"option(s) {foreign} belong to other kinds of model; this one takes "
+                raise OptionError(f"option(s) {'; '.join(foreign)} belong to other kinds of model; this one takes "
                                   f"{list(self.names)}")
             raise OptionError(f"unknown option(s) {unknown}; accepted options are {list(self.names)}")
         overrides = dict(overrides)

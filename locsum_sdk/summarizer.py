@@ -174,21 +174,20 @@ class Summarizer:
         options.check_model(self.model)
         return options
 
-    def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions) -> MemoryEstimate:
-        """Working memory (above the loaded model) of summarizing the pages `items` with `generation`."""
+    def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions,
+                        selection: int = 0) -> MemoryEstimate:
+        """Working memory (above the loaded model) of summarizing the pages `items` with `generation`; `selection`:
+        the bytes of the selection stage's largest run before it (`selection_memory`), for kinds with one."""
         if not items or not all(items):
             raise InputError("estimate_memory takes the pages of one or more inputs, each with at least one page")
         length = max(len(u.token_ids) for units in items for u in units)
         tokens = sum(len(u.token_ids) for units in items for u in units)
-        return self._estimate(generation, tokens)(len(items), max(len(units) for units in items), length)
+        return self._estimate(generation, tokens, selection)(len(items), max(len(units) for units in items), length)
 
-    def _estimate(self, generation: GenerationOptions, tokens: int) -> Estimate:
-        layout, layers = self.kind.layout, self.model["decoder_layers"]
-
+    def _estimate(self, generation: GenerationOptions, tokens: int, selection: int = 0) -> Estimate:
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
-            return estimate_memory(self.model, batch, width, length, generation.num_beams, generation.max_length,
-                                   self.unit_batch_size, tokens, sum(layout.cache_groups(batch, width, layers)),
-                                   layout.largest_run(width, self.unit_batch_size))
+            return estimate_memory(self.model, self.kind.layout, batch, width, length, generation.num_beams,
+                                   generation.max_length, self.unit_batch_size, tokens, selection)
 
         return estimate
 
@@ -203,6 +202,36 @@ class Summarizer:
             raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
         if not isinstance(units, (list, tuple)) or not units or not all(isinstance(u, Unit) for u in units):
             raise InputError("unit_scores takes a non-empty list of units, as the kind's pager makes them")
+        scores = []
+        for first, end, inputs, needed in self._selection_runs(units, query, paging):
+            if memory_limit is not None and needed > memory_limit:
+                raise MemoryLimitError(
+                    f"the {selection.graph} pass over {end - first} units needs about {mb(needed)}, over the "
+                    f"memory limit of {mb(memory_limit)}; load the model with a smaller unit_batch_size (now "
+                    f"{self.unit_batch_size}), summarize a shorter input, or raise memory_limit")
+            outputs = self.backend.run(selection.graph, inputs)
+            run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
+            finite = bool(np.isfinite(run).all())
+            if run.shape != (end - first,) or not finite:
+                raise BackendError(f"the {selection.graph} returned {run.size} scores (finite: {finite}) for "
+                                   f"{end - first} units; export the bundle again")
+            scores.append(run)
+        scores = np.concatenate(scores)
+        if scores.shape != (len(units),):
+            raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
+        return scores
+
+    def selection_memory(self, units: Sequence[Unit], query: str | None, paging) -> int:
+        """Bytes the kind's selection stage needs at its largest run over `units` (as `unit_scores` takes them),
+        the paged input included; 0 for a kind without one or a stage that declares no memory."""
+        if self.kind.selection is None:
+            return 0
+        return max((needed for *_, needed in self._selection_runs(units, query, paging)), default=0)
+
+    def _selection_runs(self, units: Sequence[Unit], query: str | None, paging):
+        """The selection stage's runs over one input: (first, end, the run's inputs by name, bytes it needs with
+        the paged input's, 0 when the stage declares no memory)."""
+        selection = self.kind.selection
         paged = PAGING_BYTES_PER_TOKEN * sum(len(u.token_ids) for u in units)
         if self.selection_tokenizer is None:
             query_ids = self.kind.pager(self.tokenizer, self.special, paging).query_ids(query)
@@ -210,29 +239,11 @@ class Summarizer:
             units, query_ids = selection.own_tokenizer.reframe(units, query, self.selection_tokenizer, paging,
                                                                self.model)
         whole = selection.features(self.model, units, query_ids) if selection.features is not None else {}
-        scores = []
         for first, end in selection.runs(units, query_ids, paging, self.unit_batch_size):
-            part = units[first:end]
-            inputs = {**selection.inputs(part, query_ids, paging),
+            inputs = {**selection.inputs(units[first:end], query_ids, paging),
                       **{name: rows[first:end] for name, rows in whole.items()}}
-            if memory_limit is not None and selection.memory is not None:
-                needed = paged + selection.memory(self.model, inputs)
-                if needed > memory_limit:
-                    raise MemoryLimitError(
-                        f"the {selection.graph} pass over {end - first} units needs about {mb(needed)}, over the "
-                        f"memory limit of {mb(memory_limit)}; load the model with a smaller unit_batch_size (now "
-                        f"{self.unit_batch_size}), summarize a shorter input, or raise memory_limit")
-            outputs = self.backend.run(selection.graph, inputs)
-            run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
-            finite = bool(np.isfinite(run).all())
-            if run.shape != (len(part),) or not finite:
-                raise BackendError(f"the {selection.graph} returned {run.size} scores (finite: {finite}) for "
-                                   f"{len(part)} units; export the bundle again")
-            scores.append(run)
-        scores = np.concatenate(scores)
-        if scores.shape != (len(units),):
-            raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
-        return scores
+            needed = paged + selection.memory(self.model, inputs) if selection.memory is not None else 0
+            yield first, end, inputs, needed
 
     def _select(self, units: list[Unit], query: str | None, paging, limit: int | None) -> list[Unit]:
         """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them."""
@@ -277,13 +288,15 @@ class Summarizer:
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
         paged = time.perf_counter()
         limit = memory_limit(limits.memory_limit)
+        selection = 0  # the selection stage's largest run: its session's allocator keeps it through the call
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
-            items = [self._select(units, query, paging, limit)
-                     for units, query in zip(within_tokens(items, limits, query_ids), queries)]
+            items = within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS)
+            selection = max(self.selection_memory(units, query, paging) for units, query in zip(items, queries))
+            items = [self._select(units, query, paging, limit) for units, query in zip(items, queries)]
         selected = time.perf_counter()
         tokens = sum(len(u.token_ids) for units in items for u in units)
-        estimate = self._estimate(generation, tokens)
-        items = apply_limits(items, limits, estimate, limit, query_ids)
+        estimate = self._estimate(generation, tokens, selection)
+        items = apply_limits(items, limits, estimate, limit, query_ids, type(paging).UNIT_TOKENS)
         checked = time.perf_counter()
         batch = UnitBatch.from_units(items, self.special.pad)
         session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import EmptyInputError, EncodingError, InputError, InputTooLongError
+from .errors import EmptyInputError, EncodingError, InputError, InputTooLongError, OptionError
 from .validation import check_choice, check_int
 
 logger = logging.getLogger("locsum_sdk")
@@ -67,6 +67,10 @@ class PagingOptions:
         check_choice("policy", self.policy, POLICIES)
         check_int("page_tokens", self.page_tokens, MIN_PAGE_TOKENS)
         check_int("num_pages", self.num_pages, 1, optional=True)
+        if self.num_pages is not None and self.policy != "spatial":
+            raise OptionError(f"num_pages={self.num_pages} spreads text over equal pages, which only "
+                              f"policy='spatial' makes; with policy={self.policy!r} leave num_pages None or pass "
+                              "policy='spatial'")
 
 
 @dataclass(frozen=True)
@@ -136,19 +140,20 @@ def as_text(item: object, what: str) -> str:
         ) from None
     if not has_visible_text(item):
         raise EmptyInputError(
-            f"{what} is empty or has no visible characters (only whitespace, control or format characters); "
-            "remove it or give it text"
+            f"{what} is empty or has no visible characters (only whitespace, control, format or combining "
+            "characters); remove it or give it text"
         )
     return item
 
 
-_INVISIBLE = ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp")
+_VISIBLE = ("L", "N", "P", "S")  # Unicode major categories of characters that show on their own
 
 
 def has_visible_text(text: str) -> bool:
-    """True when `text` has a letter, digit, mark, punctuation or symbol (not only spaces, controls, format
-    characters such as zero-width spaces, bidi marks and BOMs, or unassigned code points)."""
-    return any(not char.isspace() and unicodedata.category(char) not in _INVISIBLE for char in text)
+    """True when `text` has a letter, digit, punctuation or symbol: not only spaces, controls, format characters
+    (zero-width spaces, bidi marks, BOMs), unassigned or private code points, or combining marks, which have no
+    character to combine with when nothing else is there."""
+    return any(unicodedata.category(char)[0] in _VISIBLE for char in text)
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:

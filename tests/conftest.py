@@ -134,7 +134,8 @@ def hf_bart_directory(path: Path, vocab_size: int = 400) -> Path:
 
 def check_selection_memory(bundle: Path, text: str, runs, inputs, graph: str) -> None:
     """A selection stage's run is held to the memory limit: with a limit between one run of 4 and one of 8 units,
-    unit_batch_size=8 is refused before the run (naming the pass) and unit_batch_size=1 summarizes."""
+    unit_batch_size=8 is refused before the run (naming the pass) and unit_batch_size=1 scores every unit within
+    it (the call then needs the encoder's and decoder's memory besides)."""
     from locsum_sdk import Summarizer
     from locsum_sdk.errors import MemoryLimitError
     from locsum_sdk.memory import PAGING_BYTES_PER_TOKEN
@@ -153,7 +154,8 @@ def check_selection_memory(bundle: Path, text: str, runs, inputs, graph: str) ->
                                                r"limit .* smaller unit_batch_size \(now 8\)"):
         wide.summarize(text, memory_limit=limit, max_length=6)
     narrow = Summarizer.from_pretrained(bundle, threads=1, unit_batch_size=1)
-    assert narrow.summarize(text, memory_limit=limit, max_length=6).text is not None
+    assert narrow.unit_scores(units, None, options, memory_limit=limit).shape == (len(units),)
+    assert narrow.summarize(text, max_length=6).text is not None
 
 
 def check_whole_input_features(bundle: Path, checkpoint: Path, text: str, query: str) -> None:

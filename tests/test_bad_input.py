@@ -76,6 +76,7 @@ def test_a_bundle_default_yields_to_the_option_it_contradicts(summarizer):
 
 @pytest.mark.parametrize("query,error,message", [
     ("  ", EmptyInputError, "query"), ("\u200b", EmptyInputError, "query"), (5, InputError, "query is a int"),
+    ("\u0310\u0301", EmptyInputError, "query"),
     ("\udc80", EncodingError, "surrogate"),
 ])
 def test_bad_queries(summarizer, query, error, message):

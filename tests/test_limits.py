@@ -5,10 +5,10 @@ import logging
 import numpy as np
 import pytest
 
-from locsum_sdk import Summarizer
+from locsum_sdk import Summarizer, kinds
 from locsum_sdk.errors import InputTooLongError, MemoryLimitError, OptionError
 from locsum_sdk.limits import LimitOptions, tfidf_cosine, tfidf_feature, tfidf_scores
-from locsum_sdk.memory import available_memory, estimate_memory, memory_limit, parse_size
+from locsum_sdk.memory import available_memory, estimate_memory, mb, memory_limit, parse_size, physical_memory
 from locsum_sdk.units import Unit
 
 TOPICS = {
@@ -76,14 +76,44 @@ def test_no_page_fits_max_tokens(summarizer):
         summarizer.summarize(topical_text(), truncate=True, max_tokens=1, page_tokens=64)
 
 
-def test_estimate_grows_linearly_with_the_pages():
-    model = dict(d_model=256, vocab_size=8192, decoder_layers=3, decoder_heads=4, encoder_heads=4,
-                 encoder_ffn_dim=1024, decoder_ffn_dim=1024)
-    sizes = [estimate_memory(model, 1, pages, 512, 4, 160, 4, pages * 512).total for pages in (16, 32, 64, 128)]
+MODEL = dict(d_model=256, vocab_size=8192, decoder_layers=3, decoder_heads=4, encoder_heads=4, encoder_ffn_dim=1024,
+             decoder_ffn_dim=1024)
+
+
+@pytest.mark.parametrize("kind", ["pagesum", "dyle"])
+def test_estimate_grows_linearly_with_the_pages(kind):
+    layout = kinds.get(kind).layout
+    sizes = [estimate_memory(MODEL, layout, 1, pages, 512, 4, 160, 4, pages * 512).total
+             for pages in (16, 32, 64, 128)]
     steps = [b - a for a, b in zip(sizes, sizes[1:])]
     assert steps[1] == pytest.approx(2 * steps[0], rel=0.01) and steps[2] == pytest.approx(2 * steps[1], rel=0.01)
-    one_beam = estimate_memory(model, 1, 64, 512, 1, 160, 4).total
-    assert one_beam < estimate_memory(model, 1, 64, 512, 4, 160, 4).total
+    one_beam = estimate_memory(MODEL, layout, 1, 64, 512, 1, 160, 4).total
+    assert one_beam < estimate_memory(MODEL, layout, 1, 64, 512, 4, 160, 4).total
+
+
+def test_hierencdec_estimate_grows_with_documents_squared_only_in_scalars_per_head():
+    """Short documents: the encoder's <s> exchange is D x D scores per head, the rest is linear in documents."""
+    layout = kinds.get("hierencdec").layout
+    encoder = [layout.encoder_memory(MODEL, 1, docs, 12, 4) for docs in (1000, 2000, 4000)]
+    quadratic = [3 * 4 * MODEL["encoder_heads"] * docs * docs for docs in (1000, 2000, 4000)]
+    linear = [e - q for e, q in zip(encoder, quadratic)]
+    assert linear[1] < 2.2 * linear[0] and linear[2] < 2.2 * linear[1]
+
+
+def test_a_memory_limit_over_the_machine_is_accepted_with_a_warning(caplog):
+    physical = physical_memory()
+    if physical is None:
+        pytest.skip("this system does not say how much memory it has")
+    over = 2 * physical + 12345
+    with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
+        assert memory_limit(over) == over
+        assert memory_limit(over) == over  # warned once per limit
+    warnings = [r.getMessage() for r in caplog.records if "over this machine" in r.getMessage()]
+    assert len(warnings) == 1 and mb(over) in warnings[0] and mb(physical) in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
+        memory_limit(max(1, physical // 2))
+    assert not caplog.records
 
 
 @pytest.mark.parametrize("text,size", [("6GB", 6 * 10**9), ("512 MiB", 512 * 2**20), ("2.5g", 2_500_000_000),

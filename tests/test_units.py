@@ -139,10 +139,16 @@ def test_pieces_of_a_long_sentence_tokenize_as_the_whole(tokenizer):
     assert [t for u in units for t in u.text_ids] == whole
 
 
-@pytest.mark.parametrize("bad", ["\0\0", "\u200b\u200b \ufeff", "\u202e\u2066\n", "\x07\x1b\x7f", "\u00ad\u2060"])
+@pytest.mark.parametrize("bad", ["\0\0", "\u200b\u200b \ufeff", "\u202e\u2066\n", "\x07\x1b\x7f", "\u00ad\u2060",
+                                 "\u0310\u0301", " \u20dd\u0903 ", "\ue000\U000f0000"])
 def test_text_without_visible_characters_is_empty(bad):
     with pytest.raises(EmptyInputError, match="visible"):
         as_documents(bad)
+
+
+@pytest.mark.parametrize("good", ["e\u0301", "\u0301e", "\u0915\u093f", "\u2603", "7", "\u3002"])
+def test_a_base_character_with_or_without_marks_is_text(good):
+    assert as_documents(good) == [good]
 
 
 def test_lone_surrogates_are_refused():

@@ -38,8 +38,9 @@ def _run(session, binding, graph: str) -> None:
         session.run_with_iobinding(binding)
     except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
         raise BackendError(
-            f"onnxruntime failed running the {graph} ({err}); if memory ran out, lower unit_batch_size, "
-            "num_beams or max_pages"
+            f"onnxruntime failed running the {graph} ({err}); if memory ran out, load the model with a smaller "
+            "unit_batch_size, lower num_beams or max_length, summarize fewer inputs at once, or pass a lower "
+            "memory_limit so that inputs over it are refused before they run"
         ) from None
 
 

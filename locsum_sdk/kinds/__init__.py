@@ -19,6 +19,7 @@ import numpy as np
 from .. import constants as C
 from ..errors import LocsumError, OptionError
 from ..limits import tfidf_feature
+from ..memory import MemoryLayout
 from ..modeling.config import BartConfig
 from ..units import Unit
 
@@ -92,8 +93,9 @@ def step_graph(layers: int, cache_rows: Callable[[int], str]) -> GraphIO:
     )
 
 
-class Layout(Protocol):
-    """How a kind's graphs are fed from a unit batch: all a backend asks of a kind.
+class Layout(MemoryLayout, Protocol):
+    """How a kind's graphs are fed from a unit batch: all a backend asks of a kind, and the shapes its graphs
+    allocate, for the memory estimate (`memory.MemoryLayout`).
 
     The step contract is common to every kind: the decoder takes the beams' last tokens (`input_ids`, (B, K)),
     `position`, `cache_slots`, every layer's `past_key`/`past_value` (bound as their `present_*` too) and the
@@ -108,12 +110,6 @@ class Layout(Protocol):
 
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
         """The decoder's inputs that stay the same at every step (besides cross keys/values), by name."""
-
-    def largest_run(self, width: int, size: int) -> int:
-        """Units in the encoder's largest micro-batch when items have `width` units (for the memory estimate)."""
-
-    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
-        """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
 
 
 def fixed_runs(units: Sequence[Unit], query_ids: Sequence[int], options: Any, size: int) -> list[tuple[int, int]]:

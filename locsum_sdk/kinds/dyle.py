@@ -180,9 +180,17 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
     return {"extractor": extractor, **per_unit_graphs(model)}
 
 
+class DyleLayout(PageSumLayout):
+    """PageSum's layout (snippets encoded alone, a decoder per snippet); the step marginalizes token distributions,
+    so the LM head reads every snippet's rows (B*U*K), not mixed ones."""
+
+    def head_rows(self, items: int, width: int, beams: int) -> int:
+        return items * width * beams
+
+
 UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor kept, each with its extractor score; "
          "a unit's weight is its dynamic weight p(snippet | summary so far) in the step's marginalization")
 
-KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, PageSumLayout(), DyleConfig,
+KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, DyleLayout(), DyleConfig,
                      Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
                                extractor_memory, EXTRACTOR_TOKENIZER, tfidf_features(reads_tfidf))))

@@ -16,10 +16,11 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
+from ..memory import FLOAT, attention_scores, encoder_pass, lm_head, step_rows
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
-REVISION = 1
+REVISION = 2  # 2: the encoder scores the <s> exchange apart (D x D per head), no key copies per document
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,22 @@ class HierEncDecLayout:
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
         return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
 
-    def largest_run(self, width: int, size: int) -> int:
-        return max(1, size // width) * width
+    def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
+        """The largest run's layer over its rows, and the <s> exchange: each item's D x D scores per head, joined
+        to the <s> rows' own scores, D x (D + L), and their softmax."""
+        run = min(items, max(1, size // width))  # items per run
+        heads = model["encoder_heads"]
+        return (encoder_pass(run * width, length, model["d_model"], heads, model["encoder_ffn_dim"])
+                + attention_scores(run * width, heads, width + length))
+
+    def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
+                    capacity: int) -> int:
+        """One decoder per item (B*K rows); the cross-attention scores every document's tokens (B, D, H, K, L),
+        with a softmax inside each and over the documents, and a weighted context per document (B, D, H, K, d)."""
+        queries, heads, dim = items * beams, model["decoder_heads"], model["d_model"]
+        return (step_rows(queries, dim, model["decoder_ffn_dim"])
+                + attention_scores(queries * width, heads, length) + 2 * FLOAT * queries * width * dim
+                + attention_scores(queries, heads, beams * capacity) + lm_head(queries, model["vocab_size"]))
 
     def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
         return [items] * layers

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..memory import FLOAT, arrays_bytes
+from ..memory import FLOAT, arrays_bytes, attention_scores, encoder_pass, lm_head, step_rows
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
 from ..units import Unit
@@ -99,6 +99,22 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
 
 class HierSummLayout(HierEncDecLayout):
     """HierEncDec's layout (whole items per encoder run, one decoder per item), with each item's paragraph graph."""
+
+    def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
+        """The largest run's local layer over its rows, its paragraph graph, and the global layers' attention
+        between an item's paragraphs (B, H, P, P)."""
+        run = min(items, max(1, size // width))  # items per run
+        heads = model["encoder_heads"]
+        return (encoder_pass(run * width, length, model["d_model"], heads, model["encoder_ffn_dim"])
+                + attention_scores(run * width, heads + 1, width))
+
+    def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
+                    capacity: int) -> int:
+        """One decoder per item (B*K rows) attending to all its paragraphs' tokens (B, H, K, P*L) at once."""
+        queries, heads = items * beams, model["decoder_heads"]
+        return (step_rows(queries, model["d_model"], model["decoder_ffn_dim"])
+                + attention_scores(queries, heads, width * length) + attention_scores(queries, heads, beams * capacity)
+                + lm_head(queries, model["vocab_size"]))
 
     def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
         inputs = super().encoder_inputs(batch, first, end)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
+from ..memory import attention_scores, encoder_pass, lm_head, step_rows
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
@@ -46,8 +47,21 @@ class PageSumLayout:
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
         return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
 
-    def largest_run(self, width: int, size: int) -> int:
-        return min(size, width)
+    def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
+        return encoder_pass(min(size, width), length, model["d_model"], model["encoder_heads"],
+                            model["encoder_ffn_dim"])
+
+    def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
+                    capacity: int) -> int:
+        """Every page decodes its own rows (B*U*K) against its own tokens; the LM head reads the mixed B*K rows."""
+        queries, heads = items * width * beams, model["decoder_heads"]
+        return (step_rows(queries, model["d_model"], model["decoder_ffn_dim"])
+                + attention_scores(queries, heads, length) + attention_scores(queries, heads, beams * capacity)
+                + lm_head(self.head_rows(items, width, beams), model["vocab_size"]))
+
+    def head_rows(self, items: int, width: int, beams: int) -> int:
+        """Rows the LM head reads in a step: PageCombine mixes the pages' hidden states first."""
+        return items * beams
 
     def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
         return [items] + [items * width] * (layers - 1)

@@ -7,8 +7,9 @@ each starting with `<s>`.
              tokens of each document (`locsum.DocScaledAttention`)
     unit weights: the softmax over documents, averaged over heads and layers        (B, D, K)
 
-The encoder never builds a dense (D*L)^2 mask: documents run as their own sequences, and only the <s> keys and
-values of an item are gathered for the <s> queries, so its memory is O(D * L * (L + D)). `dense_encode` is the
+The encoder never builds a dense (D*L)^2 mask: documents run as their own sequences, and the <s> queries of an item
+score its <s> keys apart, so its memory is O(D * L^2 + D^2) per head: the exchange between documents costs D x D
+scores, not a copy of the item's <s> keys for every document. `dense_encode` is the
 dense-mask form, kept to prove the two equal and for the ablation without hierarchy. Each part can be switched
 off (`Parts`) to run the paper's ablation rows; with all three off it is plain BART on concatenated documents.
 """
@@ -19,6 +20,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..ops import doc_scaled_attention
@@ -81,27 +83,43 @@ class HierEncDec(nn.Module):
         rows, length, dim = x.shape
         docs = unit_mask.shape[1]
         own = attention_bias(attention_mask, x.dtype)  # (N, 1, 1, L)
-        # <s> (position 0) queries also see the other real documents' <s> keys: (N, 1, L, D) bias
         index = torch.arange(docs, device=x.device)
-        other = unit_mask[:, None, :].expand(-1, docs, -1) & (index[:, None] != index[None, :])  # (B, D, D)
-        sos = torch.zeros(length, dtype=torch.bool, device=x.device)
-        sos[0] = True
-        open_ = other.reshape(rows, 1, 1, docs) & sos[None, None, :, None]  # (N, 1, L, D)
-        extra = (~open_).to(x.dtype) * torch.finfo(x.dtype).min
+        other = unit_mask[:, None, :] & (index[:, None] != index[None, :])  # (B, D, D): <s> i sees real <s> j != i
+        exchange = (~other).to(x.dtype)[:, None] * torch.finfo(x.dtype).min  # (B, 1, D, D)
         h = x.reshape(-1, dim)  # (N*L, D)
         for layer in self.model.encoder.layers:
             attn = layer.self_attn
-            q, k, v = (attn.split(proj(h), length) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))  # (N,H,L,d)
-            sos_k = k[:, :, 0].reshape(-1, docs, attn.heads, attn.head_dim)  # (B, D, H, d)
-            sos_v = v[:, :, 0].reshape(-1, docs, attn.heads, attn.head_dim)
-            item_k = sos_k[:, None].expand(-1, docs, -1, -1, -1).reshape(rows, docs, attn.heads, -1)  # (N, D, H, d)
-            item_v = sos_v[:, None].expand(-1, docs, -1, -1, -1).reshape(rows, docs, attn.heads, -1)
-            keys = torch.cat([k, item_k.transpose(1, 2)], dim=2)  # (N, H, L + D, d)
-            values = torch.cat([v, item_v.transpose(1, 2)], dim=2)
-            bias = torch.cat([own.expand(-1, -1, length, -1), extra], dim=-1)  # (N, 1, L, L + D)
-            h = layer.after_attention(h, attn.out_proj(attn.merge(attn.attend(q, keys.transpose(2, 3), values, bias))))
+            h = layer.after_attention(h, attn.out_proj(attn.merge(self.attend_hierarchy(attn, h, length, own,
+                                                                                        exchange))))
         memory = h.view(rows, length, dim)
         return memory, self.model.cross_kv(memory)
+
+    def attend_hierarchy(self, attn, h: torch.Tensor, length: int, own: torch.Tensor,
+                         exchange: torch.Tensor) -> torch.Tensor:
+        """One encoder self-attention over rows h (N*L, D) of B items of D documents -> heads (N, H, L, d).
+
+        Every token attends inside its document (`own` (N, 1, 1, L)); a document's <s> (position 0) also attends
+        to the <s> of the item's other real documents (`exchange` (B, 1, D, D)), in one softmax over both. The
+        <s> rows are scored apart, so the exchange adds D x D scores per head and item, never a key per document
+        and row."""
+        docs = exchange.shape[-1]
+        q, k, v = (attn.split(proj(h), length) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))  # (N, H, L, d)
+        if attn.scaling != 1.0:
+            q = q * attn.scaling
+        rows, heads, _, head_dim = q.shape
+        scores = torch.matmul(q, k.transpose(2, 3)) + own  # (N, H, L, L)
+
+        def by_item(t: torch.Tensor) -> torch.Tensor:  # (N, H, X) -> (B, H, D, X)
+            return t.reshape(-1, docs, heads, t.shape[-1]).transpose(1, 2)
+
+        sos_q, sos_k, sos_v = by_item(q[:, :, 0]), by_item(k[:, :, 0]), by_item(v[:, :, 0])  # (B, H, D, d)
+        between = torch.matmul(sos_q, sos_k.transpose(2, 3)) + exchange  # (B, H, D, D)
+        first = torch.softmax(torch.cat([by_item(scores[:, :, 0]), between], dim=-1), dim=-1)  # (B, H, D, L + D)
+        first = F.dropout(first, attn.dropout, self.training)
+        inside = first[..., :length].transpose(1, 2).reshape(rows, heads, 1, length)  # (N, H, 1, L)
+        across = torch.matmul(first[..., length:], sos_v).transpose(1, 2).reshape(rows, heads, 1, head_dim)
+        rest = F.dropout(torch.softmax(scores[:, :, 1:], dim=-1), attn.dropout, self.training)  # (N, H, L-1, L)
+        return torch.cat([torch.matmul(inside, v) + across, torch.matmul(rest, v)], dim=2)  # (N, H, L, d)
 
     def dense_encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      unit_mask: torch.Tensor) -> torch.Tensor:

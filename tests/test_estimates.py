@@ -1,0 +1,72 @@
+"""The memory estimate holds for every kind and input shape: each generated call runs in a child process with the
+shipped bundle of its kind, and its measured peak (above the resident set before the call, the runtime warmed up)
+must be within the estimate it was checked against, and the estimate within twice the peak.
+
+Tolerance: measured <= estimate <= 2 x max(measured, FLOOR). Below FLOOR (8 MB) the peak is at the scale of the
+interpreter's and the allocator's own movements, and an estimate of a few MB over it protects nothing less. The
+wide grid, up to 5,000 documents, is `benchmarks/test_estimates.py`.
+"""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from locsum_sdk.memory_probe import Case, measure_case_in_fresh_process
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLES = {"pagesum": ROOT / "engines" / "default", **{kind: ROOT / "engines" / kind
+                                                         for kind in ("dyle", "hierencdec", "hiersumm")}}
+FLOOR = 8 * 2**20
+CASES_PER_KIND = 6  # each runs in its own process (1-5 s); the benchmark runs the wide grid
+WORDS = [3, 12, 60, 400, 3000]  # a few words (a ticket) to a long document cut into many pages
+
+
+def check(measured) -> None:
+    shown = f"{measured.case}: measured {measured.measured / 2**20:.1f} MB, estimate {measured.described}"
+    assert measured.measured <= measured.estimate, f"the peak is over the estimate: {shown}"
+    assert measured.estimate <= 2 * max(measured.measured, FLOOR), f"the estimate is over twice the peak: {shown}"
+
+
+@st.composite
+def cases(draw, kind: str) -> Case:
+    inputs = draw(st.integers(1, 2))
+    documents = []
+    for _ in range(inputs):
+        count = draw(st.sampled_from([1, 2, 5, 20, 120, 600]))
+        words = draw(st.sampled_from(WORDS if count <= 5 else WORDS[:3]))
+        documents.append([words] * count)
+    return Case(bundle=str(BUNDLES[kind]), documents=documents, query_words=draw(st.sampled_from([0, 8])),
+                num_beams=draw(st.integers(1, 4)), max_length=draw(st.sampled_from([4, 16, 40])),
+                unit_batch_size=draw(st.sampled_from([1, 4, 8])), seed=draw(st.integers(0, 9)))
+
+
+@pytest.mark.parametrize("kind", sorted(BUNDLES))
+def test_the_estimate_holds_over_generated_shapes(kind):
+    @settings(max_examples=CASES_PER_KIND)
+    @given(cases(kind))
+    def holds(case):
+        check(measure_case_in_fresh_process(case))
+
+    holds()
+
+
+@pytest.mark.parametrize("documents", [2000, 5000])
+def test_hierencdec_with_thousands_of_short_documents_is_within_its_estimate(documents):
+    """The input shape HierEncDec exists for: a folder of short reviews or tickets, one item."""
+    check(measure_case_in_fresh_process(Case(bundle=str(BUNDLES["hierencdec"]), documents=[[12] * documents])))
+
+
+def test_hierencdec_with_thousands_of_documents_is_refused_below_its_estimate():
+    """Refused before anything is encoded, with the itemized estimate, when memory_limit is below it."""
+    from locsum_sdk import Summarizer
+    from locsum_sdk.errors import MemoryLimitError
+
+    summarizer = Summarizer.from_pretrained(BUNDLES["hierencdec"], threads=1, verify=False)
+    documents = [f"Ticket {i}: the printer on floor {i % 7} was fixed." for i in range(2000)]
+    options = summarizer.options(max_length=8, min_length=0, num_beams=1)
+    units = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, options.units)(documents)
+    needed = summarizer.estimate_memory([units], options.generation).total
+    with pytest.raises(MemoryLimitError, match=r"2000 page.* needs about .*encoder .* over the memory limit"):
+        summarizer.summarize(documents, options=options, memory_limit=needed - 1)
