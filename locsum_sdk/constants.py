@@ -21,6 +21,7 @@ CACHE_SLOTS = "cache_slots"  # (B, K, C) int64, the slot holding each position o
 LOG_PROBS = "log_probs"  # (B, K, V)
 UNIT_WEIGHTS = "unit_weights"  # (B, U, K)
 
+CACHE_CHUNK = 32  # positions a slot cache grows by when full (the runtime and the memory estimate)
 
 def cross_key(layer: int) -> str:
     return f"cross_key.{layer}"  # (N, H, d, L): stored transposed, ready for Q @ K

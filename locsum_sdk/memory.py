@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from .backends.base import CACHE_CHUNK
+from .constants import CACHE_CHUNK
 from .errors import OptionError
 
 logger = logging.getLogger("locsum_sdk")

@@ -202,7 +202,13 @@ class Summarizer:
             raise OptionError(f"a {self.kind.name} model has no selection stage to score units with")
         if not isinstance(units, (list, tuple)) or not units or not all(isinstance(u, Unit) for u in units):
             raise InputError("unit_scores takes a non-empty list of units, as the kind's pager makes them")
-        scores = []
+        return self._scores(units, query, paging, memory_limit)[0]
+
+    def _scores(self, units: Sequence[Unit], query: str | None, paging,
+                memory_limit: int | None) -> tuple[np.ndarray, int]:
+        """`unit_scores`, and the bytes its largest run needed (see `selection_memory`)."""
+        selection = self.kind.selection
+        scores, largest = [], 0
         for first, end, inputs, needed in self._selection_runs(units, query, paging):
             if memory_limit is not None and needed > memory_limit:
                 raise MemoryLimitError(
@@ -216,10 +222,11 @@ class Summarizer:
                 raise BackendError(f"the {selection.graph} returned {run.size} scores (finite: {finite}) for "
                                    f"{end - first} units; export the bundle again")
             scores.append(run)
+            largest = max(largest, needed)
         scores = np.concatenate(scores)
         if scores.shape != (len(units),):
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
-        return scores
+        return scores, largest
 
     def selection_memory(self, units: Sequence[Unit], query: str | None, paging) -> int:
         """Bytes the kind's selection stage needs at its largest run over `units` (as `unit_scores` takes them),
@@ -245,12 +252,14 @@ class Summarizer:
             needed = paged + selection.memory(self.model, inputs) if selection.memory is not None else 0
             yield first, end, inputs, needed
 
-    def _select(self, units: list[Unit], query: str | None, paging, limit: int | None) -> list[Unit]:
-        """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them."""
-        kept = self.kind.selection.keep(units, self.unit_scores(units, query, paging, limit), paging)
+    def _select(self, units: list[Unit], query: str | None, paging, limit: int | None) -> tuple[list[Unit], int]:
+        """The kind's selection stage on one item: the units the encoder will see, as the kind keeps them, and the
+        bytes its largest run needed."""
+        scores, largest = self._scores(units, query, paging, limit)
+        kept = self.kind.selection.keep(units, scores, paging)
         if not kept:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
-        return kept
+        return kept, largest
 
     def summarize(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
                   **overrides: Any) -> Summary:
@@ -290,9 +299,9 @@ class Summarizer:
         limit = memory_limit(limits.memory_limit)
         selection = 0  # the selection stage's largest run: its session's allocator keeps it through the call
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
-            items = within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS)
-            selection = max(self.selection_memory(units, query, paging) for units, query in zip(items, queries))
-            items = [self._select(units, query, paging, limit) for units, query in zip(items, queries)]
+            chosen = [self._select(units, query, paging, limit) for units, query in
+                      zip(within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS), queries)]
+            items, selection = [kept for kept, _ in chosen], max(largest for _, largest in chosen)
         selected = time.perf_counter()
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens, selection)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from ..constants import CACHE_CHUNK
 from ..generation import StepSession
 from ..units import Unit
-
-if TYPE_CHECKING:
-    from ..kinds import Kind
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,6 @@ class UnitBatch:
         return grid
 
 
-CACHE_CHUNK = 32  # positions a slot cache grows by when full
 
 
 class BeamSlots:
@@ -114,7 +111,7 @@ class Backend(Protocol):
     from its kind's declaration (`kind.graphs`, `kind.layout`)."""
 
     name: str
-    kind: Kind
+    kind: Any  # the `kinds.Kind` it runs (typed loosely: kinds sit above backends)
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> Session: ...
 
