@@ -44,6 +44,7 @@ class Manifest:
     dtype: str = "float32"  # one of DTYPES
     files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
     producer: dict[str, str] = field(default_factory=dict)  # versions of what wrote the bundle
+    tensorrt: dict[str, Any] = field(default_factory=dict)  # TensorRT engines beside the graphs (TENSORRT_KEYS)
     format_version: int = C.FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -104,7 +105,8 @@ def _check_schema(manifest: Manifest) -> None:
             f"{kind.revision}; export the checkpoint again with this version of locsum"
         )
     check_int("format_version", manifest.format_version, C.FORMAT_VERSION, C.FORMAT_VERSION, error=BundleVersionError)
-    for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer"):
+    for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer",
+                 "tensorrt"):
         check_mapping(name, getattr(manifest, name), error=error)
     check_choice("dtype", manifest.dtype, DTYPES, error=error)
     try:
@@ -136,6 +138,8 @@ def _check_schema(manifest: Manifest) -> None:
         for key in ("max_abs_diff", "int8_max_abs_diff"):
             if key in graph:
                 check_float(f"graphs.{name}.{key}", graph[key], 0, error=error)
+    if manifest.tensorrt:
+        _check_tensorrt(manifest)
     for name, io in kind.graphs(manifest.model).items():
         graph = manifest.graphs.get(name)
         if graph is None:
@@ -144,6 +148,37 @@ def _check_schema(manifest: Manifest) -> None:
             raise error(f"graphs.{name} does not declare the {kind.name} graph's file and IO names")
 
 
+def _check_tensorrt(manifest: Manifest) -> None:
+    """The `tensorrt` record: where the engines were built, with what, and a checksummed plan per graph."""
+    error, record = BundleIntegrityError, manifest.tensorrt
+    check_keys("tensorrt", record, TENSORRT_KEYS, TENSORRT_KEYS, error=error)
+    for name in ("version", "gpu", "compute_capability"):
+        check_str(f"tensorrt.{name}", record[name], error=error)
+    check_choice("tensorrt.precision", record["precision"], ("fp32", "fp16"), error=error)
+    for name in ("plans", "profiles"):
+        check_mapping(f"tensorrt.{name}", record[name], error=error)
+        if set(record[name]) != set(manifest.graphs):
+            raise error(f"tensorrt.{name} must name every graph ({sorted(manifest.graphs)})")
+    for graph, file in record["plans"].items():
+        if not isinstance(file, str) or file not in manifest.files:
+            raise error(f"tensorrt.plans.{graph}={file!r} is not a checksummed file of the bundle")
+
+
+def check_engine_host(manifest: Manifest, version: str, compute_capability: str) -> None:
+    """Refuse TensorRT plans built with another TensorRT version or for another GPU architecture: a plan runs
+    only where it was built (same TensorRT, same compute capability)."""
+    record = manifest.tensorrt
+    if not record:
+        raise BundleError("the bundle has no TensorRT engines; build them with `locsum export --trt --bundle DIR`")
+    if record["version"] != version or record["compute_capability"] != compute_capability:
+        raise BundleVersionError(
+            f"the bundle's TensorRT engines were built with TensorRT {record['version']} for {record['gpu']} "
+            f"(compute capability {record['compute_capability']}); this machine has TensorRT {version} and compute "
+            f"capability {compute_capability}. Build them again here: locsum export --trt --bundle DIR"
+        )
+
+
+TENSORRT_KEYS = ("version", "gpu", "compute_capability", "precision", "plans", "profiles")
 SPECIAL_NAMES = tuple(f.name for f in fields(SpecialTokens))
 GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 

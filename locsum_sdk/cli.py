@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import kinds
+from .backends import BACKENDS, DEVICES
 from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
@@ -19,7 +20,8 @@ from .units import POLICIES
 def _summarize(args: argparse.Namespace) -> int:
     from .summarizer import Summarizer
 
-    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
+    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
+                                            device=args.device)
     documents = [Path(f).read_bytes() for f in args.files]
     summary = summarizer.summarize(documents, query=args.query, **_overrides(args))
     if args.json:
@@ -46,7 +48,8 @@ def _eval(args: argparse.Namespace) -> int:
     examples = read_examples(args.data, args.limit)
     systems: dict[str, list[str]] = {}
     if args.bundle:
-        summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads)
+        summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
+                                                device=args.device)
         overrides = _overrides(args)
         systems["model"] = [
             _summarize_example(summarizer, ex, args.data, overrides)
@@ -70,6 +73,15 @@ def _summarize_example(summarizer, example, data: str, overrides: dict) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.trt:
+        return _export_trt(args)
+    trt_only = [flag for flag, value in (("--bundle", args.bundle), ("--fp16", args.fp16),
+                                         ("--dry-run", args.dry_run), ("--dim", args.dim)) if value]
+    trt_only += [f"--{name.replace('_', '-')}" for name in TRT_SHAPES if getattr(args, name) is not None]
+    if trt_only:
+        raise OptionError(f"{', '.join(trt_only)}: options of TensorRT engines; add --trt")
+    if not args.checkpoint or not args.output:
+        raise OptionError("export needs --checkpoint and --output (or --trt --bundle DIR to build TensorRT engines)")
     from .exporters.onnx import export_onnx
 
     bundle = export_onnx(
@@ -77,6 +89,30 @@ def _export(args: argparse.Namespace) -> int:
         force=args.force, quantize=args.quantize, kind=args.kind,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
+    return 0
+
+
+TRT_SHAPES = ("max_batch", "max_units", "max_unit_len", "max_beams", "max_steps", "max_candidates")
+
+
+def _export_trt(args: argparse.Namespace) -> int:
+    from .exporters.tensorrt import EngineShapes, build_engines
+
+    if not args.bundle:
+        raise OptionError("--trt builds engines from an exported bundle: pass --bundle DIR")
+    if args.checkpoint or args.quantize or args.kind:
+        raise OptionError("--checkpoint, --quantize and --kind belong to the ONNX export; --trt reads --bundle")
+    dims = {}
+    for item in args.dim or []:
+        name, _, value = item.partition("=")
+        if not name or not value.isdigit():
+            raise OptionError(f"--dim {item!r}: write NAME=MAX, e.g. --dim snippets=4096")
+        dims[name] = int(value)
+    given = {name: getattr(args, name) for name in TRT_SHAPES if getattr(args, name) is not None}
+    plan = build_engines(args.bundle, args.output, EngineShapes(**given, dims=dims), fp16=args.fp16,
+                         dry_run=args.dry_run, force=args.force)
+    print(plan.describe())
+    print(f"{'dry run: wrote the prepared graphs and plan.json to' if args.dry_run else 'wrote'} {plan.output}")
     return 0
 
 
@@ -158,7 +194,9 @@ _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "len
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     """Decoding, paging and limit overrides (unset ones keep the bundle's, or the checkpoint's, defaults)."""
     if runtime:
-        parser.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
+        parser.add_argument("--backend", default="auto", choices=BACKENDS)
+        parser.add_argument("--device", default="auto", choices=DEVICES, help="where the model runs (auto: the GPU "
+                            "where the backend can use one)")
         parser.add_argument("--threads", type=int)
     parser.add_argument("--num-beams", dest="num_beams", type=int)
     parser.add_argument("--max-length", dest="max_length", type=int)
@@ -205,16 +243,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_options(v)
     v.set_defaults(run=_eval)
 
-    e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle")
+    e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle, or a bundle to TensorRT engines")
     e.add_argument("--kind", choices=kinds.names(),
                    help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files)")
-    e.add_argument("--checkpoint", required=True, help="our checkpoint, an HF BART directory or a research state dict")
-    e.add_argument("--output", required=True, help="bundle directory to create")
+    e.add_argument("--checkpoint", help="our checkpoint, an HF BART directory or a research state dict")
+    e.add_argument("--output", help="bundle directory to create (--trt: default BUNDLE-trt)")
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")
     e.add_argument("--config", help="HF config.json for a bare state dict file")
     _add_options(e, runtime=False)
     e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
+    t = e.add_argument_group("TensorRT engines (--trt)")
+    t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")
+    t.add_argument("--bundle", help="the exported bundle to build engines for")
+    t.add_argument("--fp16", action="store_true", help="float16 engines")
+    t.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="write the prepared graphs and plan.json, print the plan, build nothing (any machine)")
+    for name, meaning in zip(TRT_SHAPES, ("items per call", "units per item", "tokens per unit", "beams",
+                                          "decoding steps", "candidates a selection stage scores")):
+        t.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=f"profile maximum: {meaning}")
+    t.add_argument("--dim", action="append", metavar="NAME=MAX", help="the maximum of any named graph axis")
     e.set_defaults(run=_export)
 
     b = commands.add_parser("bench", help="peak memory and step time of a bundle against input length")
@@ -222,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tokens", default="2k,8k,32k", help="comma-separated input lengths in tokens (default 2k,8k,32k)")
     b.add_argument("--steps", type=int, default=32, help="decoding steps per length")
     b.add_argument("--num-beams", dest="num_beams", type=int, default=1)
-    b.add_argument("--backend", default="auto", choices=("auto", "onnxruntime", "torch"))
+    b.add_argument("--backend", default="auto", choices=BACKENDS)
     b.add_argument("--threads", type=int)
     b.add_argument("--json", action="store_true", help="print the points and the fit as JSON")
     b.add_argument("--quiet", action="store_true", help="no progress bar")

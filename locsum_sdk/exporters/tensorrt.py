@@ -1,0 +1,383 @@
+"""Bundle -> TensorRT engines: prepare each ONNX graph for TensorRT's parser, derive optimization profiles from the
+largest input the engines must take, build one `.plan` per graph, write a new bundle atomically.
+
+Preparing a graph (`prepare_graph`, no TensorRT needed):
+
+- every `locsum` custom-op node gets `plugin_namespace="locsum"` and `aot=1`, so that the parser maps it to the
+  ahead-of-time plugin of `locsum_sdk.kernels.plugins` instead of its ONNX function body (the function still
+  declares both attributes, so the checker and ONNX Runtime accept the graph and run the body);
+- an int8 bundle's ONNX Runtime dynamic quantization (DynamicQuantizeLinear + MatMulInteger, which TensorRT
+  does not parse) becomes weight-only quantization: `DequantizeLinear` of the same int8 weights, scales and
+  zero points, then a float MatMul; int8 embedding tables are dequantized before the lookup. Activations are
+  no longer quantized per run, so outputs follow the float graph with the bundle's int8 weights.
+
+Profiles come from the graphs' named dynamic axes (`batch`, `units`, `length`, ...) and `EngineShapes`; an axis
+without a rule is refused by name. `build_engines(..., dry_run=True)` stops after writing the prepared graphs
+and the plan; without it TensorRT (10.9 or later), a CUDA GPU and the plugins are needed. The manifest of the
+output bundle records TensorRT's version, the GPU, its compute capability, the precision and the profiles, and
+checksums the plans like every other file; a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bundle import Bundle, Manifest, write_manifest
+from ..errors import BackendUnavailableError, ExportError, OptionError
+from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
+from .onnx import readable, remove_stale_staging, staging_prefix
+
+logger = logging.getLogger("locsum_sdk")
+
+NAMESPACE = "locsum"
+OPS = (page_combine.NAME, doc_scaled_attention.NAME, snippet_marginalize.NAME)
+PLUGIN_ATTRIBUTES = ("plugin_namespace", "aot")
+MIN_TENSORRT = (10, 9)  # ahead-of-time plugins through the ONNX parser
+PREPARED_SUFFIX = ".trt.onnx"
+PLAN_SUFFIX = ".plan"
+PLAN_FILE = "plan.json"  # what a dry run writes beside the prepared graphs
+
+
+@dataclass(frozen=True)
+class EngineShapes:
+    """The largest input the engines take: the maxima of their optimization profiles.
+
+    `dims` overrides or adds the maximum of any named axis of the graphs (`--dim NAME=MAX`)."""
+
+    max_batch: int = 1  # items summarized together
+    max_units: int = 64  # pages, documents or snippets per item after selection
+    max_unit_len: int = 1024  # tokens per unit
+    max_beams: int = 4
+    max_steps: int = 256  # decoding steps: the self-attention cache's capacity
+    max_candidates: int = 1024  # what a selection stage scores: snippets, paragraphs or chunks of the input
+    dims: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_units", "max_unit_len", "max_beams", "max_steps", "max_candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"{name}={value!r} must be a whole number of at least 1")
+        for name, value in self.dims.items():
+            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"dims[{name!r}]={value!r}: give each axis a whole number of at least 1")
+
+    def maxima(self) -> dict[str, int]:
+        """The maximum of every named axis the exported graphs use."""
+        rows = self.max_batch * self.max_units
+        base = {
+            "batch": self.max_batch, "items": self.max_batch, "beams": self.max_beams, "units": self.max_units,
+            "rows": rows, "length": self.max_unit_len, "capacity": self.max_steps,
+            "chunks": self.max_candidates, "snippets": self.max_candidates, "paragraphs": self.max_candidates,
+            "title_length": self.max_unit_len,
+        }
+        return {**base, **self.dims}
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """One graph's engine: the file parsed, the plan written, the plugins used and the input profile."""
+
+    name: str
+    source: str  # the bundle's ONNX file
+    prepared: str  # the prepared ONNX that TensorRT parses
+    plan: str
+    plugins: list[str]  # locsum op types mapped to plugins, sorted
+    weight_only: int  # int8 MatMulInteger nodes rewritten to DequantizeLinear + MatMul
+    profile: dict[str, list[list[int]]]  # input -> [min shape, opt shape, max shape]
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    bundle: str
+    output: str
+    precision: str  # "fp32" or "fp16"
+    graphs: list[GraphPlan]
+
+    def describe(self) -> str:
+        lines = [f"TensorRT engines for {self.bundle} -> {self.output} ({self.precision})"]
+        for graph in self.graphs:
+            plugins = ", ".join(f"{NAMESPACE}::{op}" for op in graph.plugins) or "none"
+            lines.append(f"  {graph.plan}: parse {graph.prepared} (plugins: {plugins}; int8 weight-only "
+                         f"matmuls: {graph.weight_only})")
+            for name, (low, opt, high) in graph.profile.items():
+                lines.append(f"    {name:<24} min {low}  opt {opt}  max {high}")
+        return "\n".join(lines)
+
+
+def annotate(model: Any) -> list[str]:
+    """Mark every `locsum` op node (in the graph and in function bodies) for TensorRT's plugin override; returns
+    the op types found. The op's local function declares the two attributes."""
+    from onnx import helper
+
+    found = set()
+    bodies = [model.graph.node, *(function.node for function in model.functions)]
+    for nodes in bodies:
+        for node in nodes:
+            if node.domain == NAMESPACE and node.op_type in OPS:
+                kept = [a for a in node.attribute if a.name not in PLUGIN_ATTRIBUTES]
+                del node.attribute[:]
+                node.attribute.extend([*kept, helper.make_attribute("plugin_namespace", NAMESPACE),
+                                       helper.make_attribute("aot", 1)])
+                found.add(node.op_type)
+    for function in model.functions:
+        if function.domain == NAMESPACE and function.name in OPS:
+            declared = list(function.attribute)
+            function.attribute.extend([a for a in PLUGIN_ATTRIBUTES if a not in declared])
+    return sorted(found)
+
+
+def weight_only(model: Any) -> int:
+    """Rewrite ONNX Runtime's dynamic int8 quantization into weight-only int8 (see the module docstring);
+    returns the number of MatMulInteger nodes rewritten. A pattern it does not recognize is refused."""
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    dropped, added, tables, rewritten = set(), [], set(), 0
+    for node in graph.node:
+        if node.op_type == "MatMulInteger":
+            quantized = producer.get(node.input[0])
+            cast = consumers.get(node.output[0], [])
+            scale = consumers.get(cast[0].output[0], []) if len(cast) == 1 else []
+            if (quantized is None or quantized.op_type != "DynamicQuantizeLinear" or node.input[1] not in initializers
+                    or len(cast) != 1 or cast[0].op_type != "Cast" or len(scale) != 1 or scale[0].op_type != "Mul"):
+                raise ExportError(f"int8 node {node.name or node.output[0]} is not ONNX Runtime's dynamic "
+                                  "quantization pattern; export the bundle again (float32 or --quantize int8)")
+            scales = producer.get(next(i for i in scale[0].input if i != cast[0].output[0]))
+            weight_scale = next((i for i in scales.input if i in initializers), None) if scales else None
+            if weight_scale is None:
+                raise ExportError(f"cannot find the weight scale of int8 node {node.name or node.output[0]}")
+            weight = node.output[0] + ".weight"
+            added.append(helper.make_node("DequantizeLinear", [node.input[1], weight_scale, node.input[3]], [weight],
+                                          name=weight))
+            added.append(helper.make_node("MatMul", [quantized.input[0], weight], [scale[0].output[0]],
+                                          name=node.output[0] + ".matmul"))
+            dropped.update(id(n) for n in (node, cast[0], scale[0]))
+            rewritten += 1
+        elif (node.op_type == "DequantizeLinear" and node.input[0] in producer
+              and producer[node.input[0]].op_type == "Gather"
+              and producer[node.input[0]].input[0] in initializers
+              and initializers[producer[node.input[0]].input[0]].data_type in (TensorProto.INT8, TensorProto.UINT8)):
+            gather = producer[node.input[0]]
+            table = f"{gather.input[0]}.dequantized"
+            if table not in tables:  # one dequantized table per int8 table, however many lookups read it
+                tables.add(table)
+                added.append(helper.make_node("DequantizeLinear", [gather.input[0], *node.input[1:]], [table],
+                                              name=table))
+            added.append(helper.make_node("Gather", [table, gather.input[1]], list(node.output),
+                                          name=node.output[0] + ".gather", axis=_axis(gather)))
+            dropped.update(id(n) for n in (node, gather))
+    if not dropped:
+        return 0
+    kept = [n for n in graph.node if id(n) not in dropped]
+    while True:  # drop what only fed the removed nodes (the activation quantizers, the scale products)
+        used = {name for n in kept + added for name in n.input}
+        still = [n for n in kept if any(out in used or out in _graph_outputs(graph) for out in n.output)]
+        if len(still) == len(kept):
+            break
+        kept = still
+    del graph.node[:]
+    graph.node.extend(_topological(kept + added, graph))
+    return rewritten
+
+
+def _axis(node: Any) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), 0)
+
+
+def _graph_outputs(graph: Any) -> set[str]:
+    return {o.name for o in graph.output}
+
+
+def _topological(nodes: list[Any], graph: Any) -> list[Any]:
+    """Nodes in an order where every input is produced before it is read."""
+    ready = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending, ordered = list(nodes), []
+    while pending:
+        progress = [n for n in pending if all(name in ready for name in n.input)]
+        if not progress:
+            raise ExportError("the prepared graph has a cycle or an input nothing produces; export the bundle again")
+        for node in progress:
+            ordered.append(node)
+            ready.update(node.output)
+        taken = {id(n) for n in progress}
+        pending = [n for n in pending if id(n) not in taken]
+    return ordered
+
+
+def prepare_graph(source: Path, target: Path) -> tuple[list[str], int]:
+    """Write the TensorRT-ready form of one bundle graph; returns (plugin op types, int8 matmuls rewritten)."""
+    import onnx
+
+    model = onnx.load(str(source))
+    rewritten = weight_only(model)
+    plugins = annotate(model)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(target))
+    return plugins, rewritten
+
+
+def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
+    """[min, opt, max] shapes of every graph input from the named axes: min 1, max from `maxima`, opt half
+    the max (beams: the max)."""
+    shapes: dict[str, list[list[int]]] = {}
+    for value in model.graph.input:
+        low, opt, high = [], [], []
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                if dim.dim_param not in maxima:
+                    raise OptionError(f"input {value.name} has axis {dim.dim_param!r}, which has no maximum; give "
+                                      f"one with --dim {dim.dim_param}=MAX")
+                top = maxima[dim.dim_param]
+                low.append(1), opt.append(top if dim.dim_param == "beams" else max(1, top // 2)), high.append(top)
+            else:
+                low.append(dim.dim_value), opt.append(dim.dim_value), high.append(dim.dim_value)
+        shapes[value.name] = [low, opt, high]
+    return shapes
+
+
+def _tensorrt() -> Any:
+    """Import TensorRT, or a typed error saying what to install."""
+    try:
+        import tensorrt as trt
+    except (ImportError, OSError) as err:
+        raise BackendUnavailableError(
+            f"TensorRT cannot be loaded ({err}); building engines needs an NVIDIA GPU with CUDA and "
+            "pip install 'locsum[gpu]'. `--dry-run` writes the prepared graphs and the plan on any machine"
+        ) from None
+    version = tuple(int(p) for p in trt.__version__.split(".")[:2])
+    if version < MIN_TENSORRT:
+        raise BackendUnavailableError(f"TensorRT {trt.__version__} is installed; engines with the locsum plugins "
+                                      f"need {'.'.join(map(str, MIN_TENSORRT))} or later")
+    return trt
+
+
+def gpu() -> tuple[str, str]:
+    """The name and compute capability ("major.minor") of CUDA device 0, or a typed error."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return torch.cuda.get_device_name(0), f"{major}.{minor}"
+    except ImportError:
+        pass
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        raise BackendUnavailableError("no CUDA GPU is visible (torch sees none and cuda-python is not installed); "
+                                      "build engines on the machine, or the same GPU model, that will run them"
+                                      ) from None
+    error, properties = runtime.cudaGetDeviceProperties(0)
+    if error != runtime.cudaError_t.cudaSuccess:
+        raise BackendUnavailableError(f"no CUDA GPU is visible ({error}); build engines on a machine with one")
+    return properties.name.decode(errors="replace").rstrip("\0"), f"{properties.major}.{properties.minor}"
+
+
+def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]]], fp16: bool) -> bytes:
+    """Parse one prepared graph with the plugin override and build its serialized engine."""
+    log = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(log)
+    typing = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    has_fp16_flag = hasattr(trt.BuilderFlag, "FP16")
+    if fp16 and not has_fp16_flag:
+        raise ExportError(f"TensorRT {trt.__version__} builds strongly typed networks only, so --fp16 would need "
+                          "float16 graphs; build float32 engines (without --fp16)")
+    flags = 0 if (fp16 or typing is None) else 1 << int(typing)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, log)
+    override = getattr(trt.OnnxParserFlag, "ENABLE_PLUGIN_OVERRIDE", None)
+    if override is not None:
+        parser.set_flag(override)
+    if not parser.parse_from_file(str(prepared)):
+        problems = "; ".join(str(parser.get_error(i).desc()) for i in range(parser.num_errors))
+        raise ExportError(f"TensorRT could not parse {prepared.name}: {problems}")
+    config = builder.create_builder_config()
+    if fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    shapes = builder.create_optimization_profile()
+    for name, (low, opt, high) in graph_profile.items():
+        shapes.set_shape(name, low, opt, high)
+    config.add_optimization_profile(shapes)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        raise ExportError(f"TensorRT could not build an engine from {prepared.name} (see its log above); try "
+                          "smaller maxima (--max-units, --max-unit-len, --max-batch)")
+    return bytes(engine)
+
+
+def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = None,
+                  shapes: EngineShapes | None = None, fp16: bool = False, dry_run: bool = False,
+                  force: bool = False) -> EnginePlan:
+    """Build TensorRT engines for every graph of `bundle` into a new bundle at `output` (default: the bundle's
+    path with `-trt` appended). With `dry_run`, write only the prepared graphs and `plan.json` and build nothing
+    (any machine). Returns the plan; the output appears only when everything succeeded."""
+    source = Bundle.load(bundle)
+    output = Path(output) if output is not None else source.path.with_name(source.path.name + "-trt")
+    if output.resolve() == source.path.resolve():
+        raise ExportError(f"--output {output} is the bundle itself; choose a new directory")
+    if output.exists() and not force:
+        raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
+    shapes = shapes or EngineShapes()
+    trt = None if dry_run else _tensorrt()
+    device = None if dry_run else gpu()
+    import onnx
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(output)
+    work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
+    try:
+        plans = []
+        for name, graph in sorted(source.manifest.graphs.items()):
+            stem = Path(graph["file"]).stem
+            prepared = work / f"{stem}{PREPARED_SUFFIX}"
+            plugins, rewritten = prepare_graph(source.file(graph["file"]), prepared)
+            model = onnx.load(str(prepared), load_external_data=False)
+            plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
+                                   profile(model, shapes.maxima())))
+        plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
+        if dry_run:
+            (work / PLAN_FILE).write_text(json.dumps(asdict(plan), indent=2), encoding="utf-8")
+        else:
+            from ..kernels import plugins as trt_plugins
+
+            trt_plugins.register()
+            for graph_plan in plans:
+                logger.info("building %s", graph_plan.plan)
+                engine = build_plan(trt, work / graph_plan.prepared, graph_plan.profile, fp16)
+                (work / graph_plan.plan).write_bytes(engine)
+            for name in source.manifest.files:
+                shutil.copyfile(source.file(name), work / name)
+            record = {
+                "version": trt.__version__, "gpu": device[0], "compute_capability": device[1],
+                "precision": plan.precision, "plans": {g.name: g.plan for g in plans},
+                "profiles": {g.name: g.profile for g in plans},
+            }
+            write_manifest(work, Manifest(**{**asdict(source.manifest), "tensorrt": record}))
+        readable(work)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(work, output)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return plan
+
+
+def load_plan(path: str | os.PathLike) -> EnginePlan:
+    """Read the `plan.json` a dry run wrote."""
+    values = json.loads(Path(path, PLAN_FILE).read_text(encoding="utf-8"))
+    return EnginePlan(**{**values, "graphs": [GraphPlan(**g) for g in values["graphs"]]})
+
