@@ -14,9 +14,18 @@ from typing import Any
 import numpy as np
 
 from . import constants as C
-from .backends import BACKENDS, Backend, UnitBatch
+from .backends import BACKENDS, DEVICES, Backend, UnitBatch
 from .bundle import Bundle
-from .errors import BackendError, BundleError, BundleNotFoundError, InputError, MemoryLimitError, OptionError
+from .errors import (
+    BackendError,
+    BackendUnavailableError,
+    BundleError,
+    BundleNotFoundError,
+    BundleVersionError,
+    InputError,
+    MemoryLimitError,
+    OptionError,
+)
 from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mb, memory_limit
@@ -107,15 +116,19 @@ class Summarizer:
         threads: int | None = None,
         unit_batch_size: int = 4,
         verify: bool = True,
+        device: str = "auto",
     ) -> Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
         Args:
             path: bundle or checkpoint directory; None loads $LOCSUM_BUNDLE or the shipped default bundle.
-            backend: "auto" (a bundle runs on onnxruntime, a checkpoint on torch), "onnxruntime" or "torch".
+            backend: "auto" (a bundle runs on its TensorRT engines where it has them and they can run here, else on
+                onnxruntime; a checkpoint on torch), "onnxruntime", "tensorrt" or "torch".
             threads: intra-op threads; None uses every core.
             unit_batch_size: units encoded together; bounds the encoder's peak memory.
             verify: check the sha256 of every bundle file.
+            device: "auto" (the GPU where the backend can use one: TensorRT engines, onnxruntime-gpu), "cpu" or
+                "cuda".
         """
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise OptionError(f"path is a {type(path).__name__}; pass a bundle or checkpoint directory (str or Path)")
@@ -123,6 +136,9 @@ class Summarizer:
         check_int("threads", threads, 1, optional=True)
         check_int("unit_batch_size", unit_batch_size, 1)
         check_bool("verify", verify)
+        check_choice("device", device, DEVICES)
+        if backend == "tensorrt" and device == "cpu":
+            raise OptionError("backend='tensorrt' does not run on device='cpu'; TensorRT runs on the GPU")
         path = Path(path) if path is not None else default_bundle()
         if not path.is_dir():
             where = "" if path != default_bundle() else f" (the default bundle; set {BUNDLE_ENV} or pass a path)"
@@ -135,14 +151,15 @@ class Summarizer:
             )
         if backend == "auto":
             backend = "onnxruntime" if is_bundle else "torch"
-        if backend == "onnxruntime":
-            from .backends.onnxruntime import OnnxRuntimeBackend
-
+            auto_engines = is_bundle
+        else:
+            auto_engines = False
+        if backend in ("onnxruntime", "tensorrt"):
             bundle = Bundle.load(path, verify=verify)
-            runner = OnnxRuntimeBackend(bundle, threads)
+            runner = _bundle_backend(bundle, backend, threads, auto_engines and device != "cpu", device)
             settings = dataclasses.asdict(bundle.manifest) | {"tokenizer": bundle.file(C.TOKENIZER_FILE)}
         else:
-            runner, settings = _torch_backend(path, is_bundle, threads)
+            runner, settings = _torch_backend(path, is_bundle, threads, device)
         special = SpecialTokens(**settings["special_tokens"])
         tokenizer = _tokenizer(Path(settings["tokenizer"]), settings["model"]["vocab_size"], "the model")
         own = runner.kind.own_tokenizer(settings["model"])
@@ -345,7 +362,25 @@ def _tokenizer(path: Path, vocab_size: int, reader: str):
     return tokenizer
 
 
-def _torch_backend(path: Path, is_bundle: bool, threads: int | None):
+def _bundle_backend(bundle: Bundle, backend: str, threads: int | None, auto: bool, device: str) -> Backend:
+    """The backend that runs a bundle: TensorRT when asked for, or (auto) when the bundle carries engines and
+    they can run here; else ONNX Runtime. An auto choice that cannot run TensorRT says why, once, and goes on."""
+    if backend == "tensorrt" or (auto and bundle.manifest.tensorrt):
+        from .backends.tensorrt import TensorRTBackend
+
+        try:
+            return TensorRTBackend(bundle)
+        except (BackendUnavailableError, BundleVersionError) as err:
+            if not auto:
+                raise
+            logger.warning("%s: running its ONNX graphs on onnxruntime instead of its TensorRT engines: %s",
+                           bundle.path, err)
+    from .backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend(bundle, threads, device=device)
+
+
+def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str):
     """The torch reference backend reads a checkpoint directory (weights + config + tokenizer)."""
     if is_bundle:
         raise OptionError(f"{path} is an ONNX bundle; the torch backend needs the checkpoint it was exported from")
@@ -364,4 +399,4 @@ def _torch_backend(path: Path, is_bundle: bool, threads: int | None):
         "special_tokens": cfg.special_tokens(),
         "tokenizer": loaded.tokenizer_file,
     }
-    return TorchBackend(loaded.model, threads), settings
+    return TorchBackend(loaded.model, threads, device), settings

@@ -2,6 +2,7 @@
 
 from .base import Backend, Session, UnitBatch
 
-BACKENDS = ("auto", "onnxruntime", "torch")
+BACKENDS = ("auto", "onnxruntime", "tensorrt", "torch")
+DEVICES = ("auto", "cpu", "cuda")
 
-__all__ = ["BACKENDS", "Backend", "Session", "UnitBatch"]
+__all__ = ["BACKENDS", "DEVICES", "Backend", "Session", "UnitBatch"]

@@ -4,6 +4,12 @@ Cross keys/values are written by the encoder straight into one preallocated buff
 micro-batch) and bound, unchanged, at every step. Each layer's self-attention cache is one buffer bound as both
 its past input and its present output, so every step writes its new position in place; the buffers are
 replaced only when the cache's capacity grows (every 32 positions).
+
+With `onnxruntime-gpu` installed (`pip install 'locsum[gpu]'`) and `device` "cuda" (or "auto"), the graphs run on
+the CUDA execution provider and those buffers live in GPU memory: the cross keys/values and the caches never
+leave the device during decoding; per step only the beams' tokens, the position and the slot map go in and the
+log-probabilities and unit weights come out. A capacity growth re-lays the caches out through the host (once
+every 32 positions).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import numpy as np
 from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
-from ..errors import BackendError, BackendUnavailableError, BundleError
+from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
+from . import DEVICES
 from .base import BeamSlots, UnitBatch, grown_cache
 
 logger = logging.getLogger("locsum_sdk")
@@ -31,6 +38,21 @@ def _import_ort():
             "the onnxruntime backend needs onnxruntime: pip install 'locsum[cpu]' (or 'locsum[gpu]' on NVIDIA)"
         ) from None
     return onnxruntime
+
+
+def _device(ort, device: str, providers: list[str] | None) -> str:
+    """Where the buffers live: "cuda" when asked for (or auto) and onnxruntime has the CUDA execution provider."""
+    if device not in DEVICES:
+        raise OptionError(f"device={device!r} is not one of {list(DEVICES)}")
+    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    if device == "cuda" and not has_cuda:
+        raise BackendUnavailableError(
+            "device='cuda' needs onnxruntime-gpu with a CUDA GPU: pip install 'locsum[gpu]' (it replaces "
+            "onnxruntime; uninstall onnxruntime first)"
+        )
+    if providers is not None:
+        return "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
+    return "cuda" if device in ("cuda", "auto") and has_cuda else "cpu"
 
 
 def _run(session, binding, graph: str) -> None:
@@ -53,10 +75,15 @@ class OnnxRuntimeBackend:
         threads: int | None = None,
         providers: list[str] | None = None,
         profile_dir: Path | None = None,
+        device: str = "auto",
     ):
-        """profile_dir: where ONNX Runtime writes a trace of every node run (see `end_profiling`); None: no trace."""
+        """profile_dir: where ONNX Runtime writes a trace of every node run (see `end_profiling`); None: no trace.
+        device: "cpu", "cuda" (the CUDA execution provider of onnxruntime-gpu) or "auto" (cuda where available)."""
         ort = _import_ort()
         self.ort, self.bundle = ort, bundle
+        self.device = _device(ort, device, providers)
+        if providers is None and self.device == "cuda":
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         self.config = bundle.manifest.model
         self.kind = kinds.get(bundle.manifest.kind, BundleError)  # its graphs' IO and how a session binds them
         self.layers = self.config["decoder_layers"]
@@ -136,10 +163,11 @@ class OnnxRuntimeSession:
         self.rows = batch.batch * batch.width  # N, grid rows
         heads, dim = cfg["decoder_heads"], cfg["d_model"] // cfg["decoder_heads"]
         length = batch.input_ids.shape[1]
+        self.device = backend.device
         self.cross = {}
         for i in range(backend.layers):
-            self.cross[C.cross_key(i)] = np.zeros((self.rows, heads, dim, length), dtype=np.float32)
-            self.cross[C.cross_value(i)] = np.zeros((self.rows, heads, length, dim), dtype=np.float32)
+            self.cross[C.cross_key(i)] = self._buffer((self.rows, heads, dim, length))
+            self.cross[C.cross_value(i)] = self._buffer((self.rows, heads, length, dim))
         self._encode(unit_batch_size)
         to_ort = ort.OrtValue.ortvalue_from_numpy
         self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
@@ -151,18 +179,31 @@ class OnnxRuntimeSession:
             C.INPUT_IDS: to_ort(self.tokens),
             C.POSITION: to_ort(self.position),
             **{name: to_ort(np.ascontiguousarray(value)) for name, value in self.layout.decoder_inputs(batch).items()},
-            **{name: to_ort(buffer) for name, buffer in self.cross.items()},
+            **{name: self._value(buffer) for name, buffer in self.cross.items()},
         }
         self.cache = {}  # (past, present) name -> (G, H, K, C, d), G rows as the kind lays them out
         for i, groups in enumerate(self.layout.cache_groups(batch.batch, batch.width, backend.layers)):
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
-                self.cache[past, present] = np.zeros((groups, heads, beams, self.slots.capacity, dim), np.float32)
+                self.cache[past, present] = self._buffer((groups, heads, beams, self.slots.capacity, dim))
         self.binding = backend.decoder.io_binding()
         self._bind_cache()
         for name, value in self.fixed.items():
             self.binding.bind_ortvalue_input(name, value)
         for name, buffer in ((C.LOG_PROBS, self.log_probs), (C.UNIT_WEIGHTS, self.unit_weights)):
             self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+
+    def _buffer(self, shape: tuple[int, ...], values: np.ndarray | None = None):
+        """A zero float32 buffer (or `values`) where the graphs run: a numpy array, or a CUDA OrtValue."""
+        if self.device == "cpu":
+            return np.zeros(shape, np.float32) if values is None else values
+        host = np.zeros(shape, np.float32) if values is None else values
+        return self.backend.ort.OrtValue.ortvalue_from_numpy(host, "cuda", 0)
+
+    def _value(self, buffer):
+        return buffer if self.device == "cuda" else self.backend.ort.OrtValue.ortvalue_from_numpy(buffer)
+
+    def _pointer(self, buffer) -> int:
+        return buffer.data_ptr() if self.device == "cuda" else buffer.ctypes.data
 
     def _encode(self, unit_batch_size: int) -> None:
         """Run the encoder micro-batch by micro-batch, writing cross K/V straight into the grid buffers."""
@@ -173,15 +214,17 @@ class OnnxRuntimeSession:
             for name, value in self.layout.encoder_inputs(batch, first, end).items():
                 binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value)))
             for name, buffer in self.cross.items():
-                target = buffer[row : row + end - first]
-                binding.bind_output(name, "cpu", 0, np.float32, list(target.shape), target.ctypes.data)
+                shape = [end - first, *buffer.shape()[1:]] if self.device == "cuda" else [end - first,
+                                                                                          *buffer.shape[1:]]
+                offset = row * int(np.prod(shape[1:])) * 4  # float32 rows of the grid
+                binding.bind_output(name, self.device, 0, np.float32, shape, self._pointer(buffer) + offset)
             _run(encoder, binding, "encoder")
 
     def _bind_cache(self) -> None:
         """Bind each cache buffer as its layer's past and present (written in place), and the slot map."""
         to_ort = self.backend.ort.OrtValue.ortvalue_from_numpy
         for (past, present), buffer in self.cache.items():
-            value = to_ort(buffer)
+            value = self._value(buffer)
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
         self.binding.bind_ortvalue_input(C.CACHE_SLOTS, to_ort(self.slots.slots))  # rewritten in place every step
@@ -189,7 +232,9 @@ class OnnxRuntimeSession:
     def _grow_cache(self) -> None:
         zeros = lambda shape: np.zeros(shape, np.float32)  # noqa: E731
         for key, buffer in self.cache.items():
-            self.cache[key] = grown_cache(buffer, self.slots.capacity, zeros)
+            host = buffer.numpy() if self.device == "cuda" else buffer
+            grown = grown_cache(host, self.slots.capacity, zeros)
+            self.cache[key] = self._buffer(grown.shape, grown)
         self._bind_cache()
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

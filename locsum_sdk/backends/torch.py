@@ -1,4 +1,6 @@
-"""The PyTorch reference backend: runs `locsum_sdk.modeling` directly, with the same layout as the exported graphs."""
+"""The PyTorch reference backend: runs `locsum_sdk.modeling` directly, with the same layout as the exported graphs,
+on the CPU or a CUDA GPU (`device`; with `locsum_sdk.kernels.torch_ops.use_triton()` the custom ops run their
+Triton kernels there)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,16 @@ def _import_torch():
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, model, threads: int | None = None):
+    def __init__(self, model, threads: int | None = None, device: str = "cpu"):
         self.torch = _import_torch()
         if threads:
             self.torch.set_num_threads(threads)
-        self.model = model.eval()
+        if device == "auto":
+            device = "cuda" if self.torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not self.torch.cuda.is_available():
+            raise BackendUnavailableError("device='cuda': this torch sees no CUDA GPU (a CPU build, or no GPU here)")
+        self.device = device
+        self.model = model.eval().to(device)
         self.kind = kinds.get(model.kind, BackendError)
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
@@ -40,35 +47,37 @@ class TorchBackend:
         if io is None or graph in ("encoder", "decoder") or not callable(getattr(self.model, graph, None)):
             raise BackendError(f"the torch {self.kind.name} model has no {graph!r} graph to run")
         with self.torch.inference_mode():
-            outputs = getattr(self.model, graph)(**{name: self.torch.from_numpy(np.ascontiguousarray(value))
-                                                    for name, value in inputs.items()})
+            outputs = getattr(self.model, graph)(**{name: self.tensor(value) for name, value in inputs.items()})
         if isinstance(outputs, self.torch.Tensor):  # a graph with one output
             outputs = (outputs,)
-        return {name: value.numpy() for name, value in zip(io.output_names, outputs)}
+        return {name: value.cpu().numpy() for name, value in zip(io.output_names, outputs)}
+
+    def tensor(self, value: np.ndarray):
+        """A host array as a tensor on the backend's device."""
+        return self.torch.from_numpy(np.ascontiguousarray(value)).to(self.device)
 
 
 class TorchSession:
     def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
-        torch = backend.torch
-        self.torch, self.model, self.batch, self.beams = torch, backend.model, batch, beams
+        torch, tensor = backend.torch, backend.tensor
+        self.torch, self.model, self.batch, self.beams, self.tensor = torch, backend.model, batch, beams, tensor
         layout, cfg = backend.kind.layout, self.model.config
         rows = batch.batch * batch.width
         self.cross = None  # per layer (key (N, H, d, L), value (N, H, L, d)) on the grid, written run by run
         with torch.inference_mode():
             for first, end, row in layout.encoder_runs(batch, unit_batch_size):
-                inputs = {name: torch.from_numpy(np.ascontiguousarray(value))
-                          for name, value in layout.encoder_inputs(batch, first, end).items()}
+                inputs = {name: tensor(value) for name, value in layout.encoder_inputs(batch, first, end).items()}
                 _, cross = self.model.encode(**inputs)
                 if self.cross is None:
                     self.cross = [tuple(t.new_zeros((rows, *t.shape[1:])) for t in kv) for kv in cross]
                 for grid, part in zip(self.cross, cross):
                     for target, values in zip(grid, part):
                         target[row : row + end - first] = values
-        self.fixed = {name: torch.from_numpy(np.ascontiguousarray(value))
-                      for name, value in layout.decoder_inputs(batch).items()}
+        self.fixed = {name: tensor(value) for name, value in layout.decoder_inputs(batch).items()}
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
-            tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim) for _ in "kv")
+            tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim,
+                              device=backend.device) for _ in "kv")
             for groups in layout.cache_groups(batch.batch, batch.width, cfg.decoder_layers)
         ]
 
@@ -79,17 +88,17 @@ class TorchSession:
             self.cache = [tuple(grown_cache(t, capacity, t.new_zeros) for t in layer) for layer in self.cache]
         with torch.inference_mode():
             log_probs, weights = self.model.step(
-                input_ids=torch.from_numpy(np.ascontiguousarray(tokens)), position=torch.tensor([self.slots.position]),
-                cache_slots=torch.from_numpy(self.slots.slots), cache=self.cache, cross=self.cross, **self.fixed,
+                input_ids=self.tensor(tokens), position=self.tensor(np.array([self.slots.position])),
+                cache_slots=self.tensor(self.slots.slots), cache=self.cache, cross=self.cross, **self.fixed,
             )
-        return log_probs.numpy(), weights.numpy()
+        return log_probs.cpu().numpy(), weights.cpu().numpy()
 
     def close(self) -> None:
         self.cache, self.cross = [], []
 
 
 def generate_from_ids(model, units: list[list[tuple[int, ...]]], options: GenerationOptions | None = None,
-                      unit_batch_size: int = 4) -> list[Hypothesis]:
+                      unit_batch_size: int = 4, device: str = "cpu") -> list[Hypothesis]:
     """Reference generation in torch from token ids: each item's units -> its best hypothesis.
 
     The decoding loop is `locsum_sdk.generation`, the one every backend runs; this skips the tokenizer and paging,
@@ -98,7 +107,7 @@ def generate_from_ids(model, units: list[list[tuple[int, ...]]], options: Genera
     cfg = model.config
     items = [[Unit(0, 0, 0, "", tuple(ids)) for ids in item] for item in units]
     batch = UnitBatch.from_units(items, cfg.pad_token_id)
-    session = TorchBackend(model).start(batch, options.num_beams, unit_batch_size)
+    session = TorchBackend(model, device=device).start(batch, options.num_beams, unit_batch_size)
     try:
         return generate(session, batch.batch, options, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
     finally:
