@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# The Triton kernels run interpreted (numpy, CPU tensors) in this process, whatever a test module imports first:
+# triton decides when a kernel is defined. tests/gpu runs them compiled, in processes of their own.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Property-based tests: a few hundred generated cases per entry point by default, 5,000 in the slow tier.
 settings.register_profile("default", max_examples=200, deadline=None, derandomize=True,

@@ -1,5 +1,5 @@
-"""The runtime (load a bundle, summarize, the ops' numpy references) never imports torch, transformers or the
-export toolchain."""
+"""The runtime (load a bundle, summarize, the ops' numpy references) never imports torch, transformers, the
+export toolchain or the GPU toolchain (triton, tensorrt)."""
 
 import json
 import subprocess
@@ -16,7 +16,8 @@ import locsum_sdk.ops  # the numpy references of every op
 from locsum_sdk import Summarizer
 summary = Summarizer.from_pretrained(sys.argv[1], threads=1).summarize(
     ["The council met on Tuesday. The budget was approved.", "The library opens in spring."], max_length=6)
-print(json.dumps(sorted(m for m in ("torch", "transformers", "onnx", "onnxscript", "safetensors") if m in sys.modules)))
+heavy = ("torch", "transformers", "onnx", "onnxscript", "safetensors", "triton", "tensorrt")
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
 """
 
 

@@ -1,0 +1,68 @@
+"""One GPU measurement in a process of its own (the custom ops' Triton kernels are registered process-wide):
+
+    python -m benchmarks.gpu_child CHECKPOINT MODE UNITS UNIT_TOKENS BEAMS STEPS
+
+MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
+kernels. Encodes one item of UNITS units of UNIT_TOKENS random tokens, decodes STEPS steps greedily per beam;
+prints JSON: median step milliseconds, the tokens, and the peak of CUDA memory allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, steps: int) -> dict:
+    import numpy as np
+    import torch
+
+    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.backends.torch import TorchBackend
+    from locsum_sdk.generation import GenerationOptions, generate
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from locsum_sdk.units import Unit
+
+    if mode == "triton":
+        from locsum_sdk.kernels.torch_ops import use_triton
+
+        use_triton()
+    model = load_checkpoint(checkpoint).model.float()
+    cfg = model.config
+    rng = np.random.default_rng(0)
+    items = [[Unit(0, 0, 0, "", tuple(int(t) for t in rng.integers(4, cfg.vocab_size, unit_tokens)))
+              for _ in range(units)]]
+    batch = UnitBatch.from_units(items, cfg.pad_token_id)
+    backend = TorchBackend(model, device="cuda")
+    times: list[float] = []
+
+    class Timed:
+        def __init__(self, session):
+            self.session = session
+
+        def step(self, tokens, beam_index):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = self.session.step(tokens, beam_index)  # returns host arrays: synchronized
+            times.append(time.perf_counter() - start)
+            return out
+
+    options = GenerationOptions(num_beams=beams, max_length=steps + 1, min_length=steps + 1)
+    warm = GenerationOptions(num_beams=beams, max_length=3)
+    for run_options in (warm, options):
+        times.clear()
+        torch.cuda.reset_peak_memory_stats()
+        session = backend.start(batch, beams, unit_batch_size=4)
+        try:
+            hypothesis = generate(Timed(session), 1, run_options, cfg.decoder_start_token_id, cfg.eos_token_id,
+                                  cfg.pad_token_id)[0]
+        finally:
+            session.close()
+    return {"median_ms": 1000 * float(np.median(times[1:])), "tokens": hypothesis.token_ids,
+            "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0)}
+
+
+if __name__ == "__main__":
+    checkpoint, mode, *numbers = sys.argv[1:]
+    print(json.dumps(main(checkpoint, mode, *map(int, numbers))))

@@ -1,0 +1,78 @@
+"""GPU: the decoding step with the custom ops as Triton kernels against the same step with their torch maths, and
+GPU memory against input length for every kind (skipped without a CUDA GPU).
+
+- Step: bart-base-shaped PageSum, 8 pages of 1024 tokens, 4 beams, the torch reference backend on CUDA, each
+  configuration in its own process; median step time of each, their ratio, tokens identical (float32).
+- Memory: each kind's bart-base-shaped model (the Hierarchical Transformer at the paper's sizes), one input of 8k to
+  128k tokens, peak CUDA memory allocated over encoding and 8 decoding steps; it must grow no faster than
+  linearly (peak per token at 128k at most 1.1x that at 8k, above the weights). Table and plot in
+  benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import (
+    RESULTS,
+    bart_base_dyle,
+    bart_base_hierencdec,
+    bart_base_pagesum,
+    line_plot,
+    paper_hiersumm,
+    write_result,
+)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")]
+
+ROOT = Path(__file__).resolve().parents[1]
+LENGTHS = (8192, 16384, 32768, 65536, 131072)
+
+
+def child(checkpoint: Path, mode: str, units: int, unit_tokens: int, beams: int, steps: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_child", str(checkpoint), mode, str(units),
+                           str(unit_tokens), str(beams), str(steps)], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_gpu_step_triton_vs_torch_ops():
+    checkpoint, _ = bart_base_pagesum()
+    torch_ops = child(checkpoint, "torch", 8, 1024, 4, 32)
+    triton_ops = child(checkpoint, "triton", 8, 1024, 4, 32)
+    ratio = torch_ops["median_ms"] / triton_ops["median_ms"]
+    same = torch_ops["tokens"] == triton_ops["tokens"]
+    print(f"\n{torch_ops['device']}: PageSum bart-base, 8 pages x 1024 tokens, 4 beams: median step torch ops "
+          f"{torch_ops['median_ms']:.2f} ms, Triton ops {triton_ops['median_ms']:.2f} ms -> {ratio:.2f}x; "
+          f"identical tokens: {same}")
+    write_result("gpu_step", {"device": torch_ops["device"], "torch_ms": torch_ops["median_ms"],
+                              "triton_ms": triton_ops["median_ms"], "speedup": ratio, "identical_tokens": same})
+    assert same
+
+
+@pytest.mark.parametrize("kind", ["pagesum", "hierencdec", "dyle", "hiersumm"])
+def test_gpu_memory_grows_linearly(kind):
+    checkpoint, _ = {"pagesum": bart_base_pagesum, "hierencdec": bart_base_hierencdec, "dyle": bart_base_dyle,
+                     "hiersumm": paper_hiersumm}[kind]()
+    unit_tokens = 128 if kind == "hiersumm" else 1024
+    points = []
+    for length in LENGTHS:
+        measured = child(checkpoint, "triton", length // unit_tokens, unit_tokens, 4, 8)
+        points.append((length, measured["peak_bytes"] / 2**20))
+        print(f"\n{kind} {length} tokens: peak {points[-1][1]:.0f} MiB")
+    base = child(checkpoint, "triton", 1, 16, 1, 1)["peak_bytes"] / 2**20  # the weights and the smallest input
+    per_token = [(peak - base) / length for length, peak in points]
+    write_result(f"gpu_memory_{kind}", {"points": points, "base_mib": base, "mib_per_token": per_token})
+    line_plot({kind: points}, RESULTS / f"gpu_memory_{kind}.png", "input tokens", "peak CUDA MiB",
+              f"{kind}: GPU memory against input length")
+    assert per_token[-1] <= 1.1 * per_token[0], per_token

@@ -1,0 +1,258 @@
+"""The TensorRT export as far as a machine without a GPU or TensorRT can take it: the prepared graphs (plugin
+annotation, int8 weight-only rewrite) of every kind, their profiles, the dry run, clean failures without
+TensorRT, and the manifest's record of where engines were built."""
+
+import json
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from locsum_sdk import Summarizer  # noqa: E402
+from locsum_sdk.bundle import Bundle, Manifest, check_engine_host, write_manifest  # noqa: E402
+from locsum_sdk.cli import main  # noqa: E402
+from locsum_sdk.errors import (  # noqa: E402
+    BackendUnavailableError,
+    BundleError,
+    BundleIntegrityError,
+    BundleVersionError,
+    OptionError,
+)
+from locsum_sdk.exporters import tensorrt as trt_export  # noqa: E402
+
+ENGINES = Path(__file__).resolve().parents[1] / "engines"
+PLUGIN_TYPES = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+                onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS}  # int, float, str, bytes, 1-D arrays
+KIND_OP = {"pagesum": "PageCombine", "hierencdec": "DocScaledAttention", "dyle": "SnippetMarginalize",
+           "hiersumm": None}
+TEXT = ("The committee met on Tuesday. Anna proposed moving the library budget to the spring. "
+        "Ben said the roof repair costs 15,000 euros and must come first. They agreed to vote next week. ") * 6
+
+
+@pytest.fixture(scope="module", params=["pagesum", "hierencdec", "dyle", "hiersumm"])
+def tiny_bundle(request, bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hiersumm_bundle_dir):
+    return {"pagesum": bundle_dir, "hierencdec": hierencdec_bundle_dir, "dyle": dyle_bundle_dir,
+            "hiersumm": hiersumm_bundle_dir}[request.param]
+
+
+def prepared_bundle(source: Path, target: Path) -> Path:
+    """A copy of `source` whose graphs are the prepared (TensorRT) graphs: runnable on ONNX Runtime."""
+    bundle = Bundle.load(source)
+    shutil.copytree(source, target)
+    for graph in bundle.manifest.graphs.values():
+        trt_export.prepare_graph(bundle.file(graph["file"]), target / graph["file"])
+    write_manifest(target, bundle.manifest)
+    return target
+
+
+def locsum_nodes(model):
+    return [n for nodes in (model.graph.node, *(f.node for f in model.functions)) for n in nodes
+            if n.domain == trt_export.NAMESPACE]
+
+
+def test_every_kind_prepared_for_the_plugins(tiny_bundle, tmp_path):
+    bundle = Bundle.load(tiny_bundle)
+    seen = set()
+    for graph in bundle.manifest.graphs.values():
+        target = tmp_path / graph["file"]
+        plugins, _ = trt_export.prepare_graph(bundle.file(graph["file"]), target)
+        model = onnx.load(str(target))
+        onnx.checker.check_model(model, full_check=True)
+        nodes = locsum_nodes(model)
+        assert sorted({n.op_type for n in nodes}) == plugins
+        for node in nodes:
+            attributes = {a.name: a for a in node.attribute}
+            assert attributes["plugin_namespace"].s == b"locsum" and attributes["aot"].i == 1
+            assert all(a.type in PLUGIN_TYPES for a in node.attribute), node
+        for function in model.functions:
+            if function.domain == trt_export.NAMESPACE:
+                assert {"plugin_namespace", "aot"} <= set(function.attribute)
+        seen.update(plugins)
+    expected = KIND_OP[bundle.manifest.kind]
+    assert seen == ({expected} if expected else set())
+
+
+def test_prepared_graphs_give_the_same_tokens_on_onnxruntime(tiny_bundle, tmp_path):
+    """The annotation changes nothing ONNX Runtime runs: float32 bundles of every kind, token-identical."""
+    prepared = prepared_bundle(tiny_bundle, tmp_path / "prepared")
+    kind = Bundle.load(tiny_bundle).manifest.kind
+    documents = TEXT if kind in ("pagesum", "dyle") else TEXT.split(". ")[:8]
+    options = {"num_beams": 2, "max_length": 16, "min_length": 2}
+    want = Summarizer.from_pretrained(tiny_bundle).summarize(documents, **options)
+    got = Summarizer.from_pretrained(prepared).summarize(documents, **options)
+    assert got.token_ids == want.token_ids
+
+
+def test_int8_becomes_weight_only():
+    """The shipped int8 DYLE: no MatMulInteger or DynamicQuantizeLinear left; the same int8 weights, scales and
+    zero points feed DequantizeLinear; the encoder's outputs stay within the activation quantization's error of
+    the int8 graph (2% of the largest value) on real tokens."""
+    import onnxruntime as ort
+
+    source = ENGINES / "dyle" / "encoder.onnx"
+    original = onnx.load(str(source))
+    model = onnx.load(str(source))
+    rewritten = trt_export.weight_only(model)
+    assert rewritten == sum(n.op_type == "MatMulInteger" for n in original.graph.node) > 0
+    assert not {n.op_type for n in model.graph.node} & {"MatMulInteger", "DynamicQuantizeLinear"}
+    weights = {i.name for i in original.graph.initializer
+               if i.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)}
+    dequantized = {n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    assert dequantized <= weights and len(dequantized) >= rewritten
+    onnx.checker.check_model(model)
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(ENGINES / "dyle" / "tokenizer.json")).encode(TEXT).ids[:96]
+    feeds = {"input_ids": np.array([ids[:48], ids[48:96]], dtype=np.int64),
+             "attention_mask": np.ones((2, 48), dtype=np.int64)}
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+           for m in (original, model)]
+    for want, got in zip(*run):
+        assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+
+
+def test_profiles_from_named_axes():
+    model = onnx.load(str(ENGINES / "default" / "decoder.onnx"), load_external_data=False)
+    shapes = trt_export.EngineShapes(max_batch=2, max_units=8, max_unit_len=512, max_beams=4, max_steps=64)
+    profile = trt_export.profile(model, shapes.maxima())
+    assert profile["unit_mask"] == [[1, 1], [1, 4], [2, 8]]
+    assert profile["cross_key.0"][2] == [16, 4, 64, 512]  # rows = batch x units; head size static
+    assert profile["input_ids"][1] == [1, 4]  # beams: opt at the max
+    with pytest.raises(OptionError, match="--dim capacity=MAX"):
+        trt_export.profile(model, {k: v for k, v in shapes.maxima().items() if k != "capacity"})
+    with pytest.raises(OptionError, match="max_units"):
+        trt_export.EngineShapes(max_units=0)
+
+
+def test_dry_run_writes_the_prepared_graphs_and_plan(tmp_path, capsys):
+    output = tmp_path / "dyle-trt"
+    code = main(["export", "--trt", "--bundle", str(ENGINES / "dyle"), "--output", str(output), "--dry-run",
+                 "--max-units", "16", "--dim", "snippets=4096"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "locsum::SnippetMarginalize" in printed and "int8 weight-only matmuls" in printed
+    plan = trt_export.load_plan(output)
+    assert {g.name for g in plan.graphs} == {"encoder", "decoder", "extractor"}
+    assert sorted(p.name for p in output.iterdir()) == ["decoder.trt.onnx", "encoder.trt.onnx",
+                                                        "extractor.trt.onnx", "plan.json"]
+    extractor = next(g for g in plan.graphs if g.name == "extractor")
+    assert extractor.profile["separators"][2] == [4096]
+    assert next(g for g in plan.graphs if g.name == "decoder").profile["unit_mask"][2] == [1, 16]
+
+
+def test_without_tensorrt_the_build_fails_cleanly(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)  # as on a machine without TensorRT
+    output = tmp_path / "engines"
+    with pytest.raises(BackendUnavailableError, match="--dry-run"):
+        trt_export.build_engines(ENGINES / "default", output)
+    assert main(["export", "--trt", "--bundle", str(ENGINES / "default"), "--output", str(output)]) == 2
+    assert "TensorRT cannot be loaded" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no output, no staging directory
+
+
+def test_export_options_are_checked(tmp_path, capsys):
+    assert main(["export", "--trt", "--output", str(tmp_path / "x")]) == 2
+    assert "--bundle" in capsys.readouterr().err
+    assert main(["export", "--fp16", "--checkpoint", "c", "--output", str(tmp_path / "y")]) == 2
+    assert "add --trt" in capsys.readouterr().err
+    assert main(["export", "--trt", "--bundle", str(ENGINES / "default"), "--dim", "units"]) == 2
+    assert "NAME=MAX" in capsys.readouterr().err
+
+
+def engine_manifest(**changes) -> Manifest:
+    manifest = Bundle.load(ENGINES / "default").manifest
+    files = {**manifest.files, "decoder.plan": "0" * 64, "encoder.plan": "1" * 64}
+    record = {"version": "10.13.0", "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+              "precision": "fp32", "plans": {"decoder": "decoder.plan", "encoder": "encoder.plan"},
+              "profiles": {"decoder": {}, "encoder": {}}}
+    return Manifest(**{**asdict(manifest), "files": files, "tensorrt": {**record, **changes}})
+
+
+def test_plans_run_only_where_they_were_built():
+    manifest = engine_manifest()
+    assert Manifest.from_json(manifest.to_json(), Path("manifest.json")) == manifest
+    check_engine_host(manifest, "10.13.0", "9.0")
+    with pytest.raises(BundleVersionError, match="compute capability 9.0.*compute capability 8.0"):
+        check_engine_host(manifest, "10.13.0", "8.0")
+    with pytest.raises(BundleVersionError, match="TensorRT 10.13.0.*TensorRT 10.9.0"):
+        check_engine_host(manifest, "10.9.0", "9.0")
+    with pytest.raises(BundleError, match="no TensorRT engines"):
+        check_engine_host(replace(manifest, tensorrt={}), "10.13.0", "9.0")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"plans": {"decoder": "decoder.plan", "encoder": "missing.plan"}}, "not a checksummed file"),
+    ({"plans": {"decoder": "decoder.plan"}}, "every graph"),
+    ({"precision": "int4"}, "precision"),
+    ({"gpu": 7}, "gpu"),
+])
+def test_a_damaged_engine_record_is_refused(changes, message):
+    text = json.loads(engine_manifest().to_json())
+    text["tensorrt"].update(changes)
+    with pytest.raises(BundleIntegrityError, match=message):
+        Manifest.from_json(json.dumps(text), Path("manifest.json"))
+
+
+def bundle_with_engines(tmp_path: Path) -> Path:
+    """The shipped default bundle with (stand-in) plans and the record `locsum export --trt` writes."""
+    target = tmp_path / "default-trt"
+    shutil.copytree(ENGINES / "default", target)
+    (target / "decoder.plan").write_bytes(b"decoder plan")
+    (target / "encoder.plan").write_bytes(b"encoder plan")
+    manifest = engine_manifest()
+    write_manifest(target, manifest)
+    return target
+
+
+def test_tensorrt_backend_without_tensorrt_is_a_typed_error(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from locsum_sdk.backends.tensorrt import TensorRTBackend
+
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    bundle = bundle_with_engines(tmp_path)
+    with pytest.raises(BackendUnavailableError, match="pip install 'locsum\\[gpu\\]'"):
+        Summarizer.from_pretrained(bundle, backend="tensorrt")
+    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))  # TensorRT, but a bundle without plans
+    with pytest.raises(BundleError, match="no TensorRT engines; build them"):
+        TensorRTBackend(Bundle.load(ENGINES / "default"))
+
+
+def test_auto_falls_back_to_onnxruntime_where_the_engines_cannot_run(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)
+    bundle = bundle_with_engines(tmp_path)
+    summarizer = Summarizer.from_pretrained(bundle)
+    assert summarizer.backend.name == "onnxruntime"
+    assert "instead of its TensorRT engines" in caplog.text
+    assert summarizer.summarize(TEXT, max_length=8, min_length=0, num_beams=1).text
+
+
+def test_an_input_over_the_profile_is_refused_by_name():
+    from locsum_sdk.backends.tensorrt import check_profile
+    from locsum_sdk.errors import InputTooLongError
+
+    profile = [[1, 1], [4, 512], [8, 1024]]
+    check_profile("encoder", "input_ids", (8, 1024), profile)
+    with pytest.raises(InputTooLongError, match="axis 0 between 1 and 8; this input needs 9.*--max-units"):
+        check_profile("encoder", "input_ids", (9, 100), profile)
+
+
+def test_cuda_device_needs_onnxruntime_gpu():
+    """This machine's onnxruntime has no CUDA execution provider: asking for the GPU is a typed error, "auto"
+    runs on the CPU, and the backends that cannot run on a device refuse it."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime-gpu is installed here")
+    with pytest.raises(BackendUnavailableError, match="onnxruntime-gpu"):
+        Summarizer.from_pretrained(ENGINES / "default", device="cuda")
+    assert Summarizer.from_pretrained(ENGINES / "default").backend.device == "cpu"
+    with pytest.raises(OptionError, match="device"):
+        Summarizer.from_pretrained(ENGINES / "default", device="tpu")
+    with pytest.raises(OptionError, match="TensorRT runs on the GPU"):
+        Summarizer.from_pretrained(ENGINES / "default", backend="tensorrt", device="cpu")
