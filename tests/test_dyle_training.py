@@ -168,7 +168,8 @@ def test_an_extractor_from_a_pretrained_bert_reads_its_own_tokens(tmp_path, meet
     assert not torch.any((ids == 0) & (chunks["attention_mask"] == 1))  # no [PAD] read: the file's padding is off
     log = trainer.train()
     assert all(r["loss_oracle"] == r["loss_oracle"] for r in log)
-    from train.recall import checkpoint_items, recall_report
+    from train.recall import recall_report
+    from train.recall.__main__ import checkpoint_items
 
     report = recall_report(checkpoint_items(trainer.latest(), trainer.config, meetings, 4, progress=False), [3])
     assert report["extractor"][3]["examples"] == report["tf-idf"][3]["examples"] > 0

@@ -203,7 +203,7 @@ def test_a_weights_file_that_is_damaged_or_holds_objects_is_refused_in_one_line(
     import torch
 
     from locsum_sdk.errors import BundleError
-    from locsum_sdk.modeling.checkpoint import read_state_dict
+    from locsum_sdk.modeling.weights import read_state_dict
 
     path = tmp_path / "pytorch_model.bin"
     if content == "text":

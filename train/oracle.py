@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from locsum_sdk.units import split_sentences
+
 BUCKET = 256  # candidates whose LCS tables are filled together (sorted by length)
 
 
@@ -157,3 +159,8 @@ def oracle(snippets: Sequence[str], reference_sentences: Sequence[str], limit: i
         chosen.append(useful[pick])
         scores.append(best)
     return OracleResult(chosen, scores, rouge)
+
+
+def reference_sentences(summary: str) -> list[str]:
+    """A reference summary as the sentences an oracle matches snippets against."""
+    return [summary[s:e] for s, e in split_sentences(summary)]

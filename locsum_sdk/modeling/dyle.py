@@ -204,7 +204,7 @@ def from_research_names(generator: dict[str, torch.Tensor],
     .weight` (tied: must equal the shared table), `rag.generator.final_logits_bias`, `rag.dynamic_mlp.{0,2,4}.*`.
     Retriever: `roberta.*` (HF RoBERTa) and `classifier.{weight,bias}` (one score per separator)."""
     from .bert import from_hf_bert_names
-    from .checkpoint import from_hf_names
+    from .weights import from_hf_names
 
     bart, out = {}, {}
     for name, tensor in generator.items():
@@ -226,12 +226,15 @@ def from_research_names(generator: dict[str, torch.Tensor],
     return out
 
 
-def load_research(path: Path, generator: dict[str, torch.Tensor], config_path: Path | None, kind: str | None):
-    """A DYLE research generator file (`rag.*` weights, already read as `generator`) as a `Dyle`: its HF BART
+def load_research(file, config_path: Path | None, kind: str | None):
+    """A DYLE research generator file (`rag.*` weights, read once as `file`) as a `Dyle`: its HF BART
     config.json is `config_path` or beside the file; the retriever (`retriever.{safetensors,bin,pt}` with its HF
     RoBERTa `retriever_config.json`) is read from beside it when there, else the extractor starts from the
     generator's encoder."""
-    from .checkpoint import CONFIG_FILE, Checkpoint, build, read_config, read_state_dict, tokenizer_beside
+    from .registry import build
+    from .weights import CONFIG_FILE, Checkpoint, read_config, read_state_dict, tokenizer_beside
+
+    path, generator = file.path, file.state
 
     if kind not in (None, KIND):
         raise BundleError(f"{path} is a DYLE research checkpoint; it loads as dyle, not {kind}")
@@ -294,8 +297,10 @@ def extractor_spec(model: Dyle, chunks: int = 2, length: int = 12):
 
 def register_model_kind() -> None:
     from . import graphs
-    from .registry import ModelKind, register
+    from .registry import Loader, ModelKind, register, register_loader
 
+    register_loader(Loader("dyle-research", load=load_research, claims=lambda file: file.state is not None and any(
+        name.startswith("rag.") for name in file.state)))
     register(ModelKind(
         name=KIND, model=Dyle, complete=complete,
         graphs=lambda model: {"extractor": extractor_spec(model), "encoder": graphs.encoder_spec(model),

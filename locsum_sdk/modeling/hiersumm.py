@@ -19,12 +19,10 @@ from torch import nn
 
 from ..errors import BundleError
 from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
-from .hiersumm_config import HierSummConfig, from_bart_shape
+from .hiersumm_config import KIND, HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
 from .objectives import label_smoothed_nll
 from .paragraph_ranker import ParagraphRanker, RankerConfig, ranker_loss
-
-KIND = "hiersumm"
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -305,8 +303,10 @@ def encoder_spec(model: HierSumm, items: int = 2, units: int = 3, length: int = 
 
 def register_model_kind() -> None:
     from . import graphs
-    from .registry import ModelKind, register
+    from .hiersumm_research import load_research
+    from .registry import Loader, ModelKind, register, register_loader
 
+    register_loader(Loader("hiersumm-research", claims=lambda file: file.state is None, load=load_research))
     register(ModelKind(
         name=KIND, model=HierSumm, complete=complete,
         graphs=lambda model: {"ranker": ranker_spec(model), "encoder": encoder_spec(model),

@@ -10,6 +10,8 @@ from ..errors import BundleError
 from ..validation import check_bool, check_float, check_int
 from .config import EncoderDecoderConfig, from_fields
 
+KIND = "hiersumm"  # the kind these configs describe (`locsum_sdk.kinds.hiersumm`)
+
 LAYER_KINDS = ("local", "global")
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from ..errors import BundleError
-from .checkpoint import load_failure
-from .hiersumm_config import HierSummConfig
+from .hiersumm_config import KIND, HierSummConfig
+from .weights import load_failure
 
 ATTENTION = {"linear_keys": "k_proj", "linear_values": "v_proj", "linear_query": "q_proj", "final_linear": "out_proj"}
 FEED_FORWARD = {"w_1": "w1", "w_2": "w2", "layer_norm": "norm"}
@@ -107,11 +107,14 @@ def _layer_name(side: str, index: int, part: str, config: HierSummConfig) -> str
     return (f"encoder.layers.{index}." if side == "encoder" else f"layers.{index}.") + table[part]
 
 
-def load_research(path: Path, kind: str | None = None):
-    """A hiersumm research checkpoint file as a `HierSumm`; special token ids from a `tokenizer.json` beside it
-    (`<pad>`, `<s>`, `</s>`), else BART's (1, 0, 2)."""
-    from .checkpoint import Checkpoint, build, tokenizer_beside
-    from .hiersumm import KIND
+def load_research(file, config_path: Path | None = None, kind: str | None = None):
+    """A hiersumm research checkpoint file (`file`: not a plain state dict, it holds its options beside the weights)
+    as a `HierSumm`; special token ids from a `tokenizer.json` beside it (`<pad>`, `<s>`, `</s>`), else BART's
+    (1, 0, 2). `config_path` is unused: the file carries its options."""
+    from .registry import build
+    from .weights import Checkpoint, tokenizer_beside
+
+    path = file.path
 
     if kind not in (None, KIND):
         raise BundleError(f"{path} is a hiersumm research checkpoint; it loads as hiersumm, not {kind}")

@@ -13,6 +13,7 @@ import logging
 import torch
 from torch import nn
 
+from ..errors import BundleNotFoundError
 from ..ops import page_combine
 from .bart import Bart, init_weights
 from .config import BartConfig
@@ -52,10 +53,28 @@ def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) ->
     return {**state, "page_conf.weight": torch.zeros(1, config.d_model), "page_conf.bias": torch.zeros(1)}
 
 
+def load_research(file, config_path, kind: str | None):
+    """PageSum's research state dict (HF BART names and `lin.*`) as `kind` (default pagesum); its HF BART
+    config.json is `config_path` or sits beside the file."""
+    from . import registry
+    from .weights import CONFIG_FILE, Checkpoint, from_hf_names, read_config, tokenizer_beside
+
+    kind = kind or KIND
+    registry.check_formats(kind, "pagesum-research")
+    config_path = config_path or file.path.parent / CONFIG_FILE
+    if not config_path.is_file():
+        raise BundleNotFoundError(f"{file.path} needs an HF BART config.json: pass one, or put it beside the file")
+    config = BartConfig.from_hf(read_config(config_path))
+    model = registry.build(kind, config, from_hf_names(file.state), str(file.path))
+    return Checkpoint(model, tokenizer_beside(file.path.parent))
+
+
 def register_model_kind() -> None:
     from . import graphs
-    from .registry import ModelKind, register
+    from .registry import Loader, ModelKind, register, register_loader
 
+    register_loader(Loader("pagesum-research", claims=lambda file: file.state is not None, load=load_research,
+                           fallback=True))
     register(ModelKind(
         name=KIND, model=PageSum, complete=complete,
         graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},

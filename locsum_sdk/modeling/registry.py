@@ -3,7 +3,9 @@
 A kind's entry says which module class it builds from a `BartConfig`, how weights a source format lacks are filled
 in, which graphs it exports (wrapper modules, example inputs; names and axes come from the runtime declaration) and
 which `locsum`-domain function each graph must hold, how its custom ops export, and the objective it trains with
-(cross-entropy unless it says otherwise). Checkpoint loaders are looked up by (kind, source format).
+(cross-entropy unless it says otherwise). A kind's modeling module also registers the loaders of the weights-file
+formats it owns (its research checkpoints): `checkpoint.py` only detects a file's format and calls the loader
+registered for it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import nn
 from ..errors import BundleError, OptionError
 from .config import BartConfig
 from .objectives import cross_entropy
+from .weights import Checkpoint, WeightsFile, load_into
 
 State = dict[str, torch.Tensor]
 Objective = Callable[[nn.Module, Any, Any], tuple]
@@ -54,12 +57,42 @@ def model_kind(name: object) -> ModelKind:
     return MODEL_KINDS[name]
 
 
-def build(kind: str, config: BartConfig, state: State, source: str, load_into: Callable) -> nn.Module:
+def build(kind: str, config: BartConfig, state: State, source: str) -> nn.Module:
     """A model of `kind` with `state`'s weights (completed by the kind), every name and shape checked."""
     entry = model_kind(kind)
     model = entry.model(config)
     load_into(model, entry.complete(config, state, source), source)
     return model.eval()
+
+
+@dataclass(frozen=True)
+class Loader:
+    """The loader of one weights-file format: `claims(file)` says whether a file read once (`WeightsFile`) is in
+    this format; `load(file, config_path, kind)` returns the checkpoint as `kind` (None: the format's own kind)."""
+
+    format: str
+    claims: Callable[[WeightsFile], bool]
+    load: Callable[[WeightsFile, Any, str | None], Checkpoint]
+    fallback: bool = False  # asked only when no other loader claims the file (a plain HF-named state dict)
+
+
+LOADERS: dict[str, Loader] = {}
+
+
+def register_loader(loader: Loader) -> Loader:
+    if loader.format in LOADERS:
+        raise ValueError(f"weights format {loader.format!r} is registered twice")
+    LOADERS[loader.format] = loader
+    return loader
+
+
+def file_loader(file: WeightsFile) -> Loader:
+    """The registered loader that claims `file`: a specific format first, a fallback last."""
+    for loader in sorted(LOADERS.values(), key=lambda entry: entry.fallback):
+        if loader.claims(file):
+            return loader
+    reason = f" ({file.error})" if file.error else ""
+    raise BundleError(f"{file.path} is in no weights format this locsum reads{reason}; formats: {sorted(LOADERS)}")
 
 
 def _register_all() -> None:

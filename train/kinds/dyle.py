@@ -28,13 +28,13 @@ from locsum_sdk.limits import tfidf_feature
 from locsum_sdk.modeling.dyle import LOSS_WEIGHTS
 from locsum_sdk.modeling.objectives import IGNORE
 from locsum_sdk.tokenizer_file import read_tokenizer
-from locsum_sdk.units import Pager, Unit, split_sentences
+from locsum_sdk.units import Pager, Unit
 from locsum_sdk.validation import check_keys
 
 from ..batching import shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
-from ..oracle import oracle
+from ..oracle import oracle, reference_sentences
 
 logger = logging.getLogger("locsum_sdk.train")
 
@@ -71,10 +71,6 @@ class DyleBatch:
     def tokens(self) -> int:
         """Source tokens the extractor reads + target tokens (for throughput)."""
         return int(sum(c["attention_mask"].sum() for c in self.chunks) + (self.labels != IGNORE).sum())
-
-
-def reference_sentences(summary: str) -> list[str]:
-    return [summary[s:e] for s, e in split_sentences(summary)]
 
 
 class DyleSet(SummarizationSet):
@@ -193,10 +189,10 @@ def extractor_from(model, directory: Path):
     from tokenizers import Tokenizer
 
     from locsum_sdk.modeling.bert import from_hf_bert_names
-    from locsum_sdk.modeling.checkpoint import load_into, read_config, read_state_dict
     from locsum_sdk.modeling.config import BartConfig
     from locsum_sdk.modeling.dyle import Dyle
     from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
+    from locsum_sdk.modeling.weights import load_into, read_config, read_state_dict
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     extractor = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
@@ -215,8 +211,8 @@ def extractor_from(model, directory: Path):
 
 def with_tfidf(model, weight: float = 1.0):
     """The model with an extractor that also reads the tf-idf feature at `weight`, every other weight kept."""
-    from locsum_sdk.modeling.checkpoint import load_into
     from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.weights import load_into
 
     extractor = dataclasses.replace(model.config.extractor, tfidf=True)
     grown = Dyle(dataclasses.replace(model.config, extractor=extractor))

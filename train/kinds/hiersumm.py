@@ -151,8 +151,8 @@ def prepare_model(model, config: TrainConfig):
         return model
     import dataclasses
 
-    from locsum_sdk.modeling.checkpoint import load_into
     from locsum_sdk.modeling.hiersumm import HierSumm
+    from locsum_sdk.modeling.weights import load_into
 
     grown = HierSumm(dataclasses.replace(model.config, ranker_tfidf=True))
     state = model.state_dict()

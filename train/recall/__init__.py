@@ -1,15 +1,11 @@
 """Extractor recall of oracle snippets: how many of an example's oracle snippets (`train.oracle`) a ranking puts in
 its top K, with 95% bootstrap intervals, for a bundle's (or checkpoint's) extractor next to a tf-idf ranking of the
 snippets against the query (or, without one, against the whole input), the input order (lead) and a random order.
-
-    python -m train.recall --bundle engines/dyle --data ../shared/data/qmsum/test.jsonl --k 5,10,25 [--limit N]
-    python -m train.recall --checkpoint RUN/checkpoints/step-N --config train/configs/dyle-small.toml --data ...
+The command line is `python -m train.recall` (`__main__.py`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -20,13 +16,10 @@ from tqdm import tqdm
 from locsum_sdk import Summarizer
 from locsum_sdk.evaluation import interval as bootstrap_interval
 from locsum_sdk.limits import tfidf_scores
-from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import Unit
 
-from .config import TrainConfig
-from .data import JsonlIndex
-from .kinds.dyle import reference_sentences
-from .oracle import oracle
+from ..data import JsonlIndex
+from ..oracle import oracle, reference_sentences
 
 Ranker = Callable[[Sequence[Unit], Sequence[int]], np.ndarray]  # (snippets, query ids) -> a score per snippet
 
@@ -107,48 +100,3 @@ def bundle_items(summarizer: Summarizer, data: Path, limit: int | None, top: int
         units = pager.pages(example.documents, query)
         found = oracle([u.text for u in units], reference_sentences(example.summary), top).indices
         yield units, query, found, (summarizer.unit_scores(units, example.query, options) if found else np.zeros(0))
-
-
-def checkpoint_items(checkpoint: Path, settings: TrainConfig, data: Path, limit: int | None,
-                     progress: bool = True) -> Iterator[Item]:
-    """A training checkpoint's extractor in torch (any extractor, one with its own tokenizer included) on the
-    snippets and oracle the training data set makes of `data` with the training config's options."""
-    from locsum_sdk.modeling.checkpoint import load_checkpoint
-
-    from .__main__ import training_pager
-    from .kinds.dyle import DyleSet
-
-    model = load_checkpoint(checkpoint).model
-    pager = training_pager(settings, read_tokenizer(settings.resolve(settings.tokenizer)), model)
-    examples = DyleSet([data], pager, pager.tokenizer, settings, f"eval-{data.parent.name}-{data.stem}", progress)
-    for i in tqdm(range(min(limit or len(examples), len(examples))), desc="recall", disable=not progress):
-        sample = examples.get(i)
-        scores = examples.extractor_scores(model, sample.snippets, sample.query)
-        yield sample.snippets, pager.query_ids(sample.query), sample.oracle, scores
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", help="a DYLE bundle or checkpoint directory, run as the runtime runs it")
-    parser.add_argument("--checkpoint", help="a DYLE training checkpoint, its extractor run in torch (with --config)")
-    parser.add_argument("--config", help="the training config of --checkpoint (its snippet options)")
-    parser.add_argument("--data", required=True, help="a JSON Lines file of ../shared/data")
-    parser.add_argument("--k", default="5,10,25", help="comma-separated K values")
-    parser.add_argument("--limit", type=int, help="first N examples")
-    parser.add_argument("--output", help="write the report as JSON here")
-    args = parser.parse_args(argv)
-    ks = [int(k) for k in args.k.split(",")]
-    if bool(args.bundle) == bool(args.checkpoint) or (args.checkpoint and not args.config):
-        parser.error("give --bundle, or --checkpoint with --config")
-    if args.bundle:
-        items = bundle_items(Summarizer.from_pretrained(args.bundle), Path(args.data), args.limit, max(ks))
-    else:
-        items = checkpoint_items(Path(args.checkpoint), TrainConfig.load(args.config), Path(args.data), args.limit)
-    report = recall_report(items, ks)
-    print_report(report, lambda k: f"R@{k}")
-    if args.output:
-        Path(args.output).write_text(json.dumps(report, indent=2))
-
-
-if __name__ == "__main__":
-    main()
