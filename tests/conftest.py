@@ -115,6 +115,15 @@ def random_checkpoint(model, directory: Path, tokenizer_file: Path, units: dict)
                            generation={"num_beams": 1, "max_length": 16})
 
 
+def training_rows(count: int = 12) -> list[dict]:
+    """`count` small training examples (every other one sharing a document; some with a query)."""
+    rng = random.Random(0)
+    shared = document(rng, 30)
+    return [{"id": f"x-{i}", "documents": [shared if i % 2 else document(rng, rng.randint(5, 40))],
+             "query": "What was decided?" if i % 3 == 0 else None, "summary": document(rng, 2), "source": "test"}
+            for i in range(count)]
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     """Rows as a JSON Lines data file, as ../shared/data lays them out."""
     import json

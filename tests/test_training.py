@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config, write_jsonl
+from conftest import SHARED_DATA, TINY_UNITS, document, tiny_config, training_rows, write_jsonl
 
 from locsum_sdk.modeling.objectives import IGNORE, label_smoothed_nll
 from train.batching import Sample, collate
@@ -20,13 +20,7 @@ from train.noise import NoiseOptions, corrupt
 
 @pytest.fixture(scope="module")
 def jsonl(tmp_path_factory):
-    rng = random.Random(0)
-    path = tmp_path_factory.mktemp("data") / "train.jsonl"
-    shared = document(rng, 30)
-    rows = [{"id": f"x-{i}", "documents": [shared if i % 2 else document(rng, rng.randint(5, 40))],
-             "query": "What was decided?" if i % 3 == 0 else None, "summary": document(rng, 2), "source": "test"}
-            for i in range(12)]
-    return write_jsonl(path, rows)
+    return write_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", training_rows())
 
 
 def test_jsonl_index_and_unique_documents(jsonl):
@@ -190,6 +184,10 @@ def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, token
     ("name", "../elsewhere", "one path component"),
     ("schedule", "cosine", "schedule='cosine' is not accepted"),
     ("init_from", 3, "init_from=3 is not accepted"),
+    ("device", "tpu", "device='tpu' is not accepted"),
+    ("workers", -1, "workers=-1 is not accepted"),
+    ("fp16", "yes", "fp16='yes' is not accepted"),
+    ("compile", "yes", "compile='yes' is not accepted"),
 ])
 def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, jsonl, tokenizer_file, field, value,
                                                                       message):
@@ -199,6 +197,30 @@ def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, 
     TrainConfig.from_dict(values)
     with pytest.raises(OptionError, match=re.escape(message)):
         TrainConfig.from_dict({**values, field: value})
+
+
+def test_data_workers_and_gradient_checkpointing_change_no_loss(tmp_path, jsonl, tokenizer_file):
+    """Batches built in two worker processes come in the same order; recomputed encoder layers give the same
+    gradients."""
+    from train.__main__ import build
+
+    plain = build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "plain", max_steps=4), progress=False)
+    plain_losses = [r["loss"] for r in plain.train()]  # built and trained in turn: building seeds the global RNG
+    loaded = build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "workers", max_steps=4, workers=2,
+                              gradient_checkpointing=True), progress=False)
+    assert [r["loss"] for r in loaded.train()] == pytest.approx(plain_losses, rel=1e-6)
+
+
+def test_a_device_or_precision_this_machine_lacks_is_refused(tmp_path, jsonl, tokenizer_file):
+    from locsum_sdk.errors import OptionError
+    from train.__main__ import build
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(OptionError, match="device='cuda' but this torch sees no CUDA GPU"):
+        build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "gpu", device="cuda"), progress=False)
+    with pytest.raises(OptionError, match="fp16 autocast needs CUDA"):
+        build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "half", fp16=True), progress=False)
 
 
 def test_a_config_without_a_required_field_names_it(tmp_path, jsonl, tokenizer_file):

@@ -50,7 +50,13 @@ class TrainConfig:
     label_smoothing: float = 0.1
     objective_options: dict[str, Any] = field(default_factory=dict)  # the kind's objective's own settings (DYLE:
     # loss_weights by term, hybrid)
-    bf16: bool = True  # autocast matmuls to bfloat16 (CPU AMX / AVX-512 BF16)
+    bf16: bool = True  # autocast matmuls to bfloat16 (CPU AMX / AVX-512 BF16, GPUs from Ampere on)
+    fp16: bool = False  # CUDA only: autocast to float16 with a dynamic loss scaler (instead of bf16)
+    device: str = "auto"  # "cpu", "cuda" or "auto" (cuda where torch sees a GPU)
+    tf32: bool = True  # CUDA: TF32 tensor-core matmuls for float32 work
+    gradient_checkpointing: bool = False  # encoders keep each layer's input alone and recompute it in backward
+    compile: bool = False  # torch.compile the model (its forward; the objective's other calls run eagerly)
+    workers: int = 0  # data-loading worker processes (batches are built in order whatever their number)
     segment_tokens: int = 448  # "denoise": tokens per pretraining segment
     max_target_tokens: int = 256  # "summarize": summary tokens kept
     vocab_size: int = 8192  # when the tokenizer has to be trained
@@ -132,4 +138,9 @@ def _check_fields(config: TrainConfig) -> None:
         check_float(name, value, 0.0)
         if value == 0:
             raise OptionError(f"{name}=0 is not accepted; {name} must be a finite number > 0")
-    check_bool("bf16", config.bf16)
+    for name in ("bf16", "fp16", "tf32", "gradient_checkpointing", "compile"):
+        check_bool(name, getattr(config, name))
+    check_choice("device", config.device, ("auto", "cpu", "cuda"))
+    check_int("workers", config.workers, 0)
+    if config.bf16 and config.fp16:
+        raise OptionError("bf16 and fp16 are both true; choose one autocast precision (fp16 needs CUDA)")

@@ -1,22 +1,34 @@
-"""One trainer for every kind: gradient accumulation, clipping, AdamW with warmup, bf16 autocast, safetensors
-checkpoints with optimizer and RNG state, exact resume, validation loss, a progress bar and a JSONL log.
+"""One trainer for every kind, on any device and across processes: gradient accumulation, clipping, AdamW with
+warmup, bf16 or fp16 autocast (fp16 with a loss scaler), TF32, gradient checkpointing, optional torch.compile,
+data loading in worker processes, safetensors checkpoints with optimizer, scaler and RNG state, exact resume,
+validation loss, a progress bar and a JSONL log.
 
 Exact resume: the sample order of each epoch is a permutation seeded by (seed, epoch), noise is seeded by
-(seed, epoch, index), and the torch RNG (dropout) is saved with every checkpoint; a resumed run continues the
-very same sequence of batches and random draws.
+(seed, epoch, index), and every process's torch RNG (dropout; CUDA's too) is saved with every checkpoint; a resumed
+run continues the very same sequence of batches and random draws. Checkpoints hold CPU tensors: one written on a
+GPU resumes on the CPU and back.
+
+Across processes (`torchrun --nproc-per-node N -m train ...`): torch.distributed's DistributedDataParallel over
+the kind's objective (NCCL on GPUs, gloo on CPUs). Each optimizer step takes `grad_accum x N` micro-batches of
+`batch_size` in the epoch's order, micro-batch `a x N + rank` on process `rank`, and averages their gradients: the
+same step as one process with `grad_accum x N` micro-batches. Process 0 alone logs, validates and writes
+checkpoints (with every process's RNG state).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,9 +44,87 @@ from .config import TrainConfig
 logger = logging.getLogger("locsum_sdk.train")
 
 OPTIMIZER_FILE = "optimizer.pt"
+SCALER_FILE = "scaler.pt"
 STATE_FILE = "trainer.json"
 RNG_FILE = "rng.pt"
 METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class Processes:
+    """This process's place among the training processes (one, unless launched by torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def join_processes(device: str) -> Processes:
+    """torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK) -> this process in an initialized process group
+    (NCCL for CUDA, gloo for the CPU); without it, the one process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Processes()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return Processes(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def training_device(config: TrainConfig, processes: Processes) -> torch.device:
+    """The config's device ("auto": CUDA where torch sees a GPU), one GPU per process on a machine."""
+    wanted = config.device
+    if wanted == "auto":
+        wanted = "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise OptionError("device='cuda' but this torch sees no CUDA GPU (a CPU build, or no GPU here); use 'cpu'")
+    if config.fp16 and wanted != "cuda":
+        raise OptionError("fp16 autocast needs CUDA; on the CPU use bf16 (or neither)")
+    return torch.device(f"cuda:{processes.local_rank}") if wanted == "cuda" else torch.device("cpu")
+
+
+def to_device(value: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Every tensor of a batch (in dataclass fields, lists, tuples and dicts) on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: to_device(getattr(value, f.name), device, non_blocking)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device, non_blocking) for v in value)
+    if isinstance(value, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in value.items()}
+    return value
+
+
+class Objective(torch.nn.Module):
+    """The kind's objective as a module, so that DistributedDataParallel sees every parameter the objective uses,
+    whichever of the model's methods it calls."""
+
+    def __init__(self, model: torch.nn.Module, objective: Callable, config: TrainConfig):
+        super().__init__()
+        self.model, self.objective, self.config = model, objective, config
+
+    def forward(self, batch: Any):
+        return self.objective(self.model, batch, self.config)
+
+
+class Chunks(torch.utils.data.Dataset):
+    """The micro-batches of one epoch, built on demand (in worker processes when `workers` > 0), in order."""
+
+    def __init__(self, chunks: Sequence[np.ndarray], make: Callable[[np.ndarray], Any]):
+        self.chunks, self.make = chunks, make
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.make(self.chunks[index])
 
 
 @dataclass
@@ -77,10 +167,30 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 class Trainer:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, train_set, val_set=None,
                  tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None):
-        self.config, self.model, self.train_set, self.val_set = config, model, train_set, val_set
-        self.tokenizer_file, self.progress, self.tokenizer = tokenizer_file, progress, tokenizer
+        self.processes = join_processes("cuda" if config.device == "cuda" or (
+            config.device == "auto" and torch.cuda.is_available()) else "cpu")
+        self.device = training_device(config, self.processes)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = config.tf32
+            torch.backends.cudnn.allow_tf32 = config.tf32
+        self.config, self.model, self.train_set, self.val_set = config, model.to(self.device), train_set, val_set
+        self.tokenizer_file, self.tokenizer = tokenizer_file, tokenizer
+        self.progress = progress and self.processes.main
+        if config.gradient_checkpointing:
+            for module in model.modules():
+                if hasattr(module, "checkpoint_layers"):
+                    module.checkpoint_layers = True
         self.optimizer = optimizer_for(model, config)
-        self.objective = model_kind(model.kind).objective
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
+        self.objective = Objective(torch.compile(model) if config.compile else model,
+                                   model_kind(model.kind).objective, config)
+        self.step_module: torch.nn.Module = self.objective
+        if self.processes.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.step_module = DistributedDataParallel(self.objective, device_ids=ids, find_unused_parameters=True)
         self.position = Position()
         self.run_dir = config.run_dir()
         self.checkpoints = self.run_dir / "checkpoints"
@@ -89,21 +199,50 @@ class Trainer:
 
     # ---- data -------------------------------------------------------------------------------------------
     def batches(self) -> Iterator[tuple[int, int, Batch]]:
-        """Batches from the current position on, forever, epoch after epoch."""
-        size, epoch, cursor = self.config.batch_size, self.position.epoch, self.position.cursor
+        """This process's micro-batches from the current position on, forever, epoch after epoch: each step of
+        the epoch's order holds one micro-batch per process (see the module docstring)."""
+        size, world, rank = self.config.batch_size, self.processes.world, self.processes.rank
+        epoch, cursor = self.position.epoch, self.position.cursor
         while True:
             order = np.random.default_rng([self.config.seed, epoch]).permutation(len(self.train_set))
-            while cursor + size <= len(order):
-                samples = [self.train_set.get(int(i), epoch) for i in order[cursor : cursor + size]]
-                cursor += size
-                yield epoch, cursor, self.train_set.collate(samples, self.pad, self.start)
+            starts = range(cursor, len(order) - size * world + 1, size * world)
+            chunks = [order[start + rank * size : start + (rank + 1) * size] for start in starts]
+            for start, batch in zip(starts, self._load(chunks, epoch)):
+                yield epoch, start + size * world, to_device(batch, self.device, non_blocking=True)
             epoch, cursor = epoch + 1, 0
 
-    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def _load(self, chunks: Sequence[np.ndarray], epoch: int) -> Iterator[Batch]:
+        def make(chunk: np.ndarray) -> Batch:
+            return self.train_set.collate([self.train_set.get(int(i), epoch) for i in chunk], self.pad, self.start)
+
+        if not self.config.workers:
+            return map(make, chunks)
+        # the loader's own generator seeds its workers: the global RNG (dropout) draws the same with or without them
+        seeds = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+        loader = torch.utils.data.DataLoader(Chunks(chunks, make), batch_size=None, shuffle=False,
+                                             num_workers=self.config.workers, generator=seeds,
+                                             pin_memory=self.device.type == "cuda")
+        return iter(loader)
+
+    def autocast(self):
+        dtype = torch.float16 if self.config.fp16 else torch.bfloat16
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.config.bf16 or self.config.fp16)
+
+    def loss(self, batch: Batch, module: torch.nn.Module | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The model kind's objective on one batch: (loss, plain NLL, named parts of the loss (may be empty))."""
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16):
-            loss, nll, *parts = self.objective(self.model, batch, self.config)
+        with self.autocast():
+            loss, nll, *parts = (module or self.objective)(batch)
         return loss, nll, (parts[0] if parts else {})
+
+    def _mean(self, values: list[float]) -> float:
+        """The mean over this step's micro-batches of every process."""
+        total = torch.tensor([float(np.sum(values)), float(len(values))], dtype=torch.float64)
+        if self.processes.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)
+        return float(total[0] / total[1])
 
     # ---- loop -------------------------------------------------------------------------------------------
     def train(self, max_steps: int | None = None) -> list[dict]:
@@ -116,37 +255,44 @@ class Trainer:
         batches = self.batches()
         records, window_tokens, window_start = [], 0, time.perf_counter()
         bar = tqdm(total=stop, initial=self.position.step, disable=not self.progress, desc=config.name, unit="step")
-        self.model.train()
+        self.step_module.train()
         while self.position.step < stop:
             step, started = self.position.step, time.perf_counter()
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(config, step) * group.get("lr_scale", 1.0)  # older runs' groups lack it
             losses, nlls, parts = [], [], {}
-            for _ in range(config.grad_accum):
+            for micro in range(config.grad_accum):
                 epoch, cursor, batch = next(batches)
-                loss, nll, named = self.loss(batch)
-                (loss / config.grad_accum).backward()
+                last = micro == config.grad_accum - 1
+                sync = contextlib.nullcontext() if last or self.processes.world == 1 else self.step_module.no_sync()
+                with sync:
+                    loss, nll, named = self.loss(batch, self.step_module)
+                    self.scaler.scale(loss / config.grad_accum).backward()
                 losses.append(loss.item())
                 nlls.append(nll.item())
                 for name, value in named.items():
                     parts.setdefault(name, []).append(float(value))
                 window_tokens += batch.tokens
+            self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             self.position = Position(step + 1, epoch, cursor)
-            record = {"step": step + 1, "epoch": epoch, "loss": float(np.mean(losses)), "nll": float(np.mean(nlls)),
+            record = {"step": step + 1, "epoch": epoch, "loss": self._mean(losses), "nll": self._mean(nlls),
                       "lr": learning_rate(config, step), "grad_norm": float(grad_norm),
                       "seconds": time.perf_counter() - started,
-                      **{f"loss_{name}": float(np.mean(values)) for name, values in parts.items()}}
+                      **{f"loss_{name}": self._mean(values) for name, values in sorted(parts.items())}}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
-                record["tokens_per_s"] = window_tokens / elapsed
+                record["tokens_per_s"] = self._mean([window_tokens]) * self.processes.world / elapsed
                 window_tokens, window_start = 0, time.perf_counter()
-            if self.val_set is not None and config.eval_every and (step + 1) % config.eval_every == 0:
+            if (self.processes.main and self.val_set is not None and config.eval_every
+                    and (step + 1) % config.eval_every == 0):
                 record.update(self.validate())
-                self.model.train()
-            self._log(record)
+                self.step_module.train()
+            if self.processes.main:
+                self._log(record)
             records.append(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}")
@@ -162,8 +308,8 @@ class Trainer:
         self.model.eval()
         count = min(self.config.val_examples, len(self.val_set))
         samples = [self.val_set.get(index) for index in range(count)]
-        nll = float(np.mean([self.loss(self.val_set.collate([s], self.pad, self.start))[1].item()
-                             for s in samples]))
+        batches = [to_device(self.val_set.collate([s], self.pad, self.start), self.device) for s in samples]
+        nll = float(np.mean([self.loss(batch)[1].item() for batch in batches]))
         if self.config.objective != "summarize" or self.tokenizer is None:
             return {"val_nll": nll}
         from locsum_sdk.backends.torch import generate_from_ids
@@ -171,8 +317,8 @@ class Trainer:
         from locsum_sdk.generation import GenerationOptions
 
         options = GenerationOptions(**self.config.generation)
-        hypotheses = [generate_from_ids(self.model, [self.val_set.inference_units(self.model, s)], options)[0]
-                      for s in samples]
+        hypotheses = [generate_from_ids(self.model, [self.val_set.inference_units(self.model, s)], options,
+                                        device=str(self.device))[0] for s in samples]
         predictions = [self.tokenizer.decode(h.token_ids, skip_special_tokens=True) for h in hypotheses]
         references = [self.val_set.example(index).summary for index in range(count)]
         rows = rouge_scores(predictions, references)
@@ -184,24 +330,50 @@ class Trainer:
         with open(self.run_dir / METRICS_FILE, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    def _rng_states(self) -> list[dict[str, Any]]:
+        """Every process's RNG state (CPU, and CUDA where used), gathered in rank order."""
+        state = {"torch": torch.get_rng_state(),
+                 "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None}
+        if self.processes.world == 1:
+            return [state]
+        import torch.distributed as dist
+
+        states: list[Any] = [None] * self.processes.world
+        dist.all_gather_object(states, state)
+        return states
+
     def save(self) -> Path:
-        """Write a checkpoint atomically: a loadable model directory plus optimizer, position and RNG."""
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        """Write a checkpoint atomically (process 0): a loadable model directory plus optimizer, loss scaler,
+        position and every process's RNG state, all on the CPU."""
+        states = self._rng_states()  # every process takes part; process 0 writes
         final = self.checkpoints / f"step-{self.position.step:07d}"
+        if not self.processes.main:
+            self._barrier()
+            return final
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
         work = self.checkpoints / f".{final.name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
         save_checkpoint(self.model, work, self.tokenizer_file, units=self.config.paging(),
                         generation=self.config.generation, training=self.config.to_dict())
         for name, source in getattr(self.train_set, "checkpoint_files", {}).items():
             shutil.copyfile(source, work / name)
-        torch.save(self.optimizer.state_dict(), work / OPTIMIZER_FILE)
-        torch.save({"torch": torch.get_rng_state()}, work / RNG_FILE)
+        torch.save(to_device(self.optimizer.state_dict(), torch.device("cpu")), work / OPTIMIZER_FILE)
+        if self.config.fp16:
+            torch.save(self.scaler.state_dict(), work / SCALER_FILE)
+        torch.save({"ranks": states}, work / RNG_FILE)
         (work / STATE_FILE).write_text(json.dumps(self.position.__dict__))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(work, final)
         for old in sorted(self.checkpoints.glob("step-*"))[: -self.config.keep_checkpoints]:
             shutil.rmtree(old)
+        self._barrier()
         return final
+
+    def _barrier(self) -> None:
+        if self.processes.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     def latest(self) -> Path | None:
         found = sorted(self.checkpoints.glob("step-*")) if self.checkpoints.is_dir() else []
@@ -212,14 +384,30 @@ class Trainer:
         latest = self.latest()
         if latest is None:
             return
-        from locsum_sdk.modeling.checkpoint import WEIGHTS_FILE, load_into, read_state_dict
+        from locsum_sdk.modeling.weights import WEIGHTS_FILE, load_into, read_state_dict
 
         load_into(self.model, read_state_dict(latest / WEIGHTS_FILE), str(latest))
-        self.optimizer.load_state_dict(torch.load(latest / OPTIMIZER_FILE, weights_only=True))
-        torch.set_rng_state(torch.load(latest / RNG_FILE, weights_only=True)["torch"])
+        # map to the CPU first: a checkpoint written on a GPU resumes on the CPU and back (load_state_dict moves
+        # the optimizer's state to each parameter's device)
+        self.optimizer.load_state_dict(torch.load(latest / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
+        if self.config.fp16 and (latest / SCALER_FILE).is_file():
+            self.scaler.load_state_dict(torch.load(latest / SCALER_FILE, weights_only=True))
+        self._restore_rng(torch.load(latest / RNG_FILE, map_location="cpu", weights_only=True), latest)
         self.position = Position(**json.loads((latest / STATE_FILE).read_text()))
         log = self.run_dir / METRICS_FILE
-        if log.is_file():
+        if log.is_file() and self.processes.main:
             kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.position.step]
             log.write_text("".join(line + "\n" for line in kept))
         logger.info("resumed %s at step %d", self.config.name, self.position.step)
+
+    def _restore_rng(self, saved: dict[str, Any], where: Path) -> None:
+        """This process's RNG state from a checkpoint (one written before process counts were saved holds the one
+        process's CPU state)."""
+        states = saved.get("ranks", [{"torch": saved.get("torch"), "cuda": None}])
+        if len(states) != self.processes.world:
+            logger.warning("%s was written by %d processes, this run has %d: dropout draws restart from the "
+                           "checkpoint's first process's state", where, len(states), self.processes.world)
+        state = states[self.processes.rank if len(states) == self.processes.world else 0]
+        torch.set_rng_state(state["torch"])
+        if state.get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], self.device)
