@@ -1,4 +1,4 @@
-"""`locsum summarize | eval | export | bench | profile`: the command line."""
+"""`locsum summarize | eval | batch | export | bench | profile`: the command line."""
 
 from __future__ import annotations
 
@@ -89,6 +89,23 @@ def _export(args: argparse.Namespace) -> int:
         force=args.force, quantize=args.quantize, kind=args.kind,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
+    return 0
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from .batch import Fields, run_job
+    from .summarizer import Summarizer
+
+    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
+                                            device=args.device)
+    fields = Fields(documents=args.documents_field, query=args.query_field, id=args.id_field)
+    report = run_job(summarizer, args.input, args.output, resume=args.resume, batch_size=args.batch_size,
+                     fields=fields, overrides=_overrides(args), progress=not args.quiet)
+    text = json.dumps(report.to_dict())
+    if args.report:
+        Path(args.report).write_text(text + "\n")
+    if not args.quiet:
+        print(text)
     return 0
 
 
@@ -264,6 +281,21 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=f"profile maximum: {meaning}")
     t.add_argument("--dim", action="append", metavar="NAME=MAX", help="the maximum of any named graph axis")
     e.set_defaults(run=_export)
+
+    j = commands.add_parser("batch", help="summarize a JSON Lines corpus into a JSON Lines output, resumably")
+    j.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
+    j.add_argument("--input", required=True, help="JSON Lines: one input per line")
+    j.add_argument("--output", required=True, help="JSON Lines: one summary (or error) per input, in input order")
+    j.add_argument("--resume", action="store_true", help="go on with an output a stopped job wrote")
+    j.add_argument("--batch-size", dest="batch_size", type=int, default=8, help="inputs summarized together")
+    j.add_argument("--documents-field", dest="documents_field", default="documents",
+                   help="the field holding an input's text or list of documents (default documents)")
+    j.add_argument("--query-field", dest="query_field", default="query", help="the query field (default query)")
+    j.add_argument("--id-field", dest="id_field", default="id", help="the id field (default id; line-N without)")
+    j.add_argument("--report", help="write the job's report (counts, errors by type, documents/s) as JSON")
+    j.add_argument("--quiet", action="store_true", help="no progress bar and no report on stdout")
+    _add_options(j)
+    j.set_defaults(run=_batch)
 
     b = commands.add_parser("bench", help="peak memory and step time of a bundle against input length")
     b.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")

@@ -37,10 +37,12 @@ def option_names() -> set[str]:
     from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 
     names |= set(inspect.signature(OnnxRuntimeBackend.__init__).parameters)
+    from locsum_sdk.batch import run_job
     from locsum_sdk.bundle import TENSORRT_KEYS
     from locsum_sdk.exporters.tensorrt import EngineShapes
 
     names |= set(TENSORRT_KEYS) | {f.name for f in dataclasses.fields(EngineShapes)}  # engine maxima, manifest keys
+    names |= set(inspect.signature(run_job).parameters)  # `locsum batch`
     return names
 
 

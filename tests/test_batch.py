@@ -1,0 +1,158 @@
+"""`locsum batch`: every input exactly once, in order, whatever kills the job (SIGKILL at 20 random points, then
+resumed); bad lines recorded with their typed errors; refusals of a resume that would mix jobs."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import document, write_jsonl
+
+from locsum_sdk.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS = ["--max-length", "8", "--num-beams", "1", "--batch-size", "3"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    rng = random.Random(1)
+    rows = [{"id": f"doc-{i}", "documents": [document(rng, rng.randint(2, 12))],
+             "query": "What was decided?" if i % 5 == 0 else None} for i in range(150)]
+    rows[7] = {"id": "empty", "documents": ["   \n\t"]}
+    rows[20] = {"id": "not a list", "documents": 5}
+    path = write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", rows)
+    lines = path.read_text().splitlines()
+    lines.insert(30, "{not json")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def command(bundle: Path, corpus: Path, output: Path) -> list[str]:
+    return [sys.executable, "-m", "locsum_sdk.cli", "batch", "--bundle", str(bundle), "--input", str(corpus),
+            "--output", str(output), "--resume", "--quiet", *OPTIONS]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, bundle_dir, corpus) -> list[dict]:
+    output = tmp_path_factory.mktemp("straight") / "out.jsonl"
+    subprocess.run(command(bundle_dir, corpus, output), check=True, cwd=ROOT, timeout=300)
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def test_every_input_once_in_order_with_typed_errors(straight):
+    assert len(straight) == 151
+    assert [row["id"] for row in straight[:3]] == ["doc-0", "doc-1", "doc-2"]
+    errors = {row["id"]: row["error"]["type"] for row in straight if "error" in row}
+    assert errors == {"empty": "EmptyInputError", "not a list": "DataError", "line-31": "DataError"}
+    assert all(row["summary"] for row in straight if "error" not in row)
+
+
+def lines_written(output: Path) -> int:
+    return output.read_bytes().count(b"\n") if output.exists() else 0
+
+
+def test_killed_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir, corpus,
+                                                                              straight):
+    """20 kills, each once the output holds a random number of lines and a random moment more (in a write, between
+    batches, while loading), then a run to the end."""
+    output, rng, kills = tmp_path / "out.jsonl", random.Random(0), 0
+    for target in sorted(rng.sample(range(1, len(straight)), 24)):
+        job = subprocess.Popen(command(bundle_dir, corpus, output), cwd=ROOT, start_new_session=True,
+                               stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while job.poll() is None and lines_written(output) < target and time.time() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.05))
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            kills += 1
+        job.wait()
+    subprocess.run(command(bundle_dir, corpus, output), check=True, cwd=ROOT, timeout=300)
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert kills >= 20  # of 24 targets, one falling inside a batch already written passes without a kill
+    assert rows == straight  # nothing lost, nothing twice, the same summaries
+
+
+def test_a_partial_last_line_is_dropped_and_written_again(tmp_path, bundle_dir, corpus, straight):
+    output = tmp_path / "out.jsonl"
+    subprocess.run(command(bundle_dir, corpus, output), check=True, cwd=ROOT, timeout=300)
+    lines = output.read_text().splitlines(keepends=True)
+    output.write_text("".join(lines[:40]) + lines[40][:15])  # a job killed in mid-write
+    subprocess.run(command(bundle_dir, corpus, output), check=True, cwd=ROOT, timeout=300)
+    assert [json.loads(line) for line in output.read_text().splitlines()] == straight
+
+
+def test_a_resume_that_would_mix_jobs_is_refused(tmp_path, bundle_dir, corpus, capsys):
+    output = tmp_path / "out.jsonl"
+    base = ["batch", "--bundle", str(bundle_dir), "--input", str(corpus), "--output", str(output), "--quiet"]
+    assert main([*base, *OPTIONS]) == 0
+    assert main([*base, *OPTIONS]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*base, "--resume", "--max-length", "9", "--num-beams", "1"]) == 2
+    assert "different options" in capsys.readouterr().err
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(corpus.read_text().replace('"doc-9"', '"another"'))  # the last input written
+    resumed = ["batch", "--bundle", str(bundle_dir), "--input", str(changed), "--output", str(output), "--quiet"]
+    output.write_text("".join(output.read_text().splitlines(keepends=True)[:10]))
+    assert main([*resumed, "--resume", *OPTIONS]) == 2
+    assert "the input changed" in capsys.readouterr().err
+    (tmp_path / "out.jsonl.job.json").unlink()
+    assert main([*base, "--resume", *OPTIONS]) == 2
+    assert "not written by `locsum batch`" in capsys.readouterr().err
+
+
+def test_field_names_are_configurable(tmp_path, bundle_dir):
+    data = write_jsonl(tmp_path / "in.jsonl", [{"key": "a", "text": "The council met. It approved the budget."},
+                                                {"text": "The library opens in spring."}])
+    output = tmp_path / "out.jsonl"
+    assert main(["batch", "--bundle", str(bundle_dir), "--input", str(data), "--output", str(output), "--quiet",
+                 "--documents-field", "text", "--id-field", "key", *OPTIONS]) == 0
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["id"] for row in rows] == ["a", "line-2"] and all("summary" in row for row in rows)
+
+
+@pytest.fixture(scope="module")
+def tiny_summarizer(bundle_dir):
+    from locsum_sdk import Summarizer
+
+    return Summarizer.from_pretrained(bundle_dir, threads=1)
+
+
+def line_strategies():
+    from hypothesis import strategies as st
+
+    text = st.text(min_size=0, max_size=40)
+    row = st.fixed_dictionaries({}, optional={"id": st.one_of(text, st.integers(), st.none()),
+                                              "documents": st.one_of(text, st.lists(text, max_size=3), st.integers()),
+                                              "query": st.one_of(text, st.none(), st.floats())})
+    json_line = row.map(lambda value: json.dumps(value).encode())
+    return st.lists(st.one_of(json_line, st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b)),
+                    min_size=1, max_size=6)
+
+
+def test_any_lines_give_one_row_each(tmp_path_factory, tiny_summarizer):
+    """Hostile input lines (binary, wrong types, invisible text, NaN queries): one output row per non-blank line,
+    each a summary or a typed error; the job itself never fails."""
+    from hypothesis import given, settings
+
+    from locsum_sdk.batch import run_job
+
+    @settings(max_examples=60)
+    @given(line_strategies())
+    def check(lines):
+        directory = tmp_path_factory.mktemp("hostile")
+        source = directory / "in.jsonl"
+        source.write_bytes(b"\n".join(lines) + b"\n")
+        report = run_job(tiny_summarizer, source, directory / "out.jsonl", progress=False,
+                         overrides={"max_length": 6, "num_beams": 1})
+        rows = [json.loads(line) for line in (directory / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == sum(1 for line in lines if line.strip()) == report.summarized + report.failed
+        assert all(isinstance(row["id"], str) and (("summary" in row) != ("error" in row)) for row in rows)
+
+    check()
