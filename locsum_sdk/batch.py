@@ -54,6 +54,7 @@ class Report:
     errors: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     tokens: int = 0  # summary tokens written
+    stages: Counter = field(default_factory=Counter)  # seconds in paging (tokenizing), select, encode, decode
 
     @property
     def documents_per_second(self) -> float:
@@ -63,7 +64,8 @@ class Report:
         return {"summarized": self.summarized, "failed": self.failed, "skipped": self.skipped,
                 "errors": dict(self.errors), "seconds": round(self.seconds, 3),
                 "documents_per_second": round(self.documents_per_second, 3),
-                "summary_tokens_per_second": round(self.tokens / self.seconds, 3) if self.seconds else 0.0}
+                "summary_tokens_per_second": round(self.tokens / self.seconds, 3) if self.seconds else 0.0,
+                "stage_seconds": {stage: round(value, 3) for stage, value in self.stages.items()}}
 
 
 @dataclass(frozen=True)
@@ -148,8 +150,10 @@ def _error(line_id: str, err: Exception) -> dict[str, Any]:
     return {"id": line_id, "error": {"type": type(err).__name__, "message": str(err)}}
 
 
-def _summarize(summarizer: Any, batch: list[Line], overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """Summaries (or errors) of a batch of lines: together when they can be, one by one to isolate a bad input."""
+def _summarize(summarizer: Any, batch: list[Line], overrides: dict[str, Any], stages: Counter
+               ) -> list[dict[str, Any]]:
+    """Summaries (or errors) of a batch of lines: together when they can be, one by one to isolate a bad input.
+    Adds each call's stage timings to `stages`."""
     ready = [line for line in batch if line.error is None]
     results: dict[int, dict[str, Any]] = {line.number: _error(line.id, line.error) for line in batch if line.error}
     if ready:
@@ -158,15 +162,21 @@ def _summarize(summarizer: Any, batch: list[Line], overrides: dict[str, Any]) ->
                                                    [line.query for line in ready], **overrides)
             results.update({line.number: {"id": line.id, "summary": s.text, "tokens": len(s.token_ids)}
                             for line, s in zip(ready, summaries)})
+            stages.update(_stages(summaries[0].timings))  # one call: its timings are the batch's
         except InputError:
             for line in ready:
                 try:
                     summary = summarizer.summarize(line.documents, query=line.query, **overrides)
                     results[line.number] = {"id": line.id, "summary": summary.text,
                                             "tokens": len(summary.token_ids)}
+                    stages.update(_stages(summary.timings))
                 except InputError as err:
                     results[line.number] = _error(line.id, err)
     return [results[line.number] for line in batch]
+
+
+def _stages(timings: dict[str, float]) -> dict[str, float]:
+    return {stage: seconds for stage, seconds in timings.items() if stage != "total"}
 
 
 def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | os.PathLike, *,
@@ -232,7 +242,7 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
 
 def _write(descriptor: int, summarizer: Any, batch: list[Line], overrides: dict[str, Any], report: Report,
            bar: Any) -> None:
-    for row in _summarize(summarizer, batch, overrides):
+    for row in _summarize(summarizer, batch, overrides, report.stages):
         if "error" in row:
             report.failed += 1
             report.errors[row["error"]["type"]] += 1

@@ -235,12 +235,25 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--memory-limit", dest="memory_limit", help="working memory allowed, e.g. 6GB")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="locsum", description="Locality-aware long-input summarization.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _log_flags(default: object) -> argparse.ArgumentParser:
+    """-v/--verbose and -q/--quiet, given before or after the command (a command's copy leaves the value of the
+    main parser's when it is not given: default SUPPRESS)."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("-v", "--verbose", action="store_true", default=default,
+                       help="log what each stage does (the locsum_sdk logger at INFO)")
+    flags.add_argument("-q", "--quiet", action="store_true", default=default,
+                       help="no progress bars and no report on stdout; only errors are logged")
+    return flags
 
-    s = commands.add_parser("summarize", help="summarize files; several files are several documents of one input")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="locsum", description="Locality-aware long-input summarization.",
+                                     parents=[_log_flags(False)])
+    commands = parser.add_subparsers(dest="command", required=True)
+    flags = [_log_flags(argparse.SUPPRESS)]
+
+    s = commands.add_parser("summarize", parents=flags,
+                            help="summarize files; several files are several documents of one input")
     s.add_argument("files", nargs="+", help="UTF-8 text files")
     s.add_argument("--query", help="question for query-focused summarization")
     s.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
@@ -248,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_options(s)
     s.set_defaults(run=_summarize)
 
-    v = commands.add_parser("eval", help="ROUGE of a bundle and of baselines on a JSON Lines file")
+    v = commands.add_parser("eval", parents=flags,
+                            help="ROUGE of a bundle and of baselines on a JSON Lines file")
     v.add_argument("--bundle", help="bundle or checkpoint directory (omit to score baselines only)")
     v.add_argument("--data", required=True, help="JSON Lines with documents, query, summary")
     v.add_argument("--limit", type=int, help="first N examples only")
@@ -256,11 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated: lead, random, oracle ('' for none)")
     v.add_argument("--output", help="per-example outputs and scores (JSONL)")
     v.add_argument("--report", help="write the ROUGE table as JSON")
-    v.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_options(v)
     v.set_defaults(run=_eval)
 
-    e = commands.add_parser("export", help="export a checkpoint to an ONNX bundle, or a bundle to TensorRT engines")
+    e = commands.add_parser("export", parents=flags,
+                            help="export a checkpoint to an ONNX bundle, or a bundle to TensorRT engines")
     e.add_argument("--kind", choices=kinds.names(),
                    help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files)")
     e.add_argument("--checkpoint", help="our checkpoint, an HF BART directory or a research state dict")
@@ -282,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dim", action="append", metavar="NAME=MAX", help="the maximum of any named graph axis")
     e.set_defaults(run=_export)
 
-    j = commands.add_parser("batch", help="summarize a JSON Lines corpus into a JSON Lines output, resumably")
+    j = commands.add_parser("batch", parents=flags,
+                            help="summarize a JSON Lines corpus into a JSON Lines output, resumably")
     j.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
     j.add_argument("--input", required=True, help="JSON Lines: one input per line")
     j.add_argument("--output", required=True, help="JSON Lines: one summary (or error) per input, in input order")
@@ -293,11 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--query-field", dest="query_field", default="query", help="the query field (default query)")
     j.add_argument("--id-field", dest="id_field", default="id", help="the id field (default id; line-N without)")
     j.add_argument("--report", help="write the job's report (counts, errors by type, documents/s) as JSON")
-    j.add_argument("--quiet", action="store_true", help="no progress bar and no report on stdout")
     _add_options(j)
     j.set_defaults(run=_batch)
 
-    b = commands.add_parser("bench", help="peak memory and step time of a bundle against input length")
+    b = commands.add_parser("bench", parents=flags,
+                            help="peak memory and step time of a bundle against input length")
     b.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
     b.add_argument("--tokens", default="2k,8k,32k", help="comma-separated input lengths in tokens (default 2k,8k,32k)")
     b.add_argument("--steps", type=int, default=32, help="decoding steps per length")
@@ -305,10 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="auto", choices=BACKENDS)
     b.add_argument("--threads", type=int)
     b.add_argument("--json", action="store_true", help="print the points and the fit as JSON")
-    b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(run=_bench)
 
-    f = commands.add_parser("profile", help="ONNX Runtime kernel time by operator type, per encoder and decoder run")
+    f = commands.add_parser("profile", parents=flags,
+                            help="ONNX Runtime kernel time by operator type, per encoder and decoder run")
     f.add_argument("--bundle", help="bundle directory (default: the shipped bundle)")
     f.add_argument("--tokens", default="8k", help="input length in tokens (default 8k)")
     f.add_argument("--steps", type=int, default=32, help="decoding steps")
@@ -322,8 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose and args.quiet:
+        parser.error("--verbose and --quiet exclude each other")
+    level = logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     try:
         return args.run(args)
     except (LocsumError, OSError) as err:

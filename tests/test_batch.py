@@ -112,9 +112,13 @@ def test_field_names_are_configurable(tmp_path, bundle_dir):
                                                 {"text": "The library opens in spring."}])
     output = tmp_path / "out.jsonl"
     assert main(["batch", "--bundle", str(bundle_dir), "--input", str(data), "--output", str(output), "--quiet",
-                 "--documents-field", "text", "--id-field", "key", *OPTIONS]) == 0
+                 "--documents-field", "text", "--id-field", "key", "--report", str(tmp_path / "report.json"),
+                 *OPTIONS]) == 0
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert [row["id"] for row in rows] == ["a", "line-2"] and all("summary" in row for row in rows)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["summarized"] == 2 and report["documents_per_second"] > 0
+    assert set(report["stage_seconds"]) == {"paging", "select", "encode", "decode"}
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import json
 import random
 
+import pytest
 from conftest import document
 
 from locsum_sdk.cli import main
@@ -44,3 +45,20 @@ def test_any_kinds_unit_options_are_given_with_unit(dyle_bundle_dir, tmp_path, c
     assert "NAME=VALUE" in capsys.readouterr().err
     assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "page_tokens=64"]) == 2
     assert "belong to other kinds" in capsys.readouterr().err
+
+
+def test_verbose_and_quiet_on_every_command(capsys):
+    from locsum_sdk.cli import build_parser
+
+    parser = build_parser()
+    for command in ("summarize", "eval", "export", "batch", "bench", "profile"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        help_text = capsys.readouterr().out
+        assert "--verbose" in help_text and "--quiet" in help_text, command
+    assert parser.parse_args(["-v", "profile"]).verbose is True  # before the command ...
+    assert parser.parse_args(["profile", "-q"]).quiet is True  # ... or after it
+    assert parser.parse_args(["profile"]).quiet is False
+    with pytest.raises(SystemExit):
+        main(["-v", "profile", "--quiet"])
+    assert "exclude each other" in capsys.readouterr().err
