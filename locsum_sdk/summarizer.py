@@ -197,9 +197,12 @@ class Summarizer:
         the bytes of the selection stage's largest run before it (`selection_memory`), for kinds with one."""
         if not items or not all(items):
             raise InputError("estimate_memory takes the pages of one or more inputs, each with at least one page")
-        length = max(len(u.token_ids) for units in items for u in units)
         tokens = sum(len(u.token_ids) for units in items for u in units)
-        return self._estimate(generation, tokens, selection)(len(items), max(len(units) for units in items), length)
+        estimate = self._estimate(generation, tokens, selection)
+        groups = [[items[i] for i in group] for group in shape_groups(items)]  # summarize_batch's batches
+        return max((estimate(len(group), max(len(units) for units in group),
+                             max(len(u.token_ids) for units in group for u in units)) for group in groups),
+                   key=lambda found: found.total)
 
     def _estimate(self, generation: GenerationOptions, tokens: int, selection: int = 0) -> Estimate:
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
@@ -294,7 +297,8 @@ class Summarizer:
         self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, options: Options | None = None,
         **overrides: Any,
     ) -> list[Summary]:
-        """Summarize several inputs together; they share the encoder and decoder batches."""
+        """Summarize several inputs together: inputs of like unit counts share encoder and decoder batches
+        (`shape_groups`), so that padding units stay few; summaries come back in input order."""
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise InputError("summarize_batch takes a non-empty list of inputs; use summarize() for one text")
         if queries is None:
@@ -320,22 +324,33 @@ class Summarizer:
                       zip(within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS), queries)]
             items, selection = [kept for kept, _ in chosen], max(largest for _, largest in chosen)
         selected = time.perf_counter()
-        tokens = sum(len(u.token_ids) for units in items for u in units)
+        tokens = sum(len(u.token_ids) for units in items for u in units)  # all pages stay held through the call
         estimate = self._estimate(generation, tokens, selection)
-        items = apply_limits(items, limits, estimate, limit, query_ids, type(paging).UNIT_TOKENS)
-        checked = time.perf_counter()
-        batch = UnitBatch.from_units(items, self.special.pad)
-        session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)
-        encoded = time.perf_counter()
-        try:
-            hypotheses = generate(
-                session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad
-            )
-        finally:
-            session.close()
+        spent = {"checks": 0.0, "encode": 0.0, "decode": 0.0}
+        results: list[tuple[Any, list[Unit]]] = [None] * len(items)  # type: ignore[list-item]
+        for group in shape_groups(items):  # inputs of like unit counts decode together: little padding
+            start = time.perf_counter()
+            kept = apply_limits([items[i] for i in group], limits, estimate, limit, [query_ids[i] for i in group],
+                                type(paging).UNIT_TOKENS)
+            checked = time.perf_counter()
+            batch = UnitBatch.from_units(kept, self.special.pad)
+            session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)
+            encoded = time.perf_counter()
+            try:
+                hypotheses = generate(
+                    session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad
+                )
+            finally:
+                session.close()
+            done = time.perf_counter()
+            spent["checks"] += checked - start
+            spent["encode"] += encoded - checked
+            spent["decode"] += done - encoded
+            for index, hypothesis, units in zip(group, hypotheses, kept):
+                results[index] = (hypothesis, units)
         done = time.perf_counter()
-        timings = {"paging": paged - started + checked - selected, "select": selected - paged,
-                   "encode": encoded - checked, "decode": done - encoded, "total": done - started}
+        timings = {"paging": paged - started + spent["checks"], "select": selected - paged,
+                   "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
         return [
             Summary(
                 text=self.tokenizer.decode(hyp.token_ids, skip_special_tokens=True).strip(),
@@ -346,8 +361,28 @@ class Summarizer:
                 kind=self.kind.name,
                 timings=timings,
             )
-            for hyp, units in zip(hypotheses, items)
+            for hyp, units in results
         ]
+
+
+GROUP_PADDING = 1.25  # a decoding batch's grid holds at most this many grid rows per real unit
+
+
+def shape_groups(items: Sequence[Sequence[Unit]]) -> list[list[int]]:
+    """The inputs of one `summarize_batch` call (their units) in decoding batches of like unit counts: sorted by
+    unit count (then longest unit), a batch closes when its (inputs x widest input) grid would hold more than
+    `GROUP_PADDING` rows per real unit. A padding unit costs a step as much as a real one; a batch reads the
+    weights once per step for all its inputs."""
+    order = sorted(range(len(items)), key=lambda i: (len(items[i]), max(len(u.token_ids) for u in items[i])))
+    groups: list[list[int]] = []
+    for index in order:
+        group = groups[-1] if groups else None
+        if group is not None and len(items[index]) * (len(group) + 1) <= GROUP_PADDING * (
+                sum(len(items[i]) for i in group) + len(items[index])):
+            group.append(index)
+        else:
+            groups.append([index])
+    return groups
 
 
 def _tokenizer(path: Path, vocab_size: int, reader: str):
