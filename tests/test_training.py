@@ -351,3 +351,18 @@ def test_the_release_budget_counts_a_resumed_step_once_and_stops_at_the_released
     assert released["final_loss"] == pytest.approx(10.0 - 5 - 0.6)
     with pytest.raises(SystemExit, match="no step logged"):
         budget([f"{run}@0"])
+
+
+def test_the_base_configs_are_bart_base_shaped_and_start_from_its_pretraining():
+    from locsum_sdk import kinds
+
+    configs = Path(__file__).resolve().parents[1] / "train" / "configs"
+    pretrain = TrainConfig.load(configs / "pretrain-base.toml")
+    model = kinds.get(pretrain.kind).config(**{**pretrain.model, "vocab_size": pretrain.vocab_size})
+    assert (model.d_model, model.encoder_layers, model.decoder_layers, model.encoder_heads) == (768, 6, 6, 12)
+    assert not any("multinews" in f or "leval" in f or "test" in f for f in pretrain.train_files)
+    last = f"{pretrain.name}/checkpoints/step-{pretrain.max_steps:07d}"
+    for kind in ("pagesum", "hierencdec", "dyle"):
+        config = TrainConfig.load(configs / f"{kind}-base.toml")
+        assert config.kind == kind and config.init_from.endswith(last) and config.model == {}
+        assert config.tokenizer == pretrain.tokenizer and config.device == "auto"
