@@ -214,14 +214,13 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
         os.replace(staging, sidecar)
         output.touch()
     report, started = Report(skipped=done), time.perf_counter()
-    lines = _lines(source, fields, done)
-    if done and last is not None:
-        check = _lines(source, fields, done - 1)
-        expected = next(check, None)
+    lines = _lines(source, fields, max(done - 1, 0))
+    if done:  # the last input written must be the same input line: read it once, then go on after it
+        expected = next(lines, None)
         if expected is None or expected.id != last:
             raise OptionError(f"{output}'s last line is input {last!r}, but input line {done} of {source} is "
                               f"{expected.id if expected else 'missing'!r}: the input changed; write a new output")
-    total = _count(source)
+    total = _count(source)  # one quick pass over the bytes, for the progress bar's remaining time
     bar = tqdm(total=total, initial=done, unit="doc", desc="summarize", disable=not progress, dynamic_ncols=True)
     descriptor = os.open(output, os.O_WRONLY | os.O_APPEND)
     try:

@@ -90,21 +90,20 @@ def check(op: str, dtype_name: str, device: str, cases: int = CASES, seed: int =
     assert the structural properties of each output and return the largest relative error."""
     import torch
 
-    from locsum_sdk import kernels  # noqa: F401  (the package; its op modules import triton)
-    from locsum_sdk.kernels import doc_scaled_attention as dsa_kernel
-    from locsum_sdk.kernels import page_combine as pc_kernel
-    from locsum_sdk.kernels import snippet_marginalize as sm_kernel
+    from locsum_sdk.kernels import launches
+    from locsum_sdk.kernels.torch_ops import launch
 
-    make, reference, launch = {
-        "page_combine": (page_combine_case, page_combine.reference, pc_kernel.launch),
-        "snippet_marginalize": (snippet_marginalize_case, snippet_marginalize.reference, sm_kernel.launch),
-        "doc_scaled_attention": (doc_scaled_attention_case, doc_scaled_attention.reference, dsa_kernel.launch),
+    make, module = {
+        "page_combine": (page_combine_case, page_combine),
+        "snippet_marginalize": (snippet_marginalize_case, snippet_marginalize),
+        "doc_scaled_attention": (doc_scaled_attention_case, doc_scaled_attention),
     }[op]
+    reference, description = module.reference, launches()[module.NAME]
     rng, dtype, worst = np.random.default_rng(seed), DTYPES[dtype_name], 0.0
     for case in range(cases):
         inputs = make(rng, case, dtype)
         want = reference(*(a.astype(np.float64) if a.dtype != bool else a for a in inputs))
-        got = [g.float().cpu().numpy() for g in launch(*(torch.from_numpy(a).to(device) for a in inputs))]
+        got = [g.float().cpu().numpy() for g in launch(description, *(torch.from_numpy(a).to(device) for a in inputs))]
         assert [g.shape for g in got] == [w.shape for w in want]
         if op == "doc_scaled_attention":
             assert np.all(np.isfinite(got[0]))

@@ -59,7 +59,7 @@ def test_every_kind_prepared_for_the_plugins(tiny_bundle, tmp_path):
     seen = set()
     for graph in bundle.manifest.graphs.values():
         target = tmp_path / graph["file"]
-        plugins, _ = trt_export.prepare_graph(bundle.file(graph["file"]), target)
+        plugins, _, _ = trt_export.prepare_graph(bundle.file(graph["file"]), target)
         model = onnx.load(str(target))
         onnx.checker.check_model(model, full_check=True)
         nodes = locsum_nodes(model)

@@ -76,8 +76,8 @@ def join_processes(device: str) -> Processes:
     return Processes(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def training_device(config: TrainConfig, processes: Processes) -> torch.device:
-    """The config's device ("auto": CUDA where torch sees a GPU), one GPU per process on a machine."""
+def device_type(config: TrainConfig) -> str:
+    """The config's device, "cpu" or "cuda" ("auto": CUDA where torch sees a GPU), checked against this machine."""
     wanted = config.device
     if wanted == "auto":
         wanted = "cuda" if torch.cuda.is_available() else "cpu"
@@ -85,7 +85,7 @@ def training_device(config: TrainConfig, processes: Processes) -> torch.device:
         raise OptionError("device='cuda' but this torch sees no CUDA GPU (a CPU build, or no GPU here); use 'cpu'")
     if config.fp16 and wanted != "cuda":
         raise OptionError("fp16 autocast needs CUDA; on the CPU use bf16 (or neither)")
-    return torch.device(f"cuda:{processes.local_rank}") if wanted == "cuda" else torch.device("cpu")
+    return wanted
 
 
 def to_device(value: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -167,9 +167,9 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 class Trainer:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, train_set, val_set=None,
                  tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None):
-        self.processes = join_processes("cuda" if config.device == "cuda" or (
-            config.device == "auto" and torch.cuda.is_available()) else "cpu")
-        self.device = training_device(config, self.processes)
+        kind = device_type(config)
+        self.processes = join_processes(kind)
+        self.device = torch.device(f"cuda:{self.processes.local_rank}" if kind == "cuda" else "cpu")  # a GPU each
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             torch.backends.cuda.matmul.allow_tf32 = config.tf32

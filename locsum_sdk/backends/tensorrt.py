@@ -33,14 +33,19 @@ from .base import BeamSlots, UnitBatch
 logger = logging.getLogger("locsum_sdk")
 
 
-def _import_trt() -> Any:
+MIN_TENSORRT = (10, 9)  # ahead-of-time plugins through the ONNX parser
+
+
+def import_tensorrt(advice: str) -> Any:
+    """TensorRT (10.9 or later), or a typed error ending in `advice` (what to install or do instead)."""
     try:
         import tensorrt as trt
     except (ImportError, OSError) as err:
-        raise BackendUnavailableError(
-            f"the tensorrt backend needs TensorRT ({err}): pip install 'locsum[gpu]' on a machine with an NVIDIA "
-            "GPU, then build engines with `locsum export --trt --bundle DIR`"
-        ) from None
+        raise BackendUnavailableError(f"TensorRT cannot be loaded ({err}); {advice}") from None
+    version = tuple(int(p) for p in trt.__version__.split(".")[:2])
+    if version < MIN_TENSORRT:
+        raise BackendUnavailableError(f"TensorRT {trt.__version__} is installed; engines with the locsum plugins "
+                                      f"need {'.'.join(map(str, MIN_TENSORRT))} or later")
     return trt
 
 
@@ -121,10 +126,12 @@ class TensorRTBackend:
     def __init__(self, bundle: Bundle):
         from . import cuda
 
-        self.trt, self.cuda, self.bundle = _import_trt(), cuda, bundle
         if not bundle.manifest.tensorrt:
             raise BundleError(f"{bundle.path} has no TensorRT engines; build them with "
                               f"`locsum export --trt --bundle {bundle.path}`")
+        self.trt = import_tensorrt("the tensorrt backend needs pip install 'locsum[gpu]' on a machine with an "
+                                   "NVIDIA GPU, then engines built with `locsum export --trt --bundle DIR`")
+        self.cuda, self.bundle = cuda, bundle
         gpu, capability = cuda.device()
         check_engine_host(bundle.manifest, self.trt.__version__, capability)
         logger.info("tensorrt backend on %s (compute capability %s)", gpu, capability)
@@ -196,12 +203,14 @@ class TensorRTSession:
                 encoder.bind(name, buffer.pointer + row * row_bytes[name])
             encoder.execute()
 
-    def _bind_cache(self) -> None:
+    def _bind_cache(self, reshape: bool) -> None:
+        """Bind each layer's past and present buffers (they swap every step); `reshape` when the capacity changed."""
         decoder, capacity = self.backend.decoder, self.slots.capacity
         for i, groups in enumerate(self.groups):
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
                 buffers, now = self.backend.cache[past, present], self.current[past, present]
-                decoder.shape(past, (groups, self.heads, self.beams, capacity, self.head_dim))
+                if reshape:
+                    decoder.shape(past, (groups, self.heads, self.beams, capacity, self.head_dim))
                 decoder.bind(past, buffers[now].pointer)
                 decoder.bind(present, buffers[1 - now].pointer)
 
@@ -219,12 +228,13 @@ class TensorRTSession:
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         decoder, old = self.backend.decoder, self.slots.capacity
-        if self.slots.advance(beam_index):
+        grew = self.slots.advance(beam_index)
+        if grew:
             self._grow_cache(old)
         decoder.upload(C.INPUT_IDS, tokens)
         decoder.upload(C.POSITION, np.array([self.slots.position], dtype=np.int64))
         decoder.upload(C.CACHE_SLOTS, self.slots.slots)
-        self._bind_cache()
+        self._bind_cache(reshape=grew or self.slots.position == 0)
         decoder.execute()
         for key in self.current:
             self.current[key] = 1 - self.current[key]  # the present just written is the next step's past

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import Options
+from .staging import staged
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -72,40 +72,6 @@ def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, ki
         if name not in saved.get(group, {}) and name not in options:
             fitted[name] = min(getattr(getattr(base, group), name), positions)
     return base.replace(**fitted).replace(**options)
-
-
-def staging_prefix(output: Path) -> str:
-    """Name prefix of the hidden directories an export of `output` is built in (the pid of the export follows)."""
-    return f".{output.name}.staging-"
-
-
-def remove_stale_staging(output: Path) -> None:
-    """Remove staging directories left beside `output` by exports that were killed (their process is gone)."""
-    prefix = staging_prefix(output)
-    for path in output.parent.glob(prefix + "*"):
-        pid = path.name[len(prefix):].split("-", 1)[0]
-        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
-            logger.info("removing %s, left by an export that did not finish", path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def readable(directory: Path) -> None:
-    """Give a finished bundle the permissions of a normally created directory (mkdtemp makes it 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    directory.chmod(0o777 & ~umask)
-    for path in directory.iterdir():
-        path.chmod(0o666 & ~umask)
 
 
 def check_graph(path: Path, expect_function: str | None) -> None:
@@ -202,10 +168,7 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(output)
-    work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
-    try:
+    with staged(output) as work:
         written: dict[str, dict[str, Any]] = {}
         io = declared.graphs(model.config.to_dict())
         for name, spec in torch_kind.graphs(model).items():
@@ -235,11 +198,4 @@ def export_onnx(
             producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
         )
         write_manifest(work, manifest)
-        readable(work)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(work, output)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return Bundle.load(output)

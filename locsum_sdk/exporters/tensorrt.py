@@ -24,22 +24,20 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..bundle import Bundle, Manifest, write_manifest
-from ..errors import BackendUnavailableError, ExportError, OptionError
+from ..errors import ExportError, OptionError
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
-from .onnx import readable, remove_stale_staging, staging_prefix
+from .staging import staged
 
 logger = logging.getLogger("locsum_sdk")
 
 NAMESPACE = "locsum"
 OPS = (page_combine.NAME, doc_scaled_attention.NAME, snippet_marginalize.NAME)
 PLUGIN_ATTRIBUTES = ("plugin_namespace", "aot")
-MIN_TENSORRT = (10, 9)  # ahead-of-time plugins through the ONNX parser
 PREPARED_SUFFIX = ".trt.onnx"
 PLAN_SUFFIX = ".plan"
 PLAN_FILE = "plan.json"  # what a dry run writes beside the prepared graphs
@@ -182,9 +180,10 @@ def weight_only(model: Any) -> int:
     if not dropped:
         return 0
     kept = [n for n in graph.node if id(n) not in dropped]
+    results = {o.name for o in graph.output}
     while True:  # drop what only fed the removed nodes (the activation quantizers, the scale products)
-        used = {name for n in kept + added for name in n.input}
-        still = [n for n in kept if any(out in used or out in _graph_outputs(graph) for out in n.output)]
+        used = {name for n in kept + added for name in n.input} | results
+        still = [n for n in kept if any(out in used for out in n.output)]
         if len(still) == len(kept):
             break
         kept = still
@@ -195,10 +194,6 @@ def weight_only(model: Any) -> int:
 
 def _axis(node: Any) -> int:
     return next((a.i for a in node.attribute if a.name == "axis"), 0)
-
-
-def _graph_outputs(graph: Any) -> set[str]:
-    return {o.name for o in graph.output}
 
 
 def _topological(nodes: list[Any], graph: Any) -> list[Any]:
@@ -217,8 +212,9 @@ def _topological(nodes: list[Any], graph: Any) -> list[Any]:
     return ordered
 
 
-def prepare_graph(source: Path, target: Path) -> tuple[list[str], int]:
-    """Write the TensorRT-ready form of one bundle graph; returns (plugin op types, int8 matmuls rewritten)."""
+def prepare_graph(source: Path, target: Path) -> tuple[list[str], int, Any]:
+    """Write the TensorRT-ready form of one bundle graph; returns (plugin op types, int8 matmuls rewritten, the
+    prepared ModelProto)."""
     import onnx
 
     model = onnx.load(str(source))
@@ -226,7 +222,7 @@ def prepare_graph(source: Path, target: Path) -> tuple[list[str], int]:
     plugins = annotate(model)
     onnx.checker.check_model(model)
     onnx.save(model, str(target))
-    return plugins, rewritten
+    return plugins, rewritten, model
 
 
 def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
@@ -246,44 +242,6 @@ def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
                 low.append(dim.dim_value), opt.append(dim.dim_value), high.append(dim.dim_value)
         shapes[value.name] = [low, opt, high]
     return shapes
-
-
-def _tensorrt() -> Any:
-    """Import TensorRT, or a typed error saying what to install."""
-    try:
-        import tensorrt as trt
-    except (ImportError, OSError) as err:
-        raise BackendUnavailableError(
-            f"TensorRT cannot be loaded ({err}); building engines needs an NVIDIA GPU with CUDA and "
-            "pip install 'locsum[gpu]'. `--dry-run` writes the prepared graphs and the plan on any machine"
-        ) from None
-    version = tuple(int(p) for p in trt.__version__.split(".")[:2])
-    if version < MIN_TENSORRT:
-        raise BackendUnavailableError(f"TensorRT {trt.__version__} is installed; engines with the locsum plugins "
-                                      f"need {'.'.join(map(str, MIN_TENSORRT))} or later")
-    return trt
-
-
-def gpu() -> tuple[str, str]:
-    """The name and compute capability ("major.minor") of CUDA device 0, or a typed error."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            return torch.cuda.get_device_name(0), f"{major}.{minor}"
-    except ImportError:
-        pass
-    try:
-        from cuda.bindings import runtime
-    except ImportError:
-        raise BackendUnavailableError("no CUDA GPU is visible (torch sees none and cuda-python is not installed); "
-                                      "build engines on the machine, or the same GPU model, that will run them"
-                                      ) from None
-    error, properties = runtime.cudaGetDeviceProperties(0)
-    if error != runtime.cudaError_t.cudaSuccess:
-        raise BackendUnavailableError(f"no CUDA GPU is visible ({error}); build engines on a machine with one")
-    return properties.name.decode(errors="replace").rstrip("\0"), f"{properties.major}.{properties.minor}"
 
 
 def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]]], fp16: bool) -> bytes:
@@ -331,20 +289,19 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
     shapes = shapes or EngineShapes()
-    trt = None if dry_run else _tensorrt()
-    device = None if dry_run else gpu()
-    import onnx
+    if not dry_run:
+        from ..backends import cuda
+        from ..backends.tensorrt import import_tensorrt
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(output)
-    work = Path(tempfile.mkdtemp(prefix=f"{staging_prefix(output)}{os.getpid()}-", dir=output.parent))
-    try:
+        trt = import_tensorrt("building engines needs an NVIDIA GPU with CUDA and pip install 'locsum[gpu]'; "
+                              "`--dry-run` writes the prepared graphs and the plan on any machine")
+        device = cuda.device()
+    with staged(output) as work:
         plans = []
         for name, graph in sorted(source.manifest.graphs.items()):
             stem = Path(graph["file"]).stem
             prepared = work / f"{stem}{PREPARED_SUFFIX}"
-            plugins, rewritten = prepare_graph(source.file(graph["file"]), prepared)
-            model = onnx.load(str(prepared), load_external_data=False)
+            plugins, rewritten, model = prepare_graph(source.file(graph["file"]), prepared)
             plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
                                    profile(model, shapes.maxima())))
         plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
@@ -366,13 +323,6 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
                 "profiles": {g.name: g.profile for g in plans},
             }
             write_manifest(work, Manifest(**{**asdict(source.manifest), "tensorrt": record}))
-        readable(work)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(work, output)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return plan
 
 

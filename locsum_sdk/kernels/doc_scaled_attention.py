@@ -113,24 +113,8 @@ LAUNCH = Launch(
     sizes=_sizes,
     size_names=("batch", "heads", "queries", "docs", "head_dim", "length"),
     outputs=("out", "doc_weights"),
+    output_shapes=lambda shapes: (tuple(shapes[0]), (shapes[0][0], shapes[1][1], shapes[0][1], shapes[0][2])),
     grid=_grid,
     blocks=lambda dtype, shapes: _blocks(int(shapes[0][3]), dtype),
 )
 
-
-def launch(query, key, value, key_mask, doc_mask):
-    """DocScaledAttention on torch tensors: query (B, H, Q, d), key (B, D, H, d, L), value (B, D, H, L, d),
-    key_mask (B, D, L), doc_mask (B, D) -> out (B, H, Q, d), doc_weights (B, D, H, Q)."""
-    import torch
-
-    query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
-    key_mask, doc_mask = key_mask.contiguous(), doc_mask.contiguous()
-    batch, heads, queries, head_dim = query.shape
-    docs = key.shape[1]
-    out = torch.empty((batch, heads, queries, head_dim), dtype=query.dtype, device=query.device)
-    doc_weights = torch.empty((batch, docs, heads, queries), dtype=query.dtype, device=query.device)
-    sizes = _sizes([query.shape, key.shape])
-    dtype = "fp32" if query.dtype == torch.float32 else "fp16"
-    doc_scaled_attention_kernel[_grid(sizes, triton.cdiv)](query, key, value, key_mask, doc_mask, *sizes, out,
-                                                           doc_weights, **LAUNCH.blocks(dtype, [query.shape]))
-    return out, doc_weights

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from . import Launch
+from .units import softmax_stats, unit_scores
 
 BLOCK_UNITS = 32
 BLOCK_HIDDEN = 128
@@ -25,27 +26,11 @@ def page_combine_kernel(hidden, scores, mask, batch, units, beams, dim, mixed, w
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     in_d = d < dim
     offsets = tl.arange(0, BLOCK_U)
-    top = tl.full([BLOCK_U], float("-inf"), tl.float32)
-    for start in range(0, units, BLOCK_U):
-        u = start + offsets
-        real = (tl.load(mask + item * units + u, mask=u < units, other=0) != 0) & (u < units)
-        score = tl.load(scores + (item * units + u) * beams + beam, mask=real, other=0.0).to(tl.float32)
-        top = tl.maximum(top, tl.where(real, score, float("-inf")))
-    peak = tl.max(top, axis=0)
-    peak = tl.where(peak == float("-inf"), 0.0, peak)
-    total = tl.zeros([BLOCK_U], tl.float32)
-    for start in range(0, units, BLOCK_U):
-        u = start + offsets
-        real = (tl.load(mask + item * units + u, mask=u < units, other=0) != 0) & (u < units)
-        score = tl.load(scores + (item * units + u) * beams + beam, mask=real, other=0.0).to(tl.float32)
-        total += tl.where(real, tl.exp(score - peak), 0.0)
-    norm = tl.sum(total, axis=0)
-    norm = tl.where(norm > 0, norm, 1.0)
+    peak, norm = softmax_stats(scores, mask, item, beam, units, beams, BLOCK_U)
     acc = tl.zeros([BLOCK_D], tl.float32)
     for start in range(0, units, BLOCK_U):
         u = start + offsets
-        real = (tl.load(mask + item * units + u, mask=u < units, other=0) != 0) & (u < units)
-        score = tl.load(scores + (item * units + u) * beams + beam, mask=real, other=0.0).to(tl.float32)
+        score, real = unit_scores(scores, mask, item, beam, units, beams, u)
         w = tl.where(real, tl.exp(score - peak) / norm, 0.0)  # (BLOCK_U,)
         rows = ((item * units + u) * beams + beam) * dim
         h = tl.load(hidden + rows[:, None] + d[None, :], mask=real[:, None] & in_d[None, :], other=0.0)
@@ -71,20 +56,8 @@ LAUNCH = Launch(
     sizes=_sizes,
     size_names=("batch", "units", "beams", "dim"),
     outputs=("mixed", "weights"),
+    output_shapes=lambda shapes: ((shapes[0][0], shapes[0][2], shapes[0][3]), tuple(shapes[1])),
     grid=_grid,
     blocks=lambda dtype, shapes: {"BLOCK_U": BLOCK_UNITS, "BLOCK_D": BLOCK_HIDDEN},
 )
 
-
-def launch(hidden, scores, mask):
-    """PageCombine on torch tensors: hidden (B, U, K, D), scores (B, U, K), mask (B, U) -> mixed, weights."""
-    import torch
-
-    hidden, scores, mask = hidden.contiguous(), scores.contiguous(), mask.contiguous()
-    batch, units, beams, dim = hidden.shape
-    mixed = torch.empty((batch, beams, dim), dtype=hidden.dtype, device=hidden.device)
-    weights = torch.empty((batch, units, beams), dtype=scores.dtype, device=scores.device)
-    sizes = _sizes([hidden.shape])
-    page_combine_kernel[_grid(sizes, triton.cdiv)](hidden, scores, mask, *sizes, mixed, weights,
-                                                   **LAUNCH.blocks("", []))
-    return mixed, weights

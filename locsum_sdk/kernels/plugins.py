@@ -1,14 +1,13 @@
 """TensorRT quickly-deployable plugins (`tensorrt.plugin`) for the `locsum` ops, each running its Triton kernel.
 
 `register()` registers `locsum::PageCombine`, `locsum::DocScaledAttention` and `locsum::SnippetMarginalize`
-with TensorRT: their output shapes and types, the float32/float16 combinations they take, a just-in-time
-implementation (the kernel launched from Python on TensorRT's stream) and an ahead-of-time one (the kernel
-compiled to PTX while the engine is built and embedded in it, so the engine runs without Python). The ONNX
-parser picks the plugin for a node whose op type is the op's name and that carries `plugin_namespace="locsum"`,
-and the ahead-of-time implementation when the node also carries `aot=1` (what `exporters.tensorrt.annotate`
-writes).
+with TensorRT: their output shapes and types, the float32/float16 combinations they take, and an ahead-of-time
+implementation (the kernel compiled to PTX while the engine is built and embedded in it, so the engine runs
+without Python). The ONNX parser picks the plugin for a node whose op type is the op's name and that carries
+`plugin_namespace="locsum"`, and the ahead-of-time implementation as the node also carries `aot=1` (what
+`exporters.tensorrt.annotate` writes).
 
-Needs tensorrt (10.9 or later), triton and, for the just-in-time implementation, torch with CUDA.
+Needs tensorrt (10.9 or later) and triton.
 """
 
 from __future__ import annotations
@@ -18,18 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
-from . import Launch
+from . import Launch, launches
 
 NAMESPACE = "locsum"
-OPS = (page_combine.NAME, doc_scaled_attention.NAME, snippet_marginalize.NAME)
-
-
-def _launches() -> dict[str, Launch]:
-    from . import doc_scaled_attention as dsa
-    from . import page_combine as pc
-    from . import snippet_marginalize as sm
-
-    return {page_combine.NAME: pc.LAUNCH, doc_scaled_attention.NAME: dsa.LAUNCH, snippet_marginalize.NAME: sm.LAUNCH}
 
 
 def _static(dim: Any) -> Any:
@@ -37,22 +27,15 @@ def _static(dim: Any) -> Any:
     return dim.constant_value if getattr(dim, "is_constant", False) else dim
 
 
-def _dtype_name(trt: Any, dtype: Any) -> str:
-    return "fp16" if dtype == trt.float16 else "fp32"
+def _shapes(inputs: Sequence[Any]) -> list[list[Any]]:
+    return [[_static(d) for d in t.shape_expr] for t in inputs]
 
 
-def run(launch: Launch, inputs: Sequence[Any], outputs: Sequence[Any], stream: int) -> None:
-    """The just-in-time implementation: launch the kernel on TensorRT's buffers and stream."""
-    import torch
-    import triton
+def outputs(launch: Launch, inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The plugin's output descriptors: the kernel's output shapes, in the first input's dtype."""
+    import tensorrt.plugin as trtp
 
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-        tensors = [torch.as_tensor(t, device="cuda") for t in inputs]
-        results = [torch.as_tensor(t, device="cuda") for t in outputs]
-        shapes = [tuple(t.shape) for t in tensors]
-        sizes = launch.sizes(shapes)
-        dtype = "fp16" if tensors[0].dtype == torch.float16 else "fp32"
-        launch.kernel[launch.grid(sizes, triton.cdiv)](*tensors, *sizes, *results, **launch.blocks(dtype, shapes))
+    return tuple(trtp.from_shape_expr(shape, dtype=inputs[0].dtype) for shape in launch.output_shapes(_shapes(inputs)))
 
 
 def compile_ahead(launch: Launch, inputs: Sequence[Any]) -> tuple[bytes, bytes, Any, Any]:
@@ -62,8 +45,8 @@ def compile_ahead(launch: Launch, inputs: Sequence[Any]) -> tuple[bytes, bytes, 
     import tensorrt.plugin as trtp
     import triton
 
-    shapes = [[_static(d) for d in t.shape_expr] for t in inputs]
-    dtype = _dtype_name(trt, inputs[0].dtype)
+    shapes = _shapes(inputs)
+    dtype = "fp16" if inputs[0].dtype == trt.float16 else "fp32"
     sizes = launch.sizes(shapes)
     source = triton.compiler.ASTSource(fn=launch.kernel, signature=launch.signature(dtype, shapes),
                                        constexprs=launch.blocks(dtype, shapes))
@@ -80,68 +63,52 @@ def compile_ahead(launch: Launch, inputs: Sequence[Any]) -> tuple[bytes, bytes, 
 @functools.cache
 def register() -> None:
     """Register the three plugins with TensorRT (once per process). The decorated functions spell out their
-    tensors: TensorRT reads the inputs, outputs and stream from their parameters."""
+    tensors: TensorRT reads the inputs and outputs from their parameters."""
     import tensorrt.plugin as trtp
 
-    launches = _launches()
+    descriptions = launches()
     floats = "FP32|FP16"
     three = f"{floats}, {floats}, BOOL, {floats}, {floats}"  # two float inputs, a bool mask, two float outputs
+    pc, sm, dsa = (descriptions[op.NAME] for op in (page_combine, snippet_marginalize, doc_scaled_attention))
+    pc_id, sm_id, dsa_id = (f"{NAMESPACE}::{op.NAME}" for op in (page_combine, snippet_marginalize,
+                                                                   doc_scaled_attention))
 
-    pc, sm, dsa = (f"{NAMESPACE}::{op.NAME}" for op in (page_combine, snippet_marginalize, doc_scaled_attention))
-    pc_launch, sm_launch, dsa_launch = (launches[op.NAME] for op in (page_combine, snippet_marginalize,
-                                                                      doc_scaled_attention))
-
-    @trtp.register(pc)
+    @trtp.register(pc_id)
     def page_combine_desc(hidden: trtp.TensorDesc, scores: trtp.TensorDesc,
                           mask: trtp.TensorDesc) -> tuple[trtp.TensorDesc, trtp.TensorDesc]:
-        batch, _, beams, dim = hidden.shape_expr
-        return trtp.from_shape_expr((batch, beams, dim), dtype=hidden.dtype), scores.like()
+        return outputs(pc, (hidden, scores, mask))
 
-    @trtp.autotune(pc)
+    @trtp.autotune(pc_id)
     def page_combine_types(hidden, scores, mask, outputs) -> list:
         return [trtp.AutoTuneCombination(three)]
 
-    @trtp.impl(pc)
-    def page_combine_run(hidden, scores, mask, outputs, stream) -> None:
-        run(pc_launch, (hidden, scores, mask), outputs, stream)
-
-    @trtp.aot_impl(pc)
+    @trtp.aot_impl(pc_id)
     def page_combine_ahead(hidden, scores, mask, outputs, tactic) -> tuple:
-        return compile_ahead(pc_launch, (hidden, scores, mask))
+        return compile_ahead(pc, (hidden, scores, mask))
 
-    @trtp.register(sm)
+    @trtp.register(sm_id)
     def snippet_marginalize_desc(log_probs: trtp.TensorDesc, scores: trtp.TensorDesc,
                                  mask: trtp.TensorDesc) -> tuple[trtp.TensorDesc, trtp.TensorDesc]:
-        batch, _, beams, vocab = log_probs.shape_expr
-        return trtp.from_shape_expr((batch, beams, vocab), dtype=log_probs.dtype), scores.like()
+        return outputs(sm, (log_probs, scores, mask))
 
-    @trtp.autotune(sm)
+    @trtp.autotune(sm_id)
     def snippet_marginalize_types(log_probs, scores, mask, outputs) -> list:
         return [trtp.AutoTuneCombination(three)]
 
-    @trtp.impl(sm)
-    def snippet_marginalize_run(log_probs, scores, mask, outputs, stream) -> None:
-        run(sm_launch, (log_probs, scores, mask), outputs, stream)
-
-    @trtp.aot_impl(sm)
+    @trtp.aot_impl(sm_id)
     def snippet_marginalize_ahead(log_probs, scores, mask, outputs, tactic) -> tuple:
-        return compile_ahead(sm_launch, (log_probs, scores, mask))
+        return compile_ahead(sm, (log_probs, scores, mask))
 
-    @trtp.register(dsa)
+    @trtp.register(dsa_id)
     def doc_scaled_attention_desc(query: trtp.TensorDesc, key: trtp.TensorDesc, value: trtp.TensorDesc,
                                   key_mask: trtp.TensorDesc,
                                   doc_mask: trtp.TensorDesc) -> tuple[trtp.TensorDesc, trtp.TensorDesc]:
-        batch, heads, queries, _ = query.shape_expr
-        return query.like(), trtp.from_shape_expr((batch, key.shape_expr[1], heads, queries), dtype=query.dtype)
+        return outputs(dsa, (query, key, value, key_mask, doc_mask))
 
-    @trtp.autotune(dsa)
+    @trtp.autotune(dsa_id)
     def doc_scaled_attention_types(query, key, value, key_mask, doc_mask, outputs) -> list:
         return [trtp.AutoTuneCombination(f"{floats}, {floats}, {floats}, BOOL, BOOL, {floats}, {floats}")]
 
-    @trtp.impl(dsa)
-    def doc_scaled_attention_run(query, key, value, key_mask, doc_mask, outputs, stream) -> None:
-        run(dsa_launch, (query, key, value, key_mask, doc_mask), outputs, stream)
-
-    @trtp.aot_impl(dsa)
+    @trtp.aot_impl(dsa_id)
     def doc_scaled_attention_ahead(query, key, value, key_mask, doc_mask, outputs, tactic) -> tuple:
-        return compile_ahead(dsa_launch, (query, key, value, key_mask, doc_mask))
+        return compile_ahead(dsa, (query, key, value, key_mask, doc_mask))

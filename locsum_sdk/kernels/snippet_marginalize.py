@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from . import Launch
+from .units import softmax_stats
 
 BLOCK_UNITS = 32
 BLOCK_VOCAB = 256
@@ -26,23 +27,8 @@ def snippet_marginalize_kernel(log_probs, scores, mask, batch, units, beams, voc
     beam = (row % beams).to(tl.int64)
     v = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     in_v = v < vocab
-    offsets = tl.arange(0, BLOCK_U)
-    top = tl.full([BLOCK_U], float("-inf"), tl.float32)
-    for start in range(0, units, BLOCK_U):
-        u = start + offsets
-        real = (tl.load(mask + item * units + u, mask=u < units, other=0) != 0) & (u < units)
-        score = tl.load(scores + (item * units + u) * beams + beam, mask=real, other=0.0).to(tl.float32)
-        top = tl.maximum(top, tl.where(real, score, float("-inf")))
-    peak = tl.max(top, axis=0)
-    peak = tl.where(peak == float("-inf"), 0.0, peak)
-    total = tl.zeros([BLOCK_U], tl.float32)
-    for start in range(0, units, BLOCK_U):
-        u = start + offsets
-        real = (tl.load(mask + item * units + u, mask=u < units, other=0) != 0) & (u < units)
-        score = tl.load(scores + (item * units + u) * beams + beam, mask=real, other=0.0).to(tl.float32)
-        total += tl.where(real, tl.exp(score - peak), 0.0)
-    norm = tl.sum(total, axis=0)
-    log_norm = peak + tl.log(tl.where(norm > 0, norm, 1.0))
+    peak, norm = softmax_stats(scores, mask, item, beam, units, beams, BLOCK_U)
+    log_norm = peak + tl.log(norm)
     running = tl.full([BLOCK_V], float("-inf"), tl.float32)  # the running maximum of the joint
     acc = tl.zeros([BLOCK_V], tl.float32)  # sum of exp(joint - running)
     for u in range(0, units):
@@ -78,21 +64,8 @@ LAUNCH = Launch(
     sizes=_sizes,
     size_names=("batch", "units", "beams", "vocab"),
     outputs=("mixed", "weights"),
+    output_shapes=lambda shapes: ((shapes[0][0], shapes[0][2], shapes[0][3]), tuple(shapes[1])),
     grid=_grid,
     blocks=lambda dtype, shapes: {"BLOCK_U": BLOCK_UNITS, "BLOCK_V": BLOCK_VOCAB},
 )
 
-
-def launch(log_probs, scores, mask):
-    """SnippetMarginalize on torch tensors: log_probs (B, U, K, V), scores (B, U, K), mask (B, U) -> mixed,
-    weights."""
-    import torch
-
-    log_probs, scores, mask = log_probs.contiguous(), scores.contiguous(), mask.contiguous()
-    batch, units, beams, vocab = log_probs.shape
-    mixed = torch.empty((batch, beams, vocab), dtype=log_probs.dtype, device=log_probs.device)
-    weights = torch.empty((batch, units, beams), dtype=scores.dtype, device=scores.device)
-    sizes = _sizes([log_probs.shape])
-    snippet_marginalize_kernel[_grid(sizes, triton.cdiv)](log_probs, scores, mask, *sizes, mixed, weights,
-                                                          **LAUNCH.blocks("", []))
-    return mixed, weights
