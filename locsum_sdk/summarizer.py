@@ -31,6 +31,7 @@ from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mb, memory_limit
 from .options import Options
 from .tokenizer_file import read_tokenizer
+from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
 
@@ -86,15 +87,39 @@ class Summarizer:
     """
 
     def __init__(self, backend: Backend, tokenizer, special: SpecialTokens, defaults: Options, model: dict[str, Any],
-                 unit_batch_size: int = 4, selection_tokenizer=None):
+                 unit_batch_size: int = 4, selection_tokenizer=None, unit_cache: UnitCache | None = None):
         """defaults: the options of a call that overrides none; model: the model config (`manifest.model`), whose
         shapes bound the options and size the memory estimate; selection_tokenizer: the tokenizer of a selection
-        stage that reads ids of its own (the kind's `Selection.own_tokenizer`)."""
+        stage that reads ids of its own (the kind's `Selection.own_tokenizer`); unit_cache: see `unit_cache`."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
+        self.unit_cache = unit_cache
+
+    @property
+    def unit_cache(self) -> UnitCache | None:
+        """The `UnitCache` the encoder reads units from and stores them in, or None. Only kinds whose units are
+        encoded alone (PageSum, DYLE) can be served from it, on a backend whose grid it can write (onnxruntime on
+        the CPU, torch); setting one elsewhere warns and leaves it unread."""
+        return self._unit_cache
+
+    @unit_cache.setter
+    def unit_cache(self, cache: UnitCache | None) -> None:
+        _check_cache(cache)
+        if cache is not None and not self.kind.layout.units_alone:
+            logger.warning("a %s model encodes the units of an input together, so the unit cache cannot serve "
+                           "them; every summary encodes its whole input", self.kind.name)
+        elif cache is not None and not self.backend.caches_units:
+            logger.warning("the %s backend here keeps the encoder's outputs where the unit cache cannot write; "
+                           "every summary encodes its whole input", self.backend.name)
+        self._unit_cache = cache
+
+    @property
+    def _usable_cache(self) -> UnitCache | None:
+        cache = self._unit_cache
+        return cache if cache is not None and self.kind.layout.units_alone and self.backend.caches_units else None
 
     @property
     def paging(self) -> PagingOptions:
@@ -117,6 +142,7 @@ class Summarizer:
         unit_batch_size: int = 4,
         verify: bool = True,
         device: str = "auto",
+        unit_cache: UnitCache | None = None,
     ) -> Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
@@ -129,6 +155,8 @@ class Summarizer:
             verify: check the sha256 of every bundle file.
             device: "auto" (the GPU where the backend can use one: TensorRT engines, onnxruntime-gpu), "cpu" or
                 "cuda".
+            unit_cache: a `UnitCache` of encoded units, so that a text summarized again after it grew encodes only
+                its new or changed units (see `Summarizer.unit_cache`); None encodes every unit every time.
         """
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise OptionError(f"path is a {type(path).__name__}; pass a bundle or checkpoint directory (str or Path)")
@@ -137,6 +165,7 @@ class Summarizer:
         check_int("unit_batch_size", unit_batch_size, 1)
         check_bool("verify", verify)
         check_choice("device", device, DEVICES)
+        _check_cache(unit_cache)
         if backend == "tensorrt" and device == "cpu":
             raise OptionError("backend='tensorrt' does not run on device='cpu'; TensorRT runs on the GPU")
         path = Path(path) if path is not None else default_bundle()
@@ -175,7 +204,8 @@ class Summarizer:
             defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
-        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer)
+        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer,
+                   unit_cache)
 
     def options(self, options: Options | None = None, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
@@ -334,7 +364,7 @@ class Summarizer:
                                 type(paging).UNIT_TOKENS)
             checked = time.perf_counter()
             batch = UnitBatch.from_units(kept, self.special.pad)
-            session = self.backend.start(batch, generation.num_beams, self.unit_batch_size)
+            session = self.backend.start(batch, generation.num_beams, self.unit_batch_size, self._usable_cache)
             encoded = time.perf_counter()
             try:
                 hypotheses = generate(
@@ -383,6 +413,11 @@ def shape_groups(items: Sequence[Sequence[Unit]]) -> list[list[int]]:
         else:
             groups.append([index])
     return groups
+
+
+def _check_cache(cache: object) -> None:
+    if cache is not None and not isinstance(cache, UnitCache):
+        raise OptionError(f"unit_cache is a {type(cache).__name__}; pass a locsum_sdk.UnitCache or None")
 
 
 def _tokenizer(path: Path, vocab_size: int, reader: str):

@@ -58,6 +58,9 @@ class PagingOptions:
     """How text becomes pages. How much input is accepted is `limits.LimitOptions`."""
 
     UNIT_TOKENS = "page_tokens"  # the field that bounds one unit's tokens (at most the model's positions)
+    # options under which appended text changes only the last unit: spatial pages are spread evenly over the
+    # whole text, so every page moves when it grows; "document" fills pages in order (`LiveDocument` takes these)
+    GROWING_TEXT = {"policy": "document"}
 
     policy: str = "spatial"  # one of POLICIES
     page_tokens: int = 1024  # token budget of one page, special tokens and query included
@@ -121,6 +124,17 @@ def as_documents(text_or_documents: object) -> list[str]:
 
 def as_text(item: object, what: str) -> str:
     """`item` as text: str or UTF-8 bytes, encodable, with at least one visible character."""
+    item = as_string(item, what)
+    if not has_visible_text(item):
+        raise EmptyInputError(
+            f"{what} is empty or has no visible characters (only whitespace, control, format or combining "
+            "characters); remove it or give it text"
+        )
+    return item
+
+
+def as_string(item: object, what: str) -> str:
+    """`item` as a string: str or UTF-8 bytes, encodable as UTF-8 (it may be empty)."""
     if isinstance(item, bytes):
         try:
             item = item.decode("utf-8")
@@ -138,11 +152,6 @@ def as_text(item: object, what: str) -> str:
             "comes from bytes decoded with errors='surrogateescape' or a broken JSON escape; decode the source "
             "with its real encoding (or errors='replace') first"
         ) from None
-    if not has_visible_text(item):
-        raise EmptyInputError(
-            f"{what} is empty or has no visible characters (only whitespace, control, format or combining "
-            "characters); remove it or give it text"
-        )
     return item
 
 

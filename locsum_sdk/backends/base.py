@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..constants import CACHE_CHUNK
+from ..constants import CACHE_CHUNK, ENCODER_HIDDEN
 from ..generation import StepSession
+from ..unit_cache import UnitCache
 from ..units import Unit
 
 
@@ -58,6 +59,17 @@ class UnitBatch:
             first += count
         return out
 
+    @property
+    def grid_rows(self) -> np.ndarray:
+        """The grid row of every real unit, (N,)."""
+        return np.concatenate([b * self.width + np.arange(count) for b, count in enumerate(self.counts)])
+
+    def subset(self, units: Sequence[int]) -> UnitBatch:
+        """The real units `units` as one item, padded to the longest of them."""
+        lengths = self.attention_mask[units].sum(axis=1)
+        length = int(lengths.max())
+        return UnitBatch(self.input_ids[units, :length], self.attention_mask[units, :length], (len(units),))
+
     def grid_mask(self) -> np.ndarray:
         """Encoder attention mask on the grid: (B*U, L), zero rows for padding units."""
         grid = np.zeros((self.batch * self.width, self.input_ids.shape[1]), dtype=np.int64)
@@ -65,6 +77,46 @@ class UnitBatch:
         return grid
 
 
+
+def length_axes(encoder: Any) -> dict[str, int]:
+    """The cross outputs of an encoder graph (`kinds.GraphIO`) and the axis of one unit's array (the grid row's
+    axis dropped) that runs along its tokens."""
+    return {t.name: next(axis for axis, name in t.axes.items() if name == "length") - 1
+            for t in encoder.outputs if t.name != ENCODER_HIDDEN}
+
+
+def encode_through_cache(batch: UnitBatch, layout: Any, size: int, cache: UnitCache, identity: str,
+                         axes: dict[str, int], encode: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+                         write: Callable[[int, str, np.ndarray], None]) -> None:
+    """Encode the units of `batch` (a layout whose units are encoded alone) through `cache`: a unit found there is
+    written from it; the others are encoded together in runs of at most `size` units and stored.
+
+    encode(inputs): one run's cross outputs by name, host arrays with a row per unit; write(grid row, name, array):
+    put one unit's array, trimmed to its tokens along `axes[name]`, in the session's grid."""
+    lengths = batch.attention_mask.sum(axis=1)
+    missing = []
+    for unit, row in enumerate(batch.grid_rows):
+        key = UnitCache.key(identity, batch.input_ids[unit, : lengths[unit]])
+        arrays = cache.get(key)
+        if arrays is None:
+            missing.append((unit, int(row), key))
+            continue
+        for name, array in arrays.items():
+            write(int(row), name, array)
+    for start in range(0, len(missing), size):
+        run = missing[start : start + size]
+        outputs = encode(layout.encoder_inputs(batch.subset([unit for unit, _, _ in run]), 0, len(run)))
+        for i, (unit, row, key) in enumerate(run):
+            arrays = {name: outputs[name][(i, *[slice(None)] * axis, slice(0, lengths[unit]))]
+                      for name, axis in axes.items()}
+            for name, array in arrays.items():
+                write(row, name, array)
+            cache.put(key, arrays)
+
+
+def write_unit(grid: Any, row: int, axis: int, array: Any) -> None:
+    """Write one unit's array (trimmed to its tokens along `axis`) into grid row `row` of a numpy or torch grid."""
+    grid[(row, *[slice(None)] * axis, slice(0, array.shape[axis]))] = array
 
 
 class BeamSlots:
@@ -112,8 +164,11 @@ class Backend(Protocol):
 
     name: str
     kind: Any  # the `kinds.Kind` it runs (typed loosely: kinds sit above backends)
+    caches_units: bool  # whether `start` can take a `UnitCache` (its grid is where the cache can write)
+    identity: str  # the model's identity: what the unit cache keys its entries by, beside a unit's ids
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> Session: ...
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int, cache: UnitCache | None = None) -> Session:
+        """Encode `batch` (through `cache`, for layouts whose units are encoded alone) and open its decoding."""
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the kind's graph `graph` once (a selection stage's scoring) and return its outputs by name."""

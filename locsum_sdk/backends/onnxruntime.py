@@ -14,6 +14,7 @@ every 32 positions).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -24,8 +25,9 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
+from ..unit_cache import UnitCache
 from . import DEVICES
-from .base import BeamSlots, UnitBatch, grown_cache
+from .base import BeamSlots, UnitBatch, encode_through_cache, grown_cache, length_axes, write_unit
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -102,6 +104,8 @@ class OnnxRuntimeBackend:
         self.sessions = {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
                          for graph in self.graphs}
         self.encoder, self.decoder = self.sessions["encoder"], self.sessions["decoder"]
+        self.identity = hashlib.sha256(bundle.manifest.to_json().encode()).hexdigest()  # its files' checksums
+        self.caches_units = self.device == "cpu"  # on CUDA the grid is device memory the cache does not write
 
     def _options(self, spin: bool, memory_pattern: bool):
         ort = self.ort
@@ -135,8 +139,9 @@ class OnnxRuntimeBackend:
             )
         return session
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> OnnxRuntimeSession:
-        return OnnxRuntimeSession(self, batch, beams, unit_batch_size)
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
+              cache: UnitCache | None = None) -> OnnxRuntimeSession:
+        return OnnxRuntimeSession(self, batch, beams, unit_batch_size, cache)
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs (e.g. a selection stage's) on `inputs` by name; its outputs by name."""
@@ -157,7 +162,8 @@ class OnnxRuntimeBackend:
 
 
 class OnnxRuntimeSession:
-    def __init__(self, backend: OnnxRuntimeBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
+    def __init__(self, backend: OnnxRuntimeBackend, batch: UnitBatch, beams: int, unit_batch_size: int,
+                 cache: UnitCache | None = None):
         ort, cfg = backend.ort, backend.config
         self.backend, self.batch, self.beams, self.layout = backend, batch, beams, backend.kind.layout
         self.rows = batch.batch * batch.width  # N, grid rows
@@ -168,7 +174,10 @@ class OnnxRuntimeSession:
         for i in range(backend.layers):
             self.cross[C.cross_key(i)] = self._buffer((self.rows, heads, dim, length))
             self.cross[C.cross_value(i)] = self._buffer((self.rows, heads, length, dim))
-        self._encode(unit_batch_size)
+        if cache is not None and self.layout.units_alone and backend.caches_units:
+            self._encode_cached(unit_batch_size, cache)
+        else:
+            self._encode(unit_batch_size)
         to_ort = ort.OrtValue.ortvalue_from_numpy
         self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
         self.position = np.zeros(1, dtype=np.int64)
@@ -219,6 +228,22 @@ class OnnxRuntimeSession:
                 offset = row * int(np.prod(shape[1:])) * 4  # float32 rows of the grid
                 binding.bind_output(name, self.device, 0, np.float32, shape, self._pointer(buffer) + offset)
             _run(encoder, binding, "encoder")
+
+    def _encode_cached(self, unit_batch_size: int, cache: UnitCache) -> None:
+        """Units found in `cache` are copied into the grid; the others are encoded, copied there and stored."""
+        backend = self.backend
+        names = list(self.cross)
+
+        def encode(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            try:
+                values = backend.encoder.run(names, {k: np.ascontiguousarray(v) for k, v in inputs.items()})
+            except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
+                raise BackendError(f"onnxruntime failed running the encoder ({err})") from None
+            return dict(zip(names, values))
+
+        axes = length_axes(backend.graphs["encoder"])
+        encode_through_cache(self.batch, self.layout, unit_batch_size, cache, backend.identity, axes, encode,
+                             lambda row, name, array: write_unit(self.cross[name], row, axes[name], array))
 
     def _bind_cache(self) -> None:
         """Bind each cache buffer as its layer's past and present (written in place), and the slot map."""

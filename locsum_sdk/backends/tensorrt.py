@@ -19,6 +19,7 @@ maximum); plans built with another TensorRT version or for another GPU architect
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -28,6 +29,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle, check_engine_host
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
+from ..unit_cache import UnitCache
 from .base import BeamSlots, UnitBatch
 
 logger = logging.getLogger("locsum_sdk")
@@ -122,6 +124,7 @@ class Engine:
 
 class TensorRTBackend:
     name = "tensorrt"
+    caches_units = False  # the grid is device memory, written by the encoder engine only
 
     def __init__(self, bundle: Bundle):
         from . import cuda
@@ -153,7 +156,13 @@ class TensorRTBackend:
                 self.cache[past, present] = [self.decoder.buffers[past], self.decoder.buffers[present]]
         self.decoder.bound_elsewhere = frozenset(present for _, present in self.cache)
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> TensorRTSession:
+    @property
+    def identity(self) -> str:
+        return hashlib.sha256(self.bundle.manifest.to_json().encode()).hexdigest()
+
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
+              cache: UnitCache | None = None) -> TensorRTSession:
+        """`cache` is not read: see `caches_units`."""
         return TensorRTSession(self, batch, beams, unit_batch_size)
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -4,13 +4,18 @@ Triton kernels there)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 
+from .. import constants as C
 from .. import kinds
 from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
+from ..unit_cache import UnitCache
 from ..units import Unit
-from .base import BeamSlots, UnitBatch, grown_cache
+from .base import BeamSlots, UnitBatch, encode_through_cache, grown_cache, length_axes, write_unit
 
 
 def _import_torch():
@@ -23,6 +28,7 @@ def _import_torch():
 
 class TorchBackend:
     name = "torch"
+    caches_units = True
 
     def __init__(self, model, threads: int | None = None, device: str = "cpu"):
         self.torch = _import_torch()
@@ -37,8 +43,20 @@ class TorchBackend:
         self.kind = kinds.get(model.kind, BackendError)
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
-    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int) -> TorchSession:
-        return TorchSession(self, batch, beams, unit_batch_size)
+    @property
+    def identity(self) -> str:
+        """A digest of the model's config and weights (computed once)."""
+        if not hasattr(self, "_identity"):
+            digest = hashlib.sha256(json.dumps(self.model.config.to_dict(), sort_keys=True).encode())
+            for name, value in self.model.state_dict().items():
+                digest.update(name.encode())
+                digest.update(value.detach().cpu().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
+            self._identity = digest.hexdigest()
+        return self._identity
+
+    def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
+              cache: UnitCache | None = None) -> TorchSession:
+        return TorchSession(self, batch, beams, unit_batch_size, cache)
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs other than the encoder and decoder (a selection stage's): the model's
@@ -58,21 +76,23 @@ class TorchBackend:
 
 
 class TorchSession:
-    def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int):
+    def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int,
+                 cache: UnitCache | None = None):
         torch, tensor = backend.torch, backend.tensor
         self.torch, self.model, self.batch, self.beams, self.tensor = torch, backend.model, batch, beams, tensor
         layout, cfg = backend.kind.layout, self.model.config
-        rows = batch.batch * batch.width
-        self.cross = None  # per layer (key (N, H, d, L), value (N, H, L, d)) on the grid, written run by run
+        rows, length = batch.batch * batch.width, batch.input_ids.shape[1]
+        dtype = next(self.model.parameters()).dtype
+        heads, dim = cfg.decoder_heads, cfg.head_dim
+        # per layer, the grid's cross key (N, H, d, L) and value (N, H, L, d), written run by run
+        self.cross = [(torch.zeros(rows, heads, dim, length, dtype=dtype, device=backend.device),
+                       torch.zeros(rows, heads, length, dim, dtype=dtype, device=backend.device))
+                      for _ in range(cfg.decoder_layers)]
         with torch.inference_mode():
-            for first, end, row in layout.encoder_runs(batch, unit_batch_size):
-                inputs = {name: tensor(value) for name, value in layout.encoder_inputs(batch, first, end).items()}
-                _, cross = self.model.encode(**inputs)
-                if self.cross is None:
-                    self.cross = [tuple(t.new_zeros((rows, *t.shape[1:])) for t in kv) for kv in cross]
-                for grid, part in zip(self.cross, cross):
-                    for target, values in zip(grid, part):
-                        target[row : row + end - first] = values
+            if cache is not None and layout.units_alone:
+                self._encode_cached(backend, unit_batch_size, cache)
+            else:
+                self._encode(layout, unit_batch_size)
         self.fixed = {name: tensor(value) for name, value in layout.decoder_inputs(batch).items()}
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
@@ -80,6 +100,32 @@ class TorchSession:
                               device=backend.device) for _ in "kv")
             for groups in layout.cache_groups(batch.batch, batch.width, cfg.decoder_layers)
         ]
+
+    def _encode(self, layout, unit_batch_size: int) -> None:
+        """Every unit encoded, run by run, into the grid."""
+        for first, end, row in layout.encoder_runs(self.batch, unit_batch_size):
+            inputs = {name: self.tensor(v) for name, v in layout.encoder_inputs(self.batch, first, end).items()}
+            _, cross = self.model.encode(**inputs)
+            for grid, part in zip(self.cross, cross):
+                for target, values in zip(grid, part):
+                    target[row : row + end - first] = values
+
+    def _encode_cached(self, backend: TorchBackend, unit_batch_size: int, cache: UnitCache) -> None:
+        """Units found in `cache` are copied into the grid; the others are encoded, copied there and stored."""
+        axes = length_axes(backend.graphs["encoder"])
+        names = [name for i in range(len(self.cross)) for name in (C.cross_key(i), C.cross_value(i))]
+
+        def encode(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            _, cross = self.model.encode(**{name: self.tensor(value) for name, value in inputs.items()})
+            return dict(zip(names, (t.cpu().numpy() for kv in cross for t in kv)))
+
+        def write(row: int, name: str, array: np.ndarray) -> None:
+            layer, which = divmod(names.index(name), 2)
+            write_unit(self.cross[layer][which], row, axes[name],
+                       self.torch.tensor(array, device=backend.device))  # cached arrays are read-only
+
+        encode_through_cache(self.batch, backend.kind.layout, unit_batch_size, cache, backend.identity, axes,
+                             encode, write)
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         torch = self.torch

@@ -102,6 +102,8 @@ class Layout(MemoryLayout, Protocol):
     `cross_key`/`cross_value` the encoder wrote for every grid row (B*U), and returns `log_probs` (B, K, V) and
     `unit_weights` (B, U, K). What differs between kinds is below."""
 
+    units_alone: bool  # each unit's encoder outputs depend on its own tokens only (a `UnitCache` can serve them)
+
     def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
         """The encoder's micro-batches of at most `size` units: (first unit, end unit, first grid row)."""
 

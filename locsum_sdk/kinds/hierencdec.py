@@ -49,6 +49,8 @@ class HierEncDecLayout:
     """The encoder runs whole items (the grid rows of each, padding documents included, with the item's unit
     mask), as many as fit `unit_batch_size` units and at least one; the decoder runs once per item."""
 
+    units_alone = False  # the documents' <s> states meet in every encoder layer: no document's states are its own
+
     def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
         per_run = max(1, size // batch.width)  # items per run
         rows = batch.width * per_run

@@ -38,6 +38,8 @@ class PageSumLayout:
     caches hold a row per grid page, except layer 0's, which the pages of an item share (its input is the same
     for all of them)."""
 
+    units_alone = True
+
     def encoder_runs(self, batch: UnitBatch, size: int) -> list[tuple[int, int, int]]:
         return batch.runs(size)
 
