@@ -84,6 +84,32 @@ def bart_base_pagesum() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def tiny_pagesum() -> Path:
+    """A tiny PageSum with random weights (d_model 32, 2 + 2 layers, pages of 128 tokens, greedy 8 tokens): a bundle
+    whose cost per document is mostly the runtime's own, built once in CACHE."""
+    bundle = CACHE / "tiny-bundle"
+    if current_bundle(bundle):
+        return bundle
+    import torch
+
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.modeling.pagesum import PageSum
+    from train.tokenizer import save_tokenizer, train_tokenizer
+
+    tokenizer_file = save_tokenizer(train_tokenizer([filler_text(i, 20) for i in range(100)], 500),
+                                    CACHE / "tiny-tokenizer.json")
+    torch.manual_seed(0)
+    model = PageSum(BartConfig(vocab_size=500, d_model=32, encoder_layers=2, decoder_layers=2, encoder_heads=4,
+                               decoder_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_positions=128))
+    model.reset_parameters(0.3)
+    checkpoint = save_checkpoint(model.eval(), CACHE / "tiny-checkpoint", tokenizer_file,
+                                 units={"policy": "spatial", "page_tokens": 128},
+                                 generation={"num_beams": 1, "max_length": 8})
+    export_bundle(checkpoint, bundle)
+    return bundle
+
+
 def bart_base_hierencdec() -> tuple[Path, Path]:
     """The same bart-base-shaped weights as a HierEncDec: (checkpoint dir, bundle dir), built once in CACHE."""
     checkpoint, bundle = CACHE / "hierencdec-checkpoint", CACHE / "hierencdec-bundle"

@@ -150,10 +150,10 @@ def _error(line_id: str, err: Exception) -> dict[str, Any]:
     return {"id": line_id, "error": {"type": type(err).__name__, "message": str(err)}}
 
 
-def _summarize(summarizer: Any, batch: list[Line], overrides: dict[str, Any], stages: Counter
-               ) -> list[dict[str, Any]]:
-    """Summaries (or errors) of a batch of lines: together when they can be, one by one to isolate a bad input.
-    Adds each call's stage timings to `stages`."""
+def summarize_lines(summarizer: Any, batch: list[Line], overrides: dict[str, Any], stages: Counter
+                    ) -> list[dict[str, Any]]:
+    """Summaries (or errors) of a batch of lines, as output rows (with their summary's token count): together when
+    they can be, one by one to isolate a bad input. Adds each call's stage timings to `stages`."""
     ready = [line for line in batch if line.error is None]
     results: dict[int, dict[str, Any]] = {line.number: _error(line.id, line.error) for line in batch if line.error}
     if ready:
@@ -179,10 +179,28 @@ def _stages(timings: dict[str, float]) -> dict[str, float]:
     return {stage: seconds for stage, seconds in timings.items() if stage != "total"}
 
 
+class LocalEngine:
+    """Summarizes the batches in this process, one after the other."""
+
+    def __init__(self, summarizer: Any):
+        self.summarizer = summarizer
+
+    def map(self, batches: Iterator[list[Line]], overrides: dict[str, Any]
+            ) -> Iterator[tuple[list[dict[str, Any]], Counter]]:
+        """Each batch's output rows and stage seconds, in batch order."""
+        for batch in batches:
+            stages: Counter = Counter()
+            yield summarize_lines(self.summarizer, batch, overrides, stages), stages
+
+
 def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | os.PathLike, *,
             resume: bool = False, batch_size: int = 8, fields: Fields | None = None,
-            overrides: dict[str, Any] | None = None, progress: bool = True) -> Report:
-    """Summarize every line of `input_path` into `output_path` (see the module docstring); returns the report."""
+            overrides: dict[str, Any] | None = None, progress: bool = True, engine: Any = None) -> Report:
+    """Summarize every line of `input_path` into `output_path` (see the module docstring); returns the report.
+
+    summarizer: checks the options and names the bundle in the job's record; engine: what summarizes the batches
+    (`map(batches, overrides)` yields each batch's rows and stage seconds in batch order): `LocalEngine(summarizer)`
+    by default, or `locsum_sdk.ray_engine.RayEngine` to spread them over a Ray cluster."""
     from tqdm import tqdm
 
     fields, overrides = fields or Fields(), dict(overrides or {})
@@ -222,16 +240,12 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
                               f"{expected.id if expected else 'missing'!r}: the input changed; write a new output")
     total = _count(source)  # one quick pass over the bytes, for the progress bar's remaining time
     bar = tqdm(total=total, initial=done, unit="doc", desc="summarize", disable=not progress, dynamic_ncols=True)
+    engine = engine if engine is not None else LocalEngine(summarizer)
     descriptor = os.open(output, os.O_WRONLY | os.O_APPEND)
     try:
-        batch: list[Line] = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) == batch_size:
-                _write(descriptor, summarizer, batch, overrides, report, bar)
-                batch = []
-        if batch:
-            _write(descriptor, summarizer, batch, overrides, report, bar)
+        for rows, stages in engine.map(_batches(lines, batch_size), overrides):
+            _write(descriptor, rows, report, bar)
+            report.stages.update(stages)
     finally:
         os.close(descriptor)
         bar.close()
@@ -239,9 +253,19 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
     return report
 
 
-def _write(descriptor: int, summarizer: Any, batch: list[Line], overrides: dict[str, Any], report: Report,
-           bar: Any) -> None:
-    for row in _summarize(summarizer, batch, overrides, report.stages):
+def _batches(lines: Iterator[Line], size: int) -> Iterator[list[Line]]:
+    batch: list[Line] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write(descriptor: int, rows: list[dict[str, Any]], report: Report, bar: Any) -> None:
+    for row in rows:
         if "error" in row:
             report.failed += 1
             report.errors[row["error"]["type"]] += 1
@@ -252,5 +276,5 @@ def _write(descriptor: int, summarizer: Any, batch: list[Line], overrides: dict[
         while data:  # one write for a line unless the system takes less; a cut line is dropped on resume
             data = data[os.write(descriptor, data):]
     os.fsync(descriptor)
-    bar.update(len(batch))
+    bar.update(len(rows))
     bar.set_postfix(errors=report.failed)

@@ -94,13 +94,25 @@ def _export(args: argparse.Namespace) -> int:
 
 def _batch(args: argparse.Namespace) -> int:
     from .batch import Fields, run_job
-    from .summarizer import Summarizer
+    from .summarizer import Summarizer, default_bundle
 
-    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
-                                            device=args.device)
+    if args.engine == "local" and (args.address is not None or args.workers is not None):
+        raise OptionError("--address and --workers are options of --engine ray")
+    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, device=args.device,
+                                            threads=args.threads if args.engine == "local" else 1)
     fields = Fields(documents=args.documents_field, query=args.query_field, id=args.id_field)
-    report = run_job(summarizer, args.input, args.output, resume=args.resume, batch_size=args.batch_size,
-                     fields=fields, overrides=_overrides(args), progress=not args.quiet)
+    engine = None
+    if args.engine == "ray":
+        from .ray_engine import RayEngine
+
+        engine = RayEngine(args.bundle or default_bundle(), workers=args.workers, threads=args.threads or 1,
+                           address=args.address, backend=args.backend, device=args.device)
+    try:
+        report = run_job(summarizer, args.input, args.output, resume=args.resume, batch_size=args.batch_size,
+                         fields=fields, overrides=_overrides(args), progress=not args.quiet, engine=engine)
+    finally:
+        if engine is not None:
+            engine.close()
     text = json.dumps(report.to_dict())
     if args.report:
         Path(args.report).write_text(text + "\n")
@@ -308,6 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--query-field", dest="query_field", default="query", help="the query field (default query)")
     j.add_argument("--id-field", dest="id_field", default="id", help="the id field (default id; line-N without)")
     j.add_argument("--report", help="write the job's report (counts, errors by type, documents/s) as JSON")
+    r = j.add_argument_group("scale-out (--engine ray)")
+    r.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process; ray: a pool of Ray actors, one summarizer each (pip install "
+                        "'locsum[ray]'); --threads is then each actor's threads (default 1)")
+    r.add_argument("--address", help="the Ray cluster to join (auto, ray://HEAD:10001); default $RAY_ADDRESS, "
+                                     "else a local cluster on this machine's cores")
+    r.add_argument("--workers", type=int, help="actors (default: the cluster's CPUs / --threads)")
     _add_options(j)
     j.set_defaults(run=_batch)
 

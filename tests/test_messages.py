@@ -25,7 +25,7 @@ NAME = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(])")
 LOGGING = {"debug", "info", "warning", "error", "exception", "critical"}
 # names messages point to that are not options: API functions, files, checkpoint and config keys
 OTHER_NAMES = {"estimate_memory", "summarize_batch", "unit_scores", "page_conf", "pytorch_model", "model_type",
-               "inter_heads", "d_model", "objective_options", "train_files", "val_files", "lr_scale"}
+               "inter_heads", "d_model", "objective_options", "train_files", "val_files", "lr_scale", "locsum_sdk"}
 
 
 def option_names() -> set[str]:
@@ -43,6 +43,11 @@ def option_names() -> set[str]:
 
     names |= set(TENSORRT_KEYS) | {f.name for f in dataclasses.fields(EngineShapes)}  # engine maxima, manifest keys
     names |= set(inspect.signature(run_job).parameters)  # `locsum batch`
+    from locsum_sdk import LiveDocument, UnitCache
+    from locsum_sdk.ray_engine import RayEngine
+
+    for function in (LiveDocument.__init__, UnitCache.__init__, RayEngine.__init__):
+        names |= set(inspect.signature(function).parameters)
     return names
 
 

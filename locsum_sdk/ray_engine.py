@@ -1,0 +1,137 @@
+"""`locsum batch --engine ray`: the batches of a job summarized by a pool of Ray actors, one `Summarizer` each.
+
+The driver (the `locsum batch` process) reads the input, sends batches of lines to the actors and writes their rows
+in input order, as the local engine does: the output, its sidecar and `--resume` are the same, and so are the
+summaries (each batch is the same lines, summarized together). At most two batches per actor are in flight, so the
+driver's memory stays bounded whatever the corpus size. Each actor loads the bundle once, from the same path on its
+node, and runs with `threads` intra-op threads and as many Ray CPUs.
+
+Ray is an optional extra (`pip install 'locsum[ray]'`); nothing here imports it until an engine is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .batch import Line, summarize_lines
+from .errors import BackendError, BackendUnavailableError, LocsumError, OptionError
+from .validation import check_int
+
+logger = logging.getLogger("locsum_sdk")
+
+IN_FLIGHT_PER_WORKER = 2  # batches queued per actor: one running, one ready to start
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailableError("--engine ray needs Ray: pip install 'locsum[ray]'") from None
+    return ray
+
+
+class SummarizerWorker:
+    """The actor: one Summarizer, loaded once, summarizing the batches it is sent."""
+
+    def __init__(self, path: str, settings: dict[str, Any]):
+        from .summarizer import Summarizer
+
+        self.summarizer = Summarizer.from_pretrained(path, **settings)
+
+    def ready(self) -> bool:
+        return True
+
+    def summarize(self, batch: list[Line], overrides: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter]:
+        stages: Counter = Counter()
+        return summarize_lines(self.summarizer, batch, overrides, stages), stages
+
+
+class RayEngine:
+    """A pool of `workers` Ray actors, each with a Summarizer of `path` on `threads` threads.
+
+    address: the Ray cluster to join ("auto", "ray://head:10001", ...); None joins $RAY_ADDRESS when it is set and
+    otherwise starts a local cluster with this machine's cores, which `close` stops. workers: None: as many as the
+    cluster's CPUs allow at `threads` each."""
+
+    def __init__(self, path: str | os.PathLike, workers: int | None = None, threads: int = 1,
+                 address: str | None = None, backend: str = "auto", device: str = "auto",
+                 unit_batch_size: int = 4):
+        check_int("workers", workers, 1, optional=True)
+        check_int("threads", threads, 1)
+        if address is not None and not isinstance(address, str):
+            raise OptionError(f"address is a {type(address).__name__}; pass a Ray address such as 'auto' or None")
+        ray = self.ray = import_ray()
+        self.started = not ray.is_initialized()
+        if self.started:
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, ValueError, RuntimeError) as err:
+                raise BackendUnavailableError(f"cannot join the Ray cluster at {address or 'a new local one'}: "
+                                              f"{err}") from None
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            self.workers = workers or max(1, cpus // threads)
+            if self.workers * threads > cpus:
+                raise OptionError(f"{self.workers} workers of {threads} threads need {self.workers * threads} "
+                                  f"CPUs; the Ray cluster has {cpus}: lower --workers or --threads")
+            settings = {"backend": backend, "threads": threads, "device": device, "unit_batch_size": unit_batch_size}
+            actor = ray.remote(num_cpus=threads)(SummarizerWorker)
+            self.actors = [actor.remote(str(Path(path).resolve()), settings) for _ in range(self.workers)]
+            ray.get([a.ready.remote() for a in self.actors])
+        except ray.exceptions.RayActorError as err:
+            self.close()
+            raise BackendError(f"a Ray worker could not load {path}: {_cause(err)}") from None
+        except BaseException:
+            self.close()
+            raise
+        logger.info("ray engine: %d workers of %d threads on a cluster of %d CPUs", self.workers, threads, cpus)
+
+    def map(self, batches: Iterator[list[Line]], overrides: dict[str, Any]
+            ) -> Iterator[tuple[list[dict[str, Any]], Counter]]:
+        """Each batch's output rows and stage seconds, in batch order, with a bounded number in flight."""
+        from ray.util import ActorPool
+
+        pool = ActorPool(self.actors)
+        window, pending = IN_FLIGHT_PER_WORKER * self.workers, 0
+        for batch in batches:
+            if pending == window:
+                yield self._next(pool)
+                pending -= 1
+            pool.submit(lambda actor, lines: actor.summarize.remote(lines, overrides), batch)
+            pending += 1
+        for _ in range(pending):
+            yield self._next(pool)
+
+    def _next(self, pool) -> tuple[list[dict[str, Any]], Counter]:
+        try:
+            return pool.get_next()
+        except self.ray.exceptions.RayError as err:
+            cause = _cause(err)
+            if isinstance(cause, LocsumError):
+                raise cause from None
+            raise BackendError(f"a Ray worker failed: {cause}; what was written stays, go on with --resume"
+                               ) from None
+
+    def close(self) -> None:
+        for actor in getattr(self, "actors", []):
+            self.ray.kill(actor)
+        self.actors = []
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+
+    def __enter__(self) -> RayEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _cause(err: BaseException) -> BaseException | str:
+    """The exception a Ray task or actor raised, where Ray kept it, else Ray's own message."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else str(err).strip().splitlines()[-1]

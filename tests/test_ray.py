@@ -1,0 +1,89 @@
+"""`locsum batch --engine ray`: a local Ray cluster of 2 workers writes the output the local engine writes, and a
+job killed at 20 random points and resumed on Ray holds every input exactly once."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import document, write_jsonl
+from test_batch import OPTIONS, corpus, lines_written, straight  # noqa: F401  (module fixtures)
+
+from locsum_sdk.cli import main
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'locsum[ray]'")
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = ["--engine", "ray", "--workers", "2", "--threads", "1"]
+
+
+def command(bundle: Path, corpus: Path, output: Path) -> list[str]:  # noqa: F811
+    return [sys.executable, "-m", "locsum_sdk.cli", "batch", "--bundle", str(bundle), "--input", str(corpus),
+            "--output", str(output), "--resume", "--quiet", *OPTIONS, *RAY]
+
+
+def rows_of(output: Path) -> list[dict]:
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def long_job(tmp_path_factory, bundle_dir) -> tuple[Path, list[dict]]:
+    """A corpus long enough for kills to land while the workers write (440 inputs), and the local engine's output."""
+    rng = random.Random(2)
+    directory = tmp_path_factory.mktemp("long")
+    source = write_jsonl(directory / "corpus.jsonl", [{"id": f"doc-{i}", "documents": [document(rng, 6)]}
+                                                       for i in range(440)])
+    output = directory / "local.jsonl"
+    assert main(["batch", "--bundle", str(bundle_dir), "--input", str(source), "--output", str(output), "--quiet",
+                 *OPTIONS]) == 0
+    return source, rows_of(output)
+
+
+def test_two_ray_workers_write_what_the_local_engine_writes(tmp_path, bundle_dir, corpus, straight):  # noqa: F811
+    output = tmp_path / "out.jsonl"
+    report = tmp_path / "report.json"
+    assert main(["batch", "--bundle", str(bundle_dir), "--input", str(corpus), "--output", str(output), "--quiet",
+                 "--report", str(report), *OPTIONS, *RAY]) == 0
+    assert rows_of(output) == straight
+    counts = json.loads(report.read_text())
+    assert (counts["summarized"], counts["failed"]) == (148, 3) and counts["stage_seconds"]["decode"] > 0
+
+
+def test_killed_on_ray_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir,
+                                                                                     long_job):
+    """20 kills of the job's process group (the driver, its local Ray cluster and workers), each once the workers
+    have written what this run adds (at least one batch, up to a random number of lines) and a random moment
+    more, then a run to the end; on Ray throughout."""
+    source, local = long_job
+    output, rng, kills = tmp_path / "out.jsonl", random.Random(1), 0
+    for target in sorted(rng.sample(range(1, len(local) - 40), 24)):
+        job = subprocess.Popen(command(bundle_dir, source, output), cwd=ROOT, start_new_session=True,
+                               stderr=subprocess.DEVNULL)
+        goal = max(target, lines_written(output) + 1)  # the kill lands while the workers are writing
+        deadline = time.time() + 180
+        while job.poll() is None and lines_written(output) < goal and time.time() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.03))
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            kills += 1
+        job.wait()
+    subprocess.run(command(bundle_dir, source, output), check=True, cwd=ROOT, timeout=600, start_new_session=True)
+    assert kills >= 20
+    assert rows_of(output) == local
+
+
+def test_ray_options_are_checked(tmp_path, bundle_dir, corpus, capsys):  # noqa: F811
+    base = ["batch", "--bundle", str(bundle_dir), "--input", str(corpus), "--output", str(tmp_path / "o.jsonl"),
+            "--quiet", *OPTIONS]
+    assert main([*base, "--workers", "2"]) == 2
+    assert "--engine ray" in capsys.readouterr().err
+    assert main([*base, "--engine", "ray", "--workers", "64", "--threads", "1"]) == 2
+    assert "CPUs" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
+    assert main([*base, "--engine", "ray", "--workers", "0"]) == 2
+    assert "workers" in capsys.readouterr().err
