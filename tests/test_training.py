@@ -366,3 +366,10 @@ def test_the_base_configs_are_bart_base_shaped_and_start_from_its_pretraining():
         config = TrainConfig.load(configs / f"{kind}-base.toml")
         assert config.kind == kind and config.init_from.endswith(last) and config.model == {}
         assert config.tokenizer == pretrain.tokenizer and config.device == "auto"
+    chain = [pretrain] + [TrainConfig.load(configs / f"hiersumm-{stage}base.toml")
+                          for stage in ("pretrain-", "ranker-", "")]  # each stage starts from the last one's end
+    for before, config in zip(chain, chain[1:]):
+        assert config.kind == "hiersumm" and config.device == "auto" and config.tokenizer == pretrain.tokenizer
+        assert config.init_from.endswith(f"{before.name}/checkpoints/step-{before.max_steps:07d}")
+        assert not any("multinews" in f or "leval" in f or "test" in f for f in config.train_files + config.val_files)
+    assert [c.objective_options["stage"] for c in chain[1:]] == ["summarizer", "ranker", "summarizer"]
