@@ -3,8 +3,9 @@
 The driver (the `locsum batch` process) reads the input, sends batches of lines to the actors and writes their rows
 in input order, as the local engine does: the output, its sidecar and `--resume` are the same, and so are the
 summaries (each batch is the same lines, summarized together). At most two batches per actor are in flight, so the
-driver's memory stays bounded whatever the corpus size. Each actor loads the bundle once, from the same path on its
-node, and runs with `threads` intra-op threads and as many Ray CPUs.
+driver's memory stays bounded whatever the corpus size. The bundle's files go once into Ray's object store; each
+actor loads them once (checksums verified) and runs with `threads` intra-op threads and as many Ray CPUs. Only the
+driver reads the input, the bundle and the output: the other nodes need locsum installed, nothing more.
 
 Ray is an optional extra (`pip install 'locsum[ray]'`); nothing here imports it until an engine is made.
 """
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .batch import Line, summarize_lines
-from .errors import BackendError, BackendUnavailableError, LocsumError, OptionError
+from .errors import BackendError, BackendUnavailableError, BundleError, BundleNotFoundError, LocsumError, OptionError
 from .validation import check_int
 
 logger = logging.getLogger("locsum_sdk")
@@ -35,13 +38,33 @@ def import_ray() -> Any:
     return ray
 
 
-class SummarizerWorker:
-    """The actor: one Summarizer, loaded once, summarizing the batches it is sent."""
+def bundle_files(path: str | os.PathLike) -> dict[str, bytes]:
+    """Every file of a bundle (or checkpoint) directory by name, to send to the actors; a directory is flat."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise BundleNotFoundError(f"{directory} is not a directory; pass the path of a bundle or checkpoint")
+    entries = sorted(directory.iterdir())
+    nested = [entry.name for entry in entries if entry.is_dir()]
+    if nested:
+        raise BundleError(f"{directory} holds directories ({', '.join(nested)}); a bundle or checkpoint is a flat "
+                          "directory of files")
+    return {entry.name: entry.read_bytes() for entry in entries}
 
-    def __init__(self, path: str, settings: dict[str, Any]):
+
+class SummarizerWorker:
+    """The actor: one Summarizer, loaded once from the bundle's files (written to a directory of its own, read, and
+    removed; their checksums are verified), summarizing the batches it is sent."""
+
+    def __init__(self, files: dict[str, bytes], settings: dict[str, Any]):
         from .summarizer import Summarizer
 
-        self.summarizer = Summarizer.from_pretrained(path, **settings)
+        directory = Path(tempfile.mkdtemp(prefix="locsum-bundle-"))
+        try:
+            for name, data in files.items():
+                (directory / name).write_bytes(data)
+            self.summarizer = Summarizer.from_pretrained(directory, **settings)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def ready(self) -> bool:
         return True
@@ -80,8 +103,9 @@ class RayEngine:
                 raise OptionError(f"{self.workers} workers of {threads} threads need {self.workers * threads} "
                                   f"CPUs; the Ray cluster has {cpus}: lower --workers or --threads")
             settings = {"backend": backend, "threads": threads, "device": device, "unit_batch_size": unit_batch_size}
+            files = ray.put(bundle_files(path))  # once in the object store, whichever node an actor is on
             actor = ray.remote(num_cpus=threads)(SummarizerWorker)
-            self.actors = [actor.remote(str(Path(path).resolve()), settings) for _ in range(self.workers)]
+            self.actors = [actor.remote(files, settings) for _ in range(self.workers)]
             ray.get([a.ready.remote() for a in self.actors])
         except ray.exceptions.RayActorError as err:
             self.close()

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import document, write_jsonl
 from test_batch import OPTIONS, corpus, lines_written, straight  # noqa: F401  (module fixtures)
 
+from locsum_sdk.batch import Fields, read_line
 from locsum_sdk.cli import main
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'locsum[ray]'")
@@ -87,3 +89,23 @@ def test_ray_options_are_checked(tmp_path, bundle_dir, corpus, capsys):  # noqa:
     assert "CPUs" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
     assert main([*base, "--engine", "ray", "--workers", "0"]) == 2
     assert "workers" in capsys.readouterr().err
+
+
+def test_a_worker_loads_the_bundle_from_its_files_and_leaves_none_behind(bundle_dir, tmp_path, monkeypatch):
+    from locsum_sdk.errors import BundleError, BundleIntegrityError
+    from locsum_sdk.ray_engine import SummarizerWorker, bundle_files
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    files = bundle_files(bundle_dir)
+    worker = SummarizerWorker(files, {"threads": 1})
+    lines = [read_line(b'{"id": "a", "documents": ["The council met. It approved the budget."]}', 1, Fields())]
+    rows, stages = worker.summarize(lines, {"max_length": 6})
+    assert rows[0]["id"] == "a" and rows[0]["summary"] and stages["encode"] > 0
+    assert list(tmp_path.iterdir()) == []  # read, then removed
+    damaged = {**files, "decoder.onnx": files["decoder.onnx"][:-10]}
+    with pytest.raises(BundleIntegrityError):
+        SummarizerWorker(damaged, {"threads": 1})
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "nested" / "inner").mkdir(parents=True)
+    with pytest.raises(BundleError, match="flat"):
+        bundle_files(tmp_path / "nested")
