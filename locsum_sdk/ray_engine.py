@@ -2,8 +2,10 @@
 
 The driver (the `locsum batch` process) reads the input, sends batches of lines to the actors and writes their rows
 in input order, as the local engine does: the output, its sidecar and `--resume` are the same, and so are the
-summaries (each batch is the same lines, summarized together). At most two batches per actor are in flight, so the
-driver's memory stays bounded whatever the corpus size. The bundle's files go once into Ray's object store; each
+summaries (each batch is the same lines, summarized together). A worker whose process dies (killed, out of memory)
+is started again, up to `RESTARTS` times, and its batch summarized again: only the driver writes, so the output
+still holds every input once. At most two batches per actor are in flight, so the driver's memory stays bounded
+whatever the corpus size. The bundle's files go once into Ray's object store; each
 actor loads them once (checksums verified) and runs with `threads` intra-op threads and as many Ray CPUs. Only the
 driver reads the input, the bundle and the output: the other nodes need locsum installed, nothing more.
 
@@ -28,6 +30,7 @@ from .validation import check_int
 logger = logging.getLogger("locsum_sdk")
 
 IN_FLIGHT_PER_WORKER = 2  # batches queued per actor: one running, one ready to start
+RESTARTS = 3  # a worker whose process dies (killed, out of memory) is started again and its batch run again
 
 
 def import_ray() -> Any:
@@ -103,9 +106,9 @@ class RayEngine:
                 raise OptionError(f"{self.workers} workers of {threads} threads need {self.workers * threads} "
                                   f"CPUs; the Ray cluster has {cpus}: lower --workers or --threads")
             settings = {"backend": backend, "threads": threads, "device": device, "unit_batch_size": unit_batch_size}
-            files = ray.put(bundle_files(path))  # once in the object store, whichever node an actor is on
-            actor = ray.remote(num_cpus=threads)(SummarizerWorker)
-            self.actors = [actor.remote(files, settings) for _ in range(self.workers)]
+            self.files = ray.put(bundle_files(path))  # once in the object store, kept for restarts
+            actor = ray.remote(num_cpus=threads, max_restarts=RESTARTS, max_task_retries=RESTARTS)(SummarizerWorker)
+            self.actors = [actor.remote(self.files, settings) for _ in range(self.workers)]
             ray.get([a.ready.remote() for a in self.actors])
         except ray.exceptions.RayActorError as err:
             self.close()

@@ -1,5 +1,5 @@
-"""`locsum batch --engine ray`: a local Ray cluster of 2 workers writes the output the local engine writes, and a
-job killed at 20 random points and resumed on Ray holds every input exactly once."""
+"""`locsum batch --engine ray`: a local Ray cluster of 2 workers writes the output the local engine writes; a job
+killed at 20 random points and resumed on Ray holds every input exactly once; a worker killed mid-job is restarted."""
 
 import json
 import os
@@ -77,6 +77,34 @@ def test_killed_on_ray_at_random_points_and_resumed_every_input_appears_exactly_
         job.wait()
     subprocess.run(command(bundle_dir, source, output), check=True, cwd=ROOT, timeout=600, start_new_session=True)
     assert kills >= 20
+    assert rows_of(output) == local
+
+
+def worker_processes(session: int) -> list[int]:
+    """The Ray summarizer workers started by the job whose session is `session`."""
+    listing = subprocess.run(["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True, check=True).stdout
+    return [int(pid) for pid, sid, *args in (line.split(None, 2) for line in listing.splitlines())
+            if int(sid) == session and args and args[0].startswith("ray::SummarizerWorker")]
+
+
+def test_a_worker_killed_mid_job_is_restarted_and_the_output_is_whole(tmp_path, bundle_dir, long_job):
+    """SIGKILL of one worker once 60 of 440 lines are written: Ray starts it again and runs its batch again (without
+    restarts the job stops with the worker's error); the job ends with every input once."""
+    source, local = long_job
+    output = tmp_path / "out.jsonl"
+    job = subprocess.Popen(command(bundle_dir, source, output), cwd=ROOT, start_new_session=True,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 180
+        while job.poll() is None and lines_written(output) < 60 and time.time() < deadline:
+            time.sleep(0.005)
+        workers = worker_processes(job.pid)
+        assert len(workers) == 2 and job.poll() is None
+        os.kill(workers[0], signal.SIGKILL)
+        assert job.wait(timeout=300) == 0
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
     assert rows_of(output) == local
 
 
