@@ -1,5 +1,6 @@
-"""`LiveDocument`: a text that grows while it is summarized (a meeting transcript as it is spoken, a running log),
-and its current summary, re-made from cached units so that only the new or changed ones are encoded."""
+"""`LiveDocument`: an input that grows while it is summarized (a meeting transcript as it is spoken, a news feed's
+cluster of articles), and its current summary, re-made from cached units so that only the new or changed ones are
+encoded."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from .units import as_string, has_visible_text
 class LiveDocument:
     """A growing text and its summary.
 
-    Each `summary()` summarizes the whole text as it stands, exactly as `summarizer.summarize(live.text, query,
-    live.options)` would (same units, the same tokens), but the units already encoded come from a `UnitCache`:
-    after text is appended only the last unit (which the new text may change) and the new ones are encoded. The
-    cache serves kinds whose units are encoded alone (PageSum, DYLE); with the others each summary encodes the
-    whole text again.
+    Each `summary()` summarizes the whole input as it stands, exactly as `summarizer.summarize(live.documents,
+    query, live.options)` would (same units, the same tokens), but the units already encoded come from a
+    `UnitCache`: after text is appended only the last unit (which the new text may change) and the new ones are
+    encoded. The input is one text, or a cluster of documents that grows (`add_document`). The cache serves kinds
+    whose units are encoded alone (PageSum, DYLE); with the others each summary encodes the whole input again.
 
     Example:
         >>> live = LiveDocument(summarizer, num_beams=2)
@@ -50,9 +51,9 @@ class LiveDocument:
             cache = summarizer.unit_cache if summarizer.unit_cache is not None else UnitCache()
         self.summarizer.unit_cache = cache
         self._decoder = codecs.getincrementaldecoder("utf-8")()
-        self._parts: list[str] = []
+        self._documents: list[list[str]] = [[]]  # each document's parts, joined when read
         self._received = 0  # bytes given to append, for error messages
-        self._last: tuple[str, Summary] | None = None
+        self._last: tuple[list[str], Summary] | None = None
         self.append(text)
 
     @property
@@ -60,15 +61,21 @@ class LiveDocument:
         return self.summarizer.unit_cache
 
     @property
+    def documents(self) -> list[str]:
+        """Every document so far (bytes that end inside a UTF-8 character wait for the rest of it)."""
+        for parts in self._documents:
+            if len(parts) > 1:
+                parts[:] = ["".join(parts)]
+        return [parts[0] if parts else "" for parts in self._documents]
+
+    @property
     def text(self) -> str:
-        """The text so far (bytes that end inside a UTF-8 character wait for the rest of it)."""
-        if len(self._parts) > 1:
-            self._parts[:] = ["".join(self._parts)]
-        return self._parts[0] if self._parts else ""
+        """The documents so far, a blank line between two (the text itself while there is one)."""
+        return "\n\n".join(self.documents)
 
     def append(self, text: str | bytes) -> None:
-        """Add `text` at the end, as given (include the space or newline that separates it from what came before).
-        Bytes are UTF-8 and may be cut anywhere, even inside a character."""
+        """Add `text` at the end of the last document, as given (include the space or newline that separates it
+        from what came before). Bytes are UTF-8 and may be cut anywhere, even inside a character."""
         if isinstance(text, bytes):
             received, self._received = self._received, self._received + len(text)
             try:
@@ -77,20 +84,38 @@ class LiveDocument:
                 self._decoder.reset()
                 raise EncodingError(f"the bytes appended after the first {received} are not valid UTF-8; decode "
                                     "them with their real encoding first (they were not added)") from None
-        self._parts.append(as_string(text, "the appended text"))
+        self._documents[-1].append(as_string(text, "the appended text"))
 
-    def replace(self, text: str | bytes) -> None:
-        """Set the whole text (a corrected transcript): the units it shares with the old one stay cached."""
-        self._parts.clear()
-        self._decoder.reset()
+    def add_document(self, text: str | bytes = "") -> None:
+        """Start a new document (a cluster that grows: a news feed, a thread) with `text`; `append` then adds to
+        it. The earlier documents' units stay cached. The last document must not end inside a UTF-8 character."""
+        try:
+            self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            self._decoder.reset()
+            raise EncodingError("the last document ends inside a UTF-8 character; append the rest of its bytes "
+                                "before starting another document") from None
+        if self.documents[-1]:  # the input's first document may still be empty: it takes `text`
+            self._documents.append([])
         self.append(text)
 
+    def replace(self, text: str | bytes | list[str | bytes]) -> None:
+        """Set the whole input: a text, or a list of documents (a corrected transcript, an edited cluster), each
+        str or whole UTF-8 bytes; the units it shares with the old one stay cached. Nothing changes when one is
+        refused."""
+        items = text if isinstance(text, list) else [text]
+        if not items:
+            raise InputError("replace takes a text or a non-empty list of documents")
+        documents = [as_string(item, f"document {i}") for i, item in enumerate(items)]  # all checked, then set
+        self._documents = [[document] for document in documents]
+        self._decoder.reset()
+
     def summary(self) -> Summary:
-        """The summary of the text as it stands (made again only when the text changed since the last one)."""
-        text = self.text
-        if not has_visible_text(text):
+        """The summary of the input as it stands (made again only when it changed since the last one)."""
+        documents = self.documents
+        if not any(has_visible_text(document) for document in documents):
             raise EmptyInputError("the live document has no visible text yet; append some before asking for its "
                                   "summary")
-        if self._last is None or self._last[0] != text:
-            self._last = (text, self.summarizer.summarize(text, self.query, self.options))
+        if self._last is None or self._last[0] != documents:
+            self._last = (documents, self.summarizer.summarize(documents, self.query, self.options))
         return self._last[1]

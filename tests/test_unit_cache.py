@@ -160,6 +160,37 @@ def test_live_bytes_may_end_inside_a_character(bundle_dir):
     assert live.summary().text == live.summarizer.summarize(live.text, live.query, live.options).text
 
 
+def test_a_live_cluster_grows_by_documents(bundle_dir, hierencdec_bundle_dir):
+    summarizer = Summarizer.from_pretrained(bundle_dir)
+    live = LiveDocument(summarizer, **OPTIONS)
+    articles = [text_of(20, seed) for seed in range(4)]
+    live.add_document(articles[0])  # the first, still empty, document takes it
+    for article in articles[1:]:
+        live.add_document(article[:40])
+        live.append(article[40:].encode())
+        summary = live.summary()
+        same(summary, summarizer.summarize(live.documents, None, live.options))
+    assert live.documents == articles and live.text == "\n\n".join(articles)
+    assert {u.document for u in summary.units} == {0, 1, 2, 3}
+    assert live.cache.stats.hits > 0
+    live.append("Zoë".encode()[:-1])
+    with pytest.raises(EncodingError, match="inside a UTF-8 character"):
+        live.add_document("next")
+    live.replace([articles[2], articles[0].encode()])
+    same(live.summary(), summarizer.summarize([articles[2], articles[0]], None, live.options))
+    live.add_document("   ")
+    with pytest.raises(EmptyInputError, match="document 2"):
+        live.summary()
+    with pytest.raises(LocsumError):
+        live.replace([])
+    with pytest.raises(EncodingError, match="document 1"):
+        live.replace(["fine", b"\xff"])
+    assert live.documents == [articles[2], articles[0], "   "]  # unchanged
+    documents = LiveDocument(Summarizer.from_pretrained(hierencdec_bundle_dir), articles[0], **OPTIONS)
+    documents.add_document(articles[1])
+    assert documents.summary().units[-1].document == 1
+
+
 def test_live_options_are_checked_at_once(bundle_dir):
     summarizer = Summarizer.from_pretrained(bundle_dir)
     with pytest.raises(OptionError, match="num_beam"):
@@ -171,13 +202,15 @@ def test_live_options_are_checked_at_once(bundle_dir):
     assert LiveDocument(summarizer, policy="spatial").options.units.policy == "spatial"
 
 
-@given(st.lists(st.one_of(st.text(max_size=30), st.binary(max_size=12), st.integers(), st.none(),
-                          st.lists(st.text(max_size=5), max_size=2)), max_size=6))
+@given(st.lists(st.tuples(st.sampled_from(["append", "add_document", "replace"]),
+                          st.one_of(st.text(max_size=30), st.binary(max_size=12), st.integers(), st.none(),
+                                    st.lists(st.one_of(st.text(max_size=5), st.binary(max_size=4)), max_size=2))),
+                max_size=6))
 def test_hostile_appends_raise_typed_errors_only(bundle_dir, parts):
     live = LiveDocument(_summarizer(bundle_dir), max_length=4, num_beams=1)
-    for part in parts:
+    for method, part in parts:
         try:
-            live.append(part)
+            getattr(live, method)(part)
         except LocsumError:
             pass
     try:
