@@ -96,17 +96,22 @@ def _batch(args: argparse.Namespace) -> int:
     from .batch import Fields, run_job
     from .summarizer import Summarizer, default_bundle
 
-    if args.engine == "local" and (args.address is not None or args.workers is not None):
-        raise OptionError("--address and --workers are options of --engine ray")
-    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, device=args.device,
-                                            threads=args.threads if args.engine == "local" else 1)
+    if args.engine == "local" and (args.address, args.workers, args.gpus_per_worker) != (None, None, None):
+        raise OptionError("--address, --workers and --gpus-per-worker are options of --engine ray")
+    if args.engine == "local":
+        summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, device=args.device,
+                                                threads=args.threads)
+    else:  # the driver only checks the options and names the bundle: on its CPU, whatever the workers run on
+        summarizer = Summarizer.from_pretrained(args.bundle, device="cpu", threads=1,
+                                                backend="onnxruntime" if args.backend == "tensorrt" else args.backend)
     fields = Fields(documents=args.documents_field, query=args.query_field, id=args.id_field)
     engine = None
     if args.engine == "ray":
         from .ray_engine import RayEngine
 
         engine = RayEngine(args.bundle or default_bundle(), workers=args.workers, threads=args.threads or 1,
-                           address=args.address, backend=args.backend, device=args.device)
+                           address=args.address, backend=args.backend, device=args.device,
+                           gpus=args.gpus_per_worker)
     try:
         report = run_job(summarizer, args.input, args.output, resume=args.resume, batch_size=args.batch_size,
                          fields=fields, overrides=_overrides(args), progress=not args.quiet, engine=engine)
@@ -326,7 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "'locsum[ray]'); --threads is then each actor's threads (default 1)")
     r.add_argument("--address", help="the Ray cluster to join (auto, ray://HEAD:10001); default $RAY_ADDRESS, "
                                      "else a local cluster on this machine's cores")
-    r.add_argument("--workers", type=int, help="actors (default: the cluster's CPUs / --threads)")
+    r.add_argument("--workers", type=int, help="actors (default: as many as the cluster's CPUs and GPUs allow)")
+    r.add_argument("--gpus-per-worker", dest="gpus_per_worker", type=float,
+                   help="GPUs each actor requests (a fraction shares one; default 1 with --device cuda or --backend "
+                        "tensorrt, else 0: Ray shows an actor only the GPUs it requested)")
     _add_options(j)
     j.set_defaults(run=_batch)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .batch import Line, summarize_lines
 from .errors import BackendError, BackendUnavailableError, BundleError, BundleNotFoundError, LocsumError, OptionError
-from .validation import check_int
+from .validation import check_float, check_int
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -82,13 +82,18 @@ class RayEngine:
 
     address: the Ray cluster to join ("auto", "ray://head:10001", ...); None joins $RAY_ADDRESS when it is set and
     otherwise starts a local cluster with this machine's cores, which `close` stops. workers: None: as many as the
-    cluster's CPUs allow at `threads` each."""
+    cluster's CPUs (and GPUs) allow. gpus: GPUs per worker (a fraction shares one); None: 1 for device="cuda" or
+    backend="tensorrt", else 0. Ray shows a worker only the GPUs it requested, so a worker with none runs on the
+    CPU whatever `device` says."""
 
     def __init__(self, path: str | os.PathLike, workers: int | None = None, threads: int = 1,
                  address: str | None = None, backend: str = "auto", device: str = "auto",
-                 unit_batch_size: int = 4):
+                 unit_batch_size: int = 4, gpus: float | None = None):
         check_int("workers", workers, 1, optional=True)
         check_int("threads", threads, 1)
+        check_float("gpus", gpus, 0.0, optional=True)
+        if gpus is None:
+            gpus = 1.0 if device == "cuda" or backend == "tensorrt" else 0.0
         if address is not None and not isinstance(address, str):
             raise OptionError(f"address is a {type(address).__name__}; pass a Ray address such as 'auto' or None")
         ray = self.ray = import_ray()
@@ -100,14 +105,21 @@ class RayEngine:
                 raise BackendUnavailableError(f"cannot join the Ray cluster at {address or 'a new local one'}: "
                                               f"{err}") from None
         try:
-            cpus = int(ray.cluster_resources().get("CPU", 0))
-            self.workers = workers or max(1, cpus // threads)
+            resources = ray.cluster_resources()
+            cpus, cluster_gpus = int(resources.get("CPU", 0)), float(resources.get("GPU", 0))
+            fit = cpus // threads if not gpus else min(cpus // threads, int(cluster_gpus // gpus))
+            self.workers = workers or max(1, fit)
             if self.workers * threads > cpus:
                 raise OptionError(f"{self.workers} workers of {threads} threads need {self.workers * threads} "
                                   f"CPUs; the Ray cluster has {cpus}: lower --workers or --threads")
+            if self.workers * gpus > cluster_gpus:
+                raise OptionError(f"{self.workers} workers of {gpus:g} GPUs need {self.workers * gpus:g} GPUs; the "
+                                  f"Ray cluster has {cluster_gpus:g}: lower --workers or --gpus-per-worker, or run on "
+                                  "the CPU (--device cpu)")
             settings = {"backend": backend, "threads": threads, "device": device, "unit_batch_size": unit_batch_size}
             self.files = ray.put(bundle_files(path))  # once in the object store, kept for restarts
-            actor = ray.remote(num_cpus=threads, max_restarts=RESTARTS, max_task_retries=RESTARTS)(SummarizerWorker)
+            actor = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=RESTARTS,
+                               max_task_retries=RESTARTS)(SummarizerWorker)
             self.actors = [actor.remote(self.files, settings) for _ in range(self.workers)]
             ray.get([a.ready.remote() for a in self.actors])
         except ray.exceptions.RayActorError as err:
@@ -116,7 +128,8 @@ class RayEngine:
         except BaseException:
             self.close()
             raise
-        logger.info("ray engine: %d workers of %d threads on a cluster of %d CPUs", self.workers, threads, cpus)
+        logger.info("ray engine: %d workers of %d threads and %g GPUs on a cluster of %d CPUs and %g GPUs",
+                    self.workers, threads, gpus, cpus, cluster_gpus)
 
     def map(self, batches: Iterator[list[Line]], overrides: dict[str, Any]
             ) -> Iterator[tuple[list[dict[str, Any]], Counter]]:

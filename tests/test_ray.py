@@ -117,6 +117,12 @@ def test_ray_options_are_checked(tmp_path, bundle_dir, corpus, capsys):  # noqa:
     assert "CPUs" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
     assert main([*base, "--engine", "ray", "--workers", "0"]) == 2
     assert "workers" in capsys.readouterr().err
+    assert main([*base, "--gpus-per-worker", "1"]) == 2
+    assert "--engine ray" in capsys.readouterr().err
+    assert main([*base, "--engine", "ray", "--gpus-per-worker", "-1"]) == 2
+    assert "gpus" in capsys.readouterr().err
+    assert main([*base, "--engine", "ray", "--workers", "1", "--device", "cuda"]) == 2  # no GPU in this cluster
+    assert "GPUs" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
 
 
 def test_a_worker_loads_the_bundle_from_its_files_and_leaves_none_behind(bundle_dir, tmp_path, monkeypatch):
