@@ -1,4 +1,4 @@
-"""`locsum summarize | eval | batch | export | bench | profile`: the command line."""
+"""`locsum summarize | live | eval | batch | export | bench | profile`: the command line."""
 
 from __future__ import annotations
 
@@ -29,6 +29,52 @@ def _summarize(args: argparse.Namespace) -> int:
     else:
         print(summary.text)
     return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    """Summarize a file again whenever it grows (a transcript being written), encoding only its new pages."""
+    import time
+
+    from .live import LiveDocument
+    from .summarizer import Summarizer
+    from .validation import check_float
+
+    check_float("interval", args.interval, 0.01)
+    check_float("idle_exit", args.idle_exit, 0.0, optional=True)
+    path = Path(args.file)
+    if not path.is_file():
+        raise InputError(f"{path} is not a file; give the text file to follow")
+    summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
+                                            device=args.device)
+    live = LiveDocument(summarizer, query=args.query, **_overrides(args))
+    offset, idle_since = 0, time.monotonic()
+    while True:
+        size = path.stat().st_size
+        if size < offset:  # truncated or replaced: read it again from the start
+            live.replace("")
+            offset = 0
+        if size > offset:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                live.append(handle.read(size - offset))
+            offset, idle_since = size, time.monotonic()
+            if any(text.strip() for text in live.documents):
+                _print_update(live, args.json)
+        elif args.idle_exit is not None and time.monotonic() - idle_since >= args.idle_exit:
+            return 0
+        time.sleep(args.interval)
+
+
+def _print_update(live, as_json: bool) -> None:
+    before = live.cache.stats.misses
+    summary = live.summary()
+    update = {"characters": len(live.text), "units": len(summary.units), "encoded": live.cache.stats.misses - before,
+              "seconds": round(summary.timings["total"], 3), "summary": summary.text}
+    if as_json:
+        print(json.dumps(update, ensure_ascii=False), flush=True)
+    else:
+        print(f"--- {update['characters']} characters, {update['units']} units ({update['encoded']} encoded), "
+              f"{update['seconds']} s ---\n{summary.text}", flush=True)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -338,6 +384,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_options(j)
     j.set_defaults(run=_batch)
 
+    w = commands.add_parser("live", parents=flags,
+                            help="follow a growing text file (a transcript being written) and print its summary "
+                                 "each time it grows, encoding only the new pages")
+    w.add_argument("file", help="UTF-8 text file; read from the start, then as it grows (truncated: from the start "
+                                "again)")
+    w.add_argument("--query", help="question for query-focused summarization")
+    w.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
+    w.add_argument("--interval", type=float, default=1.0, help="seconds between looks at the file (default 1)")
+    w.add_argument("--idle-exit", dest="idle_exit", type=float,
+                   help="stop once the file has not grown for this many seconds (default: follow until Ctrl-C)")
+    w.add_argument("--json", action="store_true", help="one JSON object per update")
+    _add_options(w)
+    w.set_defaults(run=_live)
+
     b = commands.add_parser("bench", parents=flags,
                             help="peak memory and step time of a bundle against input length")
     b.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
@@ -375,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LocsumError, OSError) as err:
         print(f"locsum: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what was written stays whole: `batch --resume` goes on from it
+        print("locsum: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -62,3 +62,35 @@ def test_verbose_and_quiet_on_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["-v", "profile", "--quiet"])
     assert "exclude each other" in capsys.readouterr().err
+
+
+def test_live_follows_a_growing_file_and_encodes_only_new_pages(bundle_dir, tmp_path):
+    import random
+    import subprocess
+    import sys
+
+    from conftest import document
+
+    from locsum_sdk import LiveDocument, Summarizer
+
+    rng = random.Random(4)
+    parts = [document(rng, 30) + "\n" for _ in range(3)]
+    transcript = tmp_path / "meeting.txt"
+    transcript.write_text(parts[0])
+    options = ["--max-length", "8", "--num-beams", "1"]
+    job = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "live", str(transcript), "--bundle",
+                            str(bundle_dir), "--interval", "0.05", "--idle-exit", "3", "--json", *options],
+                           stdout=subprocess.PIPE, text=True)
+    updates = [json.loads(job.stdout.readline())]
+    for part in parts[1:]:
+        with open(transcript, "a") as handle:
+            handle.write(part)
+        updates.append(json.loads(job.stdout.readline()))
+    assert job.wait(timeout=60) == 0
+    sizes = [update["characters"] for update in updates]
+    assert sizes == [len(parts[0]), len(parts[0] + parts[1]), len("".join(parts))]
+    assert updates[0]["encoded"] == updates[0]["units"]
+    assert all(0 < update["encoded"] < update["units"] for update in updates[1:])  # the new pages and the last
+    summarizer = Summarizer.from_pretrained(bundle_dir)
+    expected = LiveDocument(summarizer, "".join(parts), max_length=8, num_beams=1).summary()
+    assert updates[-1]["summary"] == expected.text
