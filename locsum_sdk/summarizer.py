@@ -102,18 +102,21 @@ class Summarizer:
     def unit_cache(self) -> UnitCache | None:
         """The `UnitCache` the encoder reads units from and stores them in, or None. Only kinds whose units are
         encoded alone (PageSum, DYLE) can be served from it, on a backend whose grid it can write (onnxruntime on
-        the CPU, torch); setting one elsewhere warns and leaves it unread."""
+        the CPU, torch); a selection stage's runs (DYLE's extractor, the hierarchical transformer's ranker) are
+        served on any backend. Setting one where the encoder cannot use it warns."""
         return self._unit_cache
 
     @unit_cache.setter
     def unit_cache(self, cache: UnitCache | None) -> None:
         _check_cache(cache)
+        keeps = (f"; the cache keeps its {self.kind.selection.graph} runs only" if self.kind.selection is not None
+                 else "")
         if cache is not None and not self.kind.layout.units_alone:
             logger.warning("a %s model encodes the units of an input together, so the unit cache cannot serve "
-                           "them; every summary encodes its whole input", self.kind.name)
+                           "its encoder: every summary encodes its whole input%s", self.kind.name, keeps)
         elif cache is not None and not self.backend.caches_units:
-            logger.warning("the %s backend here keeps the encoder's outputs where the unit cache cannot write; "
-                           "every summary encodes its whole input", self.backend.name)
+            logger.warning("the %s backend here keeps the encoder's outputs where the unit cache cannot write: "
+                           "every summary encodes its whole input%s", self.backend.name, keeps)
         self._unit_cache = cache
 
     @property
@@ -265,8 +268,7 @@ class Summarizer:
                     f"the {selection.graph} pass over {end - first} units needs about {mb(needed)}, over the "
                     f"memory limit of {mb(memory_limit)}; load the model with a smaller unit_batch_size (now "
                     f"{self.unit_batch_size}), summarize a shorter input, or raise memory_limit")
-            outputs = self.backend.run(selection.graph, inputs)
-            run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
+            run = self._run_selection(inputs)
             finite = bool(np.isfinite(run).all())
             if run.shape != (end - first,) or not finite:
                 raise BackendError(f"the {selection.graph} returned {run.size} scores (finite: {finite}) for "
@@ -277,6 +279,19 @@ class Summarizer:
         if scores.shape != (len(units),):
             raise BackendError(f"the {self.kind.name} selection runs scored {scores.size} of {len(units)} units")
         return scores, largest
+
+    def _run_selection(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """One run of the selection graph: its scores, from the unit cache when the same inputs ran before."""
+        selection, cache = self.kind.selection, self._unit_cache
+        key = cache.run_key(self.backend.identity, selection.graph, inputs) if cache is not None else None
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            return cached[selection.scores]
+        outputs = self.backend.run(selection.graph, inputs)
+        run = np.asarray(outputs[selection.scores], dtype=np.float32).reshape(-1)
+        if cache is not None and np.isfinite(run).all():
+            cache.put(key, {selection.scores: run})
+        return run
 
     def selection_memory(self, units: Sequence[Unit], query: str | None, paging) -> int:
         """Bytes the kind's selection stage needs at its largest run over `units` (as `unit_scores` takes them),

@@ -4,8 +4,11 @@ only its new or changed units.
 An entry is one unit's cross keys and values (every decoder layer's, trimmed to the unit's tokens), keyed by the
 model's identity and the unit's token ids: a unit reads the same ids only where its text, its query and its
 framing are the same, so a hit is exact for kinds whose units are encoded alone (`Layout.units_alone`: PageSum's
-pages, DYLE's snippets). The cache is a least-recently-used map bounded in bytes; it is safe to share between
-threads and between summarizers (their identities keep their entries apart).
+pages, DYLE's snippets). A selection stage's runs (DYLE's extractor, the hierarchical transformer's ranker) are
+kept too, keyed by all their inputs: a run whose chunks and features did not change is not run again (a feature
+of the whole input, such as a standardized tf-idf, changes every run's inputs as the input grows). The cache is a
+least-recently-used map bounded in bytes; it is safe to share between threads and between summarizers (their
+identities keep their entries apart).
 """
 
 from __future__ import annotations
@@ -57,6 +60,17 @@ class UnitCache:
         """The key of a unit that reads `token_ids` under the model `identity`."""
         digest = hashlib.blake2b(identity.encode(), digest_size=20)
         digest.update(np.ascontiguousarray(token_ids, dtype=np.int64).tobytes())
+        return digest.digest()
+
+    @staticmethod
+    def run_key(identity: str, graph: str, inputs: dict[str, np.ndarray]) -> bytes:
+        """The key of one run of the graph `graph` of the model `identity` on `inputs` (names, dtypes, shapes and
+        values): a selection stage's run, whose outputs depend on its inputs alone."""
+        digest = hashlib.blake2b(f"{identity}/{graph}".encode(), digest_size=20)
+        for name in sorted(inputs):
+            value = np.ascontiguousarray(inputs[name])
+            digest.update(f"{name}:{value.dtype.str}:{value.shape}".encode())
+            digest.update(value.tobytes())
         return digest.digest()
 
     def get(self, key: bytes) -> dict[str, np.ndarray] | None:

@@ -118,10 +118,42 @@ def test_dyle_snippets_come_from_the_cache(dyle_bundle_dir):
     assert cached.unit_cache.stats.hits > 0 and cached.unit_cache.stats.misses - misses < 6
 
 
+def counting(run, names: list):
+    """`run` (a backend's), recording the name of every graph it runs in `names`."""
+
+    def counted(graph, inputs):
+        names.append(graph)
+        return run(graph, inputs)
+
+    return counted
+
+
+def test_selection_runs_whose_inputs_did_not_change_are_not_run_again(dyle_bundle_dir, hiersumm_bundle_dir,
+                                                                       monkeypatch, caplog):
+    """The tiny DYLE's extractor reads no tf-idf feature: after text is appended only its last runs change. The
+    Hierarchical Transformer's encoder cannot be served (it warns), its ranker's runs can."""
+    for path, unit_options in ((dyle_bundle_dir, {"top_k": 6}), (hiersumm_bundle_dir, {})):
+        with caplog.at_level("WARNING", logger="locsum_sdk"):
+            cached = Summarizer.from_pretrained(path, unit_cache=UnitCache())
+        cold = Summarizer.from_pretrained(path)
+        graph = cached.kind.selection.graph
+        runs = []
+        monkeypatch.setattr(cached.backend, "run", counting(cached.backend.run, runs))
+        text = text_of(60)
+        first = cached.summarize(text, **unit_options, **OPTIONS)
+        same(first, cold.summarize(text, **unit_options, **OPTIONS))
+        cold_runs = runs.count(graph)
+        runs.clear()
+        grown = text + " " + text_of(3, seed=6)
+        same(cached.summarize(grown, **unit_options, **OPTIONS), cold.summarize(grown, **unit_options, **OPTIONS))
+        assert cold_runs > 2 and runs.count(graph) <= 2, (path.name, cold_runs, runs.count(graph))
+    assert "cannot serve its encoder" in caplog.text and "keeps its ranker runs only" in caplog.text
+
+
 def test_kinds_that_encode_units_together_warn_and_encode_all(hierencdec_bundle_dir, caplog):
     with caplog.at_level("WARNING", logger="locsum_sdk"):
         cached = Summarizer.from_pretrained(hierencdec_bundle_dir, unit_cache=UnitCache())
-    assert "cannot serve" in caplog.text
+    assert "cannot serve" in caplog.text and "runs only" not in caplog.text
     cold = Summarizer.from_pretrained(hierencdec_bundle_dir)
     text = [text_of(10, seed) for seed in range(3)]
     same(cached.summarize(text, **OPTIONS), cold.summarize(text, **OPTIONS))
