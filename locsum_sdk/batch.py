@@ -16,7 +16,6 @@ Memory is bounded by one batch whatever the corpus size: nothing is kept from li
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import constants as C
 from .errors import DataError, InputError, LocsumError, OptionError
 
 logger = logging.getLogger("locsum_sdk")
@@ -104,9 +102,8 @@ def read_line(raw: bytes, number: int, fields: Fields) -> Line:
 def record_of(summarizer: Any, options: dict[str, Any], fields: Fields) -> dict[str, Any]:
     """What a resumed job must share with the job that wrote the output."""
     bundle = getattr(summarizer.backend, "bundle", None)
-    manifest = (bundle.path / C.MANIFEST_FILE) if bundle is not None else None
-    fingerprint = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest else summarizer.kind.name
-    return {"bundle": fingerprint, "kind": summarizer.kind.name, "options": options,
+    return {"bundle": bundle.fingerprint if bundle is not None else summarizer.kind.name,
+            "kind": summarizer.kind.name, "options": options,
             "fields": {"documents": fields.documents, "query": fields.query, "id": fields.id}}
 
 

@@ -197,6 +197,7 @@ class Bundle:
 
     path: Path
     manifest: Manifest
+    fingerprint: str  # sha256 of the manifest file, which holds every file's: the bundle's identity
 
     @classmethod
     def load(cls, path: str | os.PathLike, verify: bool = True) -> Bundle:
@@ -207,7 +208,8 @@ class Bundle:
         manifest_path = path / C.MANIFEST_FILE
         if not manifest_path.is_file():
             raise BundleNotFoundError(f"{path} has no {C.MANIFEST_FILE}; is it a locsum bundle?")
-        manifest = Manifest.from_json(manifest_path.read_bytes(), manifest_path)
+        data = manifest_path.read_bytes()
+        manifest = Manifest.from_json(data, manifest_path)
         needed = {graph["file"] for graph in manifest.graphs.values()} | {C.TOKENIZER_FILE}
         own = kinds.get(manifest.kind).own_tokenizer(manifest.model)
         if own is not None:
@@ -224,7 +226,7 @@ class Bundle:
                     f"bundle file {file} does not match its checksum in {C.MANIFEST_FILE}: it was altered or "
                     "damaged; copy or export the bundle again"
                 )
-        return cls(path, manifest)
+        return cls(path, manifest, hashlib.sha256(data).hexdigest())
 
     def file(self, name: str) -> Path:
         return self.path / name

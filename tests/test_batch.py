@@ -57,22 +57,33 @@ def lines_written(output: Path) -> int:
     return output.read_bytes().count(b"\n") if output.exists() else 0
 
 
-def test_killed_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir, corpus,
-                                                                              straight):
-    """20 kills, each once the output holds a random number of lines and a random moment more (in a write, between
-    batches, while loading), then a run to the end."""
-    output, rng, kills = tmp_path / "out.jsonl", random.Random(0), 0
-    for target in sorted(rng.sample(range(1, len(straight)), 24)):
-        job = subprocess.Popen(command(bundle_dir, corpus, output), cwd=ROOT, start_new_session=True,
-                               stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while job.poll() is None and lines_written(output) < target and time.time() < deadline:
+def kill_at(argv: list[str], output: Path, targets: list[int], rng: random.Random, pause: float,
+            while_writing: bool = False) -> int:
+    """Run the job `argv` once per target, in order, and SIGKILL its process group once `output` holds `target`
+    lines (with `while_writing`, also one more than when it started) and a random pause of up to `pause` seconds
+    more; the number of kills (a job that ends first is not killed)."""
+    kills = 0
+    for target in targets:
+        job = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, stderr=subprocess.DEVNULL)
+        goal = max(target, lines_written(output) + 1) if while_writing else target
+        deadline = time.time() + 180
+        while job.poll() is None and lines_written(output) < goal and time.time() < deadline:
             time.sleep(0.002)
-        time.sleep(rng.uniform(0.0, 0.05))
+        time.sleep(rng.uniform(0.0, pause))
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             kills += 1
         job.wait()
+    return kills
+
+
+def test_killed_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir, corpus,
+                                                                              straight):
+    """20 kills, each once the output holds a random number of lines and a random moment more (in a write, between
+    batches, while loading), then a run to the end."""
+    output, rng = tmp_path / "out.jsonl", random.Random(0)
+    kills = kill_at(command(bundle_dir, corpus, output), output, sorted(rng.sample(range(1, len(straight)), 24)),
+                    rng, 0.05)
     subprocess.run(command(bundle_dir, corpus, output), check=True, cwd=ROOT, timeout=300)
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert kills >= 20  # of 24 targets, one falling inside a batch already written passes without a kill

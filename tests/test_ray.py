@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import document, write_jsonl
-from test_batch import OPTIONS, corpus, lines_written, straight  # noqa: F401  (module fixtures)
+from test_batch import OPTIONS, corpus, kill_at, lines_written, straight  # noqa: F401  (module fixtures)
 
 from locsum_sdk.batch import Fields, read_line
 from locsum_sdk.cli import main
@@ -62,19 +62,9 @@ def test_killed_on_ray_at_random_points_and_resumed_every_input_appears_exactly_
     have written what this run adds (at least one batch, up to a random number of lines) and a random moment
     more, then a run to the end; on Ray throughout."""
     source, local = long_job
-    output, rng, kills = tmp_path / "out.jsonl", random.Random(1), 0
-    for target in sorted(rng.sample(range(1, len(local) - 40), 24)):
-        job = subprocess.Popen(command(bundle_dir, source, output), cwd=ROOT, start_new_session=True,
-                               stderr=subprocess.DEVNULL)
-        goal = max(target, lines_written(output) + 1)  # the kill lands while the workers are writing
-        deadline = time.time() + 180
-        while job.poll() is None and lines_written(output) < goal and time.time() < deadline:
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0.0, 0.03))
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            kills += 1
-        job.wait()
+    output, rng = tmp_path / "out.jsonl", random.Random(1)
+    kills = kill_at(command(bundle_dir, source, output), output, sorted(rng.sample(range(1, len(local) - 40), 24)),
+                    rng, 0.03, while_writing=True)
     subprocess.run(command(bundle_dir, source, output), check=True, cwd=ROOT, timeout=600, start_new_session=True)
     assert kills >= 20
     assert rows_of(output) == local

@@ -14,7 +14,6 @@ every 32 positions).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -104,7 +103,7 @@ class OnnxRuntimeBackend:
         self.sessions = {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
                          for graph in self.graphs}
         self.encoder, self.decoder = self.sessions["encoder"], self.sessions["decoder"]
-        self.identity = hashlib.sha256(bundle.manifest.to_json().encode()).hexdigest()  # its files' checksums
+        self.identity = bundle.fingerprint
         self.caches_units = self.device == "cpu"  # on CUDA the grid is device memory the cache does not write
 
     def _options(self, spin: bool, memory_pattern: bool):

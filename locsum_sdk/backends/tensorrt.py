@@ -19,7 +19,6 @@ maximum); plans built with another TensorRT version or for another GPU architect
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -134,7 +133,7 @@ class TensorRTBackend:
                               f"`locsum export --trt --bundle {bundle.path}`")
         self.trt = import_tensorrt("the tensorrt backend needs pip install 'locsum[gpu]' on a machine with an "
                                    "NVIDIA GPU, then engines built with `locsum export --trt --bundle DIR`")
-        self.cuda, self.bundle = cuda, bundle
+        self.cuda, self.bundle, self.identity = cuda, bundle, bundle.fingerprint
         gpu, capability = cuda.device()
         check_engine_host(bundle.manifest, self.trt.__version__, capability)
         logger.info("tensorrt backend on %s (compute capability %s)", gpu, capability)
@@ -155,10 +154,6 @@ class TensorRTBackend:
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
                 self.cache[past, present] = [self.decoder.buffers[past], self.decoder.buffers[present]]
         self.decoder.bound_elsewhere = frozenset(present for _, present in self.cache)
-
-    @property
-    def identity(self) -> str:
-        return hashlib.sha256(self.bundle.manifest.to_json().encode()).hexdigest()
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
               cache: UnitCache | None = None) -> TensorRTSession:

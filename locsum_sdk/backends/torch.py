@@ -4,6 +4,7 @@ Triton kernels there)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
@@ -43,16 +44,14 @@ class TorchBackend:
         self.kind = kinds.get(model.kind, BackendError)
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
-    @property
+    @functools.cached_property
     def identity(self) -> str:
-        """A digest of the model's config and weights (computed once)."""
-        if not hasattr(self, "_identity"):
-            digest = hashlib.sha256(json.dumps(self.model.config.to_dict(), sort_keys=True).encode())
-            for name, value in self.model.state_dict().items():
-                digest.update(name.encode())
-                digest.update(value.detach().cpu().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
-            self._identity = digest.hexdigest()
-        return self._identity
+        """A digest of the model's config and weights."""
+        digest = hashlib.sha256(json.dumps(self.model.config.to_dict(), sort_keys=True).encode())
+        for name, value in self.model.state_dict().items():
+            digest.update(name.encode())
+            digest.update(value.detach().cpu().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
               cache: UnitCache | None = None) -> TorchSession:

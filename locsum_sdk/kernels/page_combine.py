@@ -10,10 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import Launch
-from .units import softmax_stats, unit_scores
+from .units import mixing_launch, softmax_stats, unit_scores
 
-BLOCK_UNITS = 32
 BLOCK_HIDDEN = 128
 
 
@@ -40,24 +38,4 @@ def page_combine_kernel(hidden, scores, mask, batch, units, beams, dim, mixed, w
     tl.store(mixed + row.to(tl.int64) * dim + d, acc.to(mixed.dtype.element_ty), mask=in_d)
 
 
-def _sizes(shapes):
-    batch, units, beams, dim = shapes[0]
-    return batch, units, beams, dim
-
-
-def _grid(sizes, cdiv):
-    batch, _, beams, dim = sizes
-    return batch * beams, cdiv(dim, BLOCK_HIDDEN), 1
-
-
-LAUNCH = Launch(
-    kernel=page_combine_kernel,
-    inputs=("hidden", "scores", "mask"),
-    sizes=_sizes,
-    size_names=("batch", "units", "beams", "dim"),
-    outputs=("mixed", "weights"),
-    output_shapes=lambda shapes: ((shapes[0][0], shapes[0][2], shapes[0][3]), tuple(shapes[1])),
-    grid=_grid,
-    blocks=lambda dtype, shapes: {"BLOCK_U": BLOCK_UNITS, "BLOCK_D": BLOCK_HIDDEN},
-)
-
+LAUNCH = mixing_launch(page_combine_kernel, "hidden", "dim", "BLOCK_D", BLOCK_HIDDEN)

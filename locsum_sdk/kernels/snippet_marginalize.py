@@ -12,10 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import Launch
-from .units import softmax_stats
+from .units import mixing_launch, softmax_stats
 
-BLOCK_UNITS = 32
 BLOCK_VOCAB = 256
 
 
@@ -48,24 +46,4 @@ def snippet_marginalize_kernel(log_probs, scores, mask, batch, units, beams, voc
     tl.store(mixed + row.to(tl.int64) * vocab + v, out.to(mixed.dtype.element_ty), mask=in_v)
 
 
-def _sizes(shapes):
-    batch, units, beams, vocab = shapes[0]
-    return batch, units, beams, vocab
-
-
-def _grid(sizes, cdiv):
-    batch, _, beams, vocab = sizes
-    return batch * beams, cdiv(vocab, BLOCK_VOCAB), 1
-
-
-LAUNCH = Launch(
-    kernel=snippet_marginalize_kernel,
-    inputs=("log_probs", "scores", "mask"),
-    sizes=_sizes,
-    size_names=("batch", "units", "beams", "vocab"),
-    outputs=("mixed", "weights"),
-    output_shapes=lambda shapes: ((shapes[0][0], shapes[0][2], shapes[0][3]), tuple(shapes[1])),
-    grid=_grid,
-    blocks=lambda dtype, shapes: {"BLOCK_U": BLOCK_UNITS, "BLOCK_V": BLOCK_VOCAB},
-)
-
+LAUNCH = mixing_launch(snippet_marginalize_kernel, "log_probs", "vocab", "BLOCK_V", BLOCK_VOCAB)

@@ -1,9 +1,40 @@
-"""Device functions the unit-softmax kernels share (PageCombine, SnippetMarginalize)."""
+"""What the unit-softmax kernels share (PageCombine, SnippetMarginalize): device functions and the launch."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import triton
 import triton.language as tl
+
+from . import Launch
+
+BLOCK_UNITS = 32  # units per pass of the softmax
+
+
+def mixing_launch(kernel: Any, rows: str, last: str, block: str, width: int) -> Launch:
+    """The launch of a kernel that mixes each item's per-unit `rows` (B, U, K, X) by the softmax of their scores
+    (B, U, K) over real units (mask (B, U)) into `mixed` (B, K, X), writing the `weights` (B, U, K): one program
+    per (item, beam) and block of `width` along X (size `last`, constexpr `block`)."""
+
+    def sizes(shapes):
+        batch, units, beams, size = shapes[0]
+        return batch, units, beams, size
+
+    def grid(sizes, cdiv):
+        batch, _, beams, size = sizes
+        return batch * beams, cdiv(size, width), 1
+
+    return Launch(
+        kernel=kernel,
+        inputs=(rows, "scores", "mask"),
+        sizes=sizes,
+        size_names=("batch", "units", "beams", last),
+        outputs=("mixed", "weights"),
+        output_shapes=lambda shapes: ((shapes[0][0], shapes[0][2], shapes[0][3]), tuple(shapes[1])),
+        grid=grid,
+        blocks=lambda dtype, shapes: {"BLOCK_U": BLOCK_UNITS, block: width},
+    )
 
 
 @triton.jit
