@@ -62,25 +62,26 @@ def _example(raw: bytes, where: str, number: int) -> EvalExample:
     return EvalExample(row["id"], row["documents"], row["query"], row["summary"])
 
 
-def parse_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
+def parse_line(raw: bytes, where: str, number: int, require_summary: bool = True) -> dict[str, Any]:
     """Line `number` of a data file (`documents`: a string or a non-empty list of strings, `summary`: a non-empty
     string, `query`: a string or null; `id` and `source` optional), checked; a DataError naming `where` otherwise.
     Returns the row with `documents` as a list, and `query`, `source` and `id` (a string, `line-N` by default)
-    present."""
+    present. Text for pretraining (`require_summary=False`) may leave `summary` out; it is then ""."""
     try:
         row = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DataError(f"{where}: not a JSON line ({err})") from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: a JSON {type(row).__name__}, not an object with documents and summary")
-    documents, summary, query = row.get("documents"), row.get("summary"), row.get("query")
+    documents, summary, query = row.get("documents"), row.get("summary", None if require_summary else ""), \
+        row.get("query")
     if isinstance(documents, str):
         documents = [documents]
     if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
         raise DataError(f"{where}: 'documents' must be a non-empty list of strings")
     if not isinstance(summary, str):
         raise DataError(f"{where}: 'summary' must be a string (the reference summary)")
-    if not summary.strip():
+    if require_summary and not summary.strip():
         raise DataError(f"{where}: 'summary' is empty; every example needs a reference summary")
     if query is not None and not isinstance(query, str):
         raise DataError(f"{where}: 'query' must be a string or null")
@@ -93,8 +94,8 @@ def parse_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
         except UnicodeEncodeError as err:
             raise DataError(f"{where}: '{field}' holds a lone surrogate (a broken \\u escape at character "
                             f"{err.start}); fix the line") from None
-    return {**row, "id": str(row.get("id", f"line-{number}")), "documents": documents, "query": query,
-            "source": source}
+    return {**row, "id": str(row.get("id", f"line-{number}")), "documents": documents, "summary": summary,
+            "query": query, "source": source}
 
 
 def _sentences(text: str) -> list[str]:

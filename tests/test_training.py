@@ -58,10 +58,12 @@ def test_label_smoothing():
     assert torch.allclose(smoothed, 0.9 * expected + 0.1 * uniform)
 
 
-@pytest.mark.parametrize("objective", ["summarize", "denoise"])
-@pytest.mark.parametrize(("line", "message"), [('{"id": "z", "documents": ["a"]}', "'summary' must be a string"),
-                                               ('{"id": "z", "documents": ["a"], "summary": ""}', "'summary' is empty"),
-                                               ("{not json", "not a JSON line")])
+@pytest.mark.parametrize(("objective", "line", "message"), [
+    ("summarize", '{"id": "z", "documents": ["a"]}', "'summary' must be a string"),
+    ("summarize", '{"id": "z", "documents": ["a"], "summary": ""}', "'summary' is empty"),
+    ("denoise", '{"id": "z", "summary": "a"}', "'documents' must be a non-empty list"),  # no summary needed
+    ("denoise", '{"id": "z", "documents": ["a"], "summary": 3}', "'summary' must be a string"),
+    *[(objective, "{not json", "not a JSON line") for objective in ("summarize", "denoise")]])
 def test_a_bad_training_line_stops_the_run_before_it_trains(tmp_path, jsonl, tokenizer_file, objective, line, message):
     from locsum_sdk.errors import DataError
     from train.__main__ import build
@@ -361,6 +363,7 @@ def test_the_base_configs_are_bart_base_shaped_and_start_from_its_pretraining():
     model = kinds.get(pretrain.kind).config(**{**pretrain.model, "vocab_size": pretrain.vocab_size})
     assert (model.d_model, model.encoder_layers, model.decoder_layers, model.encoder_heads) == (768, 6, 6, 12)
     assert not any("multinews" in f or "leval" in f or "test" in f for f in pretrain.train_files)
+    assert pretrain.train_files[-1].endswith("public-text/public-text.jsonl")  # built by train.public_text
     last = f"{pretrain.name}/checkpoints/step-{pretrain.max_steps:07d}"
     for kind in ("pagesum", "hierencdec", "dyle"):
         config = TrainConfig.load(configs / f"{kind}-base.toml")

@@ -30,8 +30,9 @@ def tokenizer_texts(files: list[Path]):
     """Train documents, summaries and queries (train splits only)."""
     yield from unique_documents(files)
     for path in files:
-        for example in read_jsonl(path):
-            yield example.summary
+        for example in read_jsonl(path, require_summary=False):
+            if example.summary:
+                yield example.summary
             if example.query:
                 yield example.query
 
@@ -66,7 +67,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     check_objective_options(config.kind, config.objective_options)
     files = [config.resolve(f) for f in config.train_files]
     val_files = [config.resolve(f) for f in config.val_files]
-    check_data(files + val_files)
+    check_data(files + val_files, require_summary=config.objective != "denoise")
     tokenizer_file, tokenizer = prepare_tokenizer(config, files)
     model = starting_model(config, tokenizer)
     cfg = model.config

@@ -31,25 +31,27 @@ class Example:
     source: str
 
 
-def parse_example(raw: bytes, path: str | os.PathLike, number: int) -> Example:
-    """Line `number` of `path`, checked by `locsum_sdk.evaluation.parse_line` (a DataError naming `path:number`)."""
-    row = parse_line(raw, f"{path}:{number}", number)
+def parse_example(raw: bytes, path: str | os.PathLike, number: int, require_summary: bool = True) -> Example:
+    """Line `number` of `path`, checked by `locsum_sdk.evaluation.parse_line` (a DataError naming `path:number`);
+    text for pretraining (`require_summary=False`) may have no summary."""
+    row = parse_line(raw, f"{path}:{number}", number, require_summary)
     return Example(row["id"], row["documents"], row["query"], row["summary"], row["source"])
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[Example]:
+def read_jsonl(path: str | os.PathLike, require_summary: bool = True) -> Iterator[Example]:
     """Stream the examples of one file."""
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
             if line.strip():
-                yield parse_example(line, path, number)
+                yield parse_example(line, path, number, require_summary)
 
 
 def unique_documents(paths: Sequence[str | os.PathLike]) -> Iterator[str]:
-    """Every distinct source document of the files (QMSum repeats a meeting once per query)."""
+    """Every distinct source document of the files (QMSum repeats a meeting once per query); rows of text for
+    pretraining need no summary."""
     seen: set[bytes] = set()
     for path in paths:
-        for example in read_jsonl(path):
+        for example in read_jsonl(path, require_summary=False):
             for document in example.documents:
                 key = hashlib.sha1(document.encode()).digest()
                 if key not in seen:
@@ -61,14 +63,15 @@ class JsonlIndex:
     """Random access to the lines of JSON Lines files by byte offset. Every line is checked when indexed, so a bad
     line stops a run before it trains, naming its file and line."""
 
-    def __init__(self, paths: Sequence[str | os.PathLike]):
+    def __init__(self, paths: Sequence[str | os.PathLike], require_summary: bool = True):
+        self.require_summary = require_summary
         self.entries: list[tuple[Path, int, int]] = []
         for path in map(Path, paths):
             offset = 0
             with open(path, "rb") as handle:
                 for number, line in enumerate(handle, 1):
                     if line.strip():
-                        parse_example(line, path, number)
+                        parse_example(line, path, number, require_summary)
                         self.entries.append((path, offset, number))
                     offset += len(line)
 
@@ -79,16 +82,18 @@ class JsonlIndex:
         path, offset, number = self.entries[index]
         with open(path, "rb") as handle:
             handle.seek(offset)
-            return parse_example(handle.readline(), path, number)
+            return parse_example(handle.readline(), path, number, self.require_summary)
 
 
-def check_data(paths: Sequence[str | os.PathLike]) -> None:
+def check_data(paths: Sequence[str | os.PathLike], require_summary: bool = True) -> None:
     """Each file exists and holds examples, every line of the data schema: a DataError naming the file (and line)
-    otherwise. One parse per line, so a run can afford it before it loads anything."""
+    otherwise. One parse per line, so a run can afford it before it loads anything. Denoising reads documents
+    only (`require_summary=False`)."""
     for path in map(Path, paths):
         if not path.is_file():
-            raise DataError(f"{path}: no such data file; check the config's train_files and val_files")
-        if not len(JsonlIndex([path])):
+            raise DataError(f"{path}: no such data file; check the config's train_files and val_files (public text "
+                            f"for pretraining is built by `python -m train.public_text`, see train/DATA.md)")
+        if not len(JsonlIndex([path], require_summary)):
             raise DataError(f"{path} holds no examples; give a JSON Lines file with one example per line")
 
 
