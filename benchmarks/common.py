@@ -216,12 +216,16 @@ class TimedSession:
 
     def __init__(self, session):
         self.session, self.times = session, []
+        self.partial_log_probs = session.partial_log_probs
 
     def step(self, tokens, beam_index):
         start = time.perf_counter()
         out = self.session.step(tokens, beam_index)
         self.times.append(time.perf_counter() - start)
         return out
+
+    def full_log_probs(self):
+        return self.session.full_log_probs()
 
 
 def decode(summarizer, batch, options) -> tuple[list[int], list[float]]:

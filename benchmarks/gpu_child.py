@@ -39,7 +39,7 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
 
     class Timed:
         def __init__(self, session):
-            self.session = session
+            self.session, self.partial_log_probs = session, session.partial_log_probs
 
         def step(self, tokens, beam_index):
             torch.cuda.synchronize()
@@ -47,6 +47,9 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
             out = self.session.step(tokens, beam_index)  # returns host arrays: synchronized
             times.append(time.perf_counter() - start)
             return out
+
+        def full_log_probs(self):
+            return self.session.full_log_probs()
 
     options = GenerationOptions(num_beams=beams, max_length=steps + 1, min_length=steps + 1)
     warm = GenerationOptions(num_beams=beams, max_length=3)

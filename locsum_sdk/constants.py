@@ -20,6 +20,9 @@ POSITION = "position"  # (1,) int64, the position being decoded: where every bea
 CACHE_SLOTS = "cache_slots"  # (B, K, C) int64, the slot holding each position of each beam's history; -1: none
 LOG_PROBS = "log_probs"  # (B, K, V)
 UNIT_WEIGHTS = "unit_weights"  # (B, U, K)
+# decoder graphs prepared for TensorRT add each beam's best tokens, so a step copies only those to the host
+TOP_LOG_PROBS = "top_log_probs"  # (B, K, T) float32, best first
+TOP_TOKENS = "top_tokens"  # (B, K, T) int32
 
 CACHE_CHUNK = 32  # positions a slot cache grows by when full (the runtime and the memory estimate)
 

@@ -53,9 +53,15 @@ OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
 class StepSession(Protocol):
     """One batch's decoding state on a backend."""
 
+    partial_log_probs: bool  # `step` may give only each beam's best tokens (the others -inf)
+
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """tokens (B, K) int64; beam_index (B, K): the previous beam each beam continues (None: the same one).
-        Returns log-probabilities (B, K, V) float32 and unit weights (B, U, K)."""
+        Returns log-probabilities (B, K, V) float32 and unit weights (B, U, K). With `partial_log_probs`, only
+        each beam's best tokens hold their log-probability and the others are -inf."""
+
+    def full_log_probs(self) -> np.ndarray:
+        """The last step's log-probabilities of every token (B, K, V)."""
 
 
 @dataclass(frozen=True)
@@ -187,17 +193,26 @@ class BeamSearch:
 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int
              ) -> list[Hypothesis]:
-    """Run the decoding loop on one batch and return the best hypothesis of each batch item."""
+    """Run the decoding loop on one batch and return the best hypothesis of each batch item.
+
+    A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
+    best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
+    unless the filters leave a beam fewer than that: then the step reads the full log-probabilities."""
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
         search = BeamSearch(batch, start, eos, options)
     beam_index = None
+    needed = 2 * options.num_beams if options.num_beams > 1 else 1  # tokens of one beam a step may choose from
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
         min_length_filter(log_probs, length, options, eos)
         no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
+        if session.partial_log_probs and (np.isfinite(log_probs).sum(-1) < needed).any():
+            log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
+            min_length_filter(log_probs, length, options, eos)
+            no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
         beam_index = search.update(log_probs, unit_weights, length)
         if search.finished:
             break

@@ -81,6 +81,8 @@ def test_beam_slots_follow_each_beam_history():
 class ScriptedSession:
     """A backend session that returns fixed log-probabilities: the same row for every step and beam."""
 
+    partial_log_probs = False
+
     def __init__(self, row):
         self.row = np.log(np.asarray(row, dtype=np.float32))
 
@@ -106,6 +108,48 @@ def test_beam_scores_are_normalized_by_the_chosen_length_penalty(normalization):
     normalizer = n if normalization == "hf" else (5 + n) / 6  # GNMT: Wu et al. 2016, eq. 14
     assert best.score == pytest.approx(total / normalizer**1.5, rel=1e-5)
     assert length_normalized(total, n, options) == pytest.approx(best.score, rel=1e-5)
+
+
+class TableSession:
+    """A session whose log-probabilities follow each beam's last token through a fixed random table; with `top`,
+    it gives only each beam's `top` best tokens, the others -inf, as a graph prepared for TensorRT does."""
+
+    def __init__(self, vocab: int, top: int | None = None, seed: int = 0):
+        logits = np.random.default_rng(seed).normal(size=(vocab, vocab)).astype(np.float32)
+        self.table = logits - np.log(np.exp(logits).sum(-1, keepdims=True))  # (last token, V) log-probabilities
+        self.top, self.partial_log_probs, self.full_reads = top, top is not None, 0
+
+    def step(self, tokens, beam_index):
+        self.last = self.table[tokens]  # (B, K, V)
+        if self.top is None:
+            return self.last.copy(), np.ones((*tokens.shape[:1], 1, tokens.shape[1]))
+        from locsum_sdk.backends.base import scatter_top
+
+        best = np.argsort(-self.last, axis=-1, kind="stable")[..., : self.top]
+        out = scatter_top(np.take_along_axis(self.last, best, -1), best.astype(np.int32), np.empty_like(self.last))
+        return out, np.ones((*tokens.shape[:1], 1, tokens.shape[1]))
+
+    def full_log_probs(self):
+        self.full_reads += 1
+        return self.last.copy()
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("top", [4, 8, 60])
+def test_a_session_giving_only_the_best_tokens_decides_the_same(num_beams, top):
+    """Only each beam's best tokens from the session (the TensorRT decoder's top_tokens): the same hypotheses
+    token for token, reading the full log-probabilities only at steps where the repeat and length filters left a
+    beam too few (a small `top`: often; a large one: never)."""
+    options = GenerationOptions(num_beams=num_beams, max_length=40, min_length=12, no_repeat_ngram_size=1)
+    want = generate(TableSession(60), 2, options, 0, 2, 1)
+    partial = TableSession(60, top)
+    got = generate(partial, 2, options, 0, 2, 1)
+    assert [h.token_ids for h in got] == [h.token_ids for h in want]
+    assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-6)
+    if num_beams == 3 and top < 60:
+        assert partial.full_reads > 0  # every token used is banned (no_repeat_ngram_size=1): beams ran short
+    if top == 60:
+        assert partial.full_reads == 0
 
 
 def test_no_repeat_ngram_filter_bans_completions():

@@ -44,7 +44,8 @@ def prepared_bundle(source: Path, target: Path) -> Path:
     bundle = Bundle.load(source)
     shutil.copytree(source, target)
     for graph in bundle.manifest.graphs.values():
-        trt_export.prepare_graph(bundle.file(graph["file"]), target / graph["file"])
+        trt_export.prepare_graph(bundle.file(graph["file"]), target / graph["file"],
+                                 trt_export.top_tokens(bundle.manifest.model["vocab_size"], 4))
     write_manifest(target, bundle.manifest)
     return target
 
@@ -59,9 +60,17 @@ def test_every_kind_prepared_for_the_plugins(tiny_bundle, tmp_path):
     seen = set()
     for graph in bundle.manifest.graphs.values():
         target = tmp_path / graph["file"]
-        plugins, _, _ = trt_export.prepare_graph(bundle.file(graph["file"]), target)
+        count = trt_export.top_tokens(bundle.manifest.model["vocab_size"], 3)
+        plugins, _, _, top = trt_export.prepare_graph(bundle.file(graph["file"]), target, count)
         model = onnx.load(str(target))
         onnx.checker.check_model(model, full_check=True)
+        outputs = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
+                   for o in model.graph.output}
+        if "log_probs" in outputs:  # the decoder: each beam's best tokens too, for the host to copy
+            assert top == count == 2 * 3 + trt_export.TOP_SPARE
+            assert outputs["top_log_probs"] == outputs["top_tokens"] == ["batch", "beams", top]
+        else:
+            assert top == 0 and "top_tokens" not in outputs
         nodes = locsum_nodes(model)
         assert sorted({n.op_type for n in nodes}) == plugins
         for node in nodes:
@@ -76,15 +85,24 @@ def test_every_kind_prepared_for_the_plugins(tiny_bundle, tmp_path):
     assert seen == ({expected} if expected else set())
 
 
-def test_prepared_graphs_give_the_same_tokens_on_onnxruntime(tiny_bundle, tmp_path):
-    """The annotation changes nothing ONNX Runtime runs: float32 bundles of every kind, token-identical."""
+@pytest.mark.parametrize("options", [{"num_beams": 2, "max_length": 16, "min_length": 2},
+                                     {"num_beams": 3, "max_length": 24, "min_length": 20, "no_repeat_ngram_size": 1}])
+def test_prepared_graphs_give_the_same_tokens_on_onnxruntime(tiny_bundle, tmp_path, options, monkeypatch):
+    """The annotation changes nothing ONNX Runtime runs, and the decoder's best tokens (all the session copies
+    to the host) decide as the full log-probabilities do, also where the filters ban many of them: float32
+    bundles of every kind, token-identical."""
     prepared = prepared_bundle(tiny_bundle, tmp_path / "prepared")
     kind = Bundle.load(tiny_bundle).manifest.kind
     documents = TEXT if kind in ("pagesum", "dyle") else TEXT.split(". ")[:8]
-    options = {"num_beams": 2, "max_length": 16, "min_length": 2}
     want = Summarizer.from_pretrained(tiny_bundle).summarize(documents, **options)
+    from locsum_sdk.backends import onnxruntime as ort_backend
+
+    copied = []  # the (B, K, T) best tokens each step brought to the host
+    scatter = ort_backend.scatter_top
+    monkeypatch.setattr(ort_backend, "scatter_top", lambda v, t, out: copied.append(t.shape) or scatter(v, t, out))
     got = Summarizer.from_pretrained(prepared).summarize(documents, **options)
     assert got.token_ids == want.token_ids
+    assert copied and all(shape[1:] == (options["num_beams"], 2 * 4 + trt_export.TOP_SPARE) for shape in copied)
 
 
 def test_int8_becomes_weight_only():

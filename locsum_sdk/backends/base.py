@@ -150,6 +150,14 @@ class BeamSlots:
         return grew
 
 
+def scatter_top(values: np.ndarray, tokens: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Each beam's best tokens (`top_log_probs` (B, K, T), `top_tokens` (B, K, T)) as log-probabilities over the
+    whole vocabulary (`out`, (B, K, V), written in place): -inf for every other token."""
+    out.fill(-np.inf)
+    np.put_along_axis(out, tokens.astype(np.int64), values, axis=-1)
+    return out
+
+
 def grown_cache(cache, capacity: int, zeros):
     """A slot cache (G, H, K, C, d) with room for `capacity` positions, what it held kept where it was;
     `zeros(shape)` makes the new array (numpy or torch alike)."""

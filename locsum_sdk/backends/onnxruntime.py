@@ -26,7 +26,15 @@ from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
 from ..unit_cache import UnitCache
 from . import DEVICES
-from .base import BeamSlots, UnitBatch, encode_through_cache, grown_cache, length_axes, write_unit
+from .base import (
+    BeamSlots,
+    UnitBatch,
+    encode_through_cache,
+    grown_cache,
+    length_axes,
+    scatter_top,
+    write_unit,
+)
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -131,7 +139,7 @@ class OnnxRuntimeBackend:
         io = self.graphs[graph]
         found = [(t.name, t.type) for t in session.get_inputs()], [(t.name, t.type) for t in session.get_outputs()]
         declared = [(t.name, t.onnx_type) for t in io.inputs], [(t.name, t.onnx_type) for t in io.outputs]
-        if found != declared:
+        if found[0] != declared[0] or not io.accepts_outputs(found[1]):
             raise BundleError(
                 f"{spec['file']} has inputs/outputs {found}, but a {self.bundle.manifest.kind} {graph} takes and "
                 f"returns {declared}; export the bundle again"
@@ -181,8 +189,11 @@ class OnnxRuntimeSession:
         self.tokens = np.zeros((batch.batch, beams), dtype=np.int64)  # rewritten in place every step
         self.position = np.zeros(1, dtype=np.int64)
         self.slots = BeamSlots(batch.batch, beams)
-        self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
+        log_probs_shape = (batch.batch, beams, cfg["vocab_size"])
+        self.log_probs = np.zeros(log_probs_shape, dtype=np.float32)
         self.unit_weights = np.zeros((batch.batch, batch.width, beams), dtype=np.float32)
+        top = {o.name: o.shape[2] for o in backend.decoder.get_outputs() if o.name == C.TOP_TOKENS}
+        self.partial_log_probs = bool(top)  # a prepared graph: only each beam's best tokens come to the host
         self.fixed = {
             C.INPUT_IDS: to_ort(self.tokens),
             C.POSITION: to_ort(self.position),
@@ -197,8 +208,19 @@ class OnnxRuntimeSession:
         self._bind_cache()
         for name, value in self.fixed.items():
             self.binding.bind_ortvalue_input(name, value)
-        for name, buffer in ((C.LOG_PROBS, self.log_probs), (C.UNIT_WEIGHTS, self.unit_weights)):
-            self.binding.bind_output(name, "cpu", 0, np.float32, list(buffer.shape), buffer.ctypes.data)
+        host = [(C.UNIT_WEIGHTS, self.unit_weights)]
+        if self.partial_log_probs:
+            count = top[C.TOP_TOKENS]
+            self.top_log_probs = np.zeros((*log_probs_shape[:2], count), dtype=np.float32)
+            self.top_tokens = np.zeros((*log_probs_shape[:2], count), dtype=np.int32)
+            self.device_log_probs = self._buffer(log_probs_shape)  # stays where the graph runs until asked for
+            self.binding.bind_output(C.LOG_PROBS, self.device, 0, np.float32, list(log_probs_shape),
+                                     self._pointer(self.device_log_probs))
+            host += [(C.TOP_LOG_PROBS, self.top_log_probs), (C.TOP_TOKENS, self.top_tokens)]
+        else:
+            host.append((C.LOG_PROBS, self.log_probs))
+        for name, buffer in host:
+            self.binding.bind_output(name, "cpu", 0, buffer.dtype.type, list(buffer.shape), buffer.ctypes.data)
 
     def _buffer(self, shape: tuple[int, ...], values: np.ndarray | None = None):
         """A zero float32 buffer (or `values`) where the graphs run: a numpy array, or a CUDA OrtValue."""
@@ -267,7 +289,15 @@ class OnnxRuntimeSession:
             self._grow_cache()
         self.position[0] = self.slots.position
         _run(self.backend.decoder, self.binding, "decoder")
+        if self.partial_log_probs:
+            return scatter_top(self.top_log_probs, self.top_tokens, self.log_probs), self.unit_weights
         return self.log_probs, self.unit_weights
+
+    def full_log_probs(self) -> np.ndarray:
+        if self.partial_log_probs:
+            buffer = self.device_log_probs
+            return buffer.numpy() if self.device == "cuda" else buffer
+        return self.log_probs
 
     def close(self) -> None:
         self.cache.clear()

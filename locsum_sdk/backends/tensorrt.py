@@ -29,7 +29,7 @@ from .. import kinds
 from ..bundle import Bundle, check_engine_host
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
 from ..unit_cache import UnitCache
-from .base import BeamSlots, UnitBatch
+from .base import BeamSlots, UnitBatch, scatter_top
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -80,7 +80,9 @@ class Engine:
         self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         declared = backend.graphs[graph]
-        if self.inputs != declared.input_names or sorted(self.outputs) != sorted(declared.output_names):
+        extras = [t.name for t in declared.extra_outputs]
+        if self.inputs != declared.input_names or sorted(self.outputs) not in (
+                sorted(declared.output_names), sorted(declared.output_names + extras)):
             raise BundleError(f"the {graph} plan has inputs {self.inputs} and outputs {self.outputs}, not those of a "
                               f"{backend.kind.name} {graph}; build the engines again")
         self.dtypes = {n: np.dtype(trt.nptype(self.engine.get_tensor_dtype(n))) for n in names}
@@ -188,6 +190,8 @@ class TensorRTSession:
             decoder.shape(name, shape)
             decoder.bind(name, buffer.pointer)
         self.slots = BeamSlots(batch.batch, beams)
+        self.partial_log_probs = C.TOP_TOKENS in decoder.outputs  # only each beam's best tokens come to the host
+        self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
         self.groups = self.layout.cache_groups(batch.batch, batch.width, backend.layers)
         self.current = {key: 0 for key in backend.cache}  # which of the two buffers holds the past
         for buffers in backend.cache.values():
@@ -242,7 +246,13 @@ class TensorRTSession:
         decoder.execute()
         for key in self.current:
             self.current[key] = 1 - self.current[key]  # the present just written is the next step's past
+        if self.partial_log_probs:
+            top = scatter_top(decoder.download(C.TOP_LOG_PROBS), decoder.download(C.TOP_TOKENS), self.log_probs)
+            return top, decoder.download(C.UNIT_WEIGHTS)
         return decoder.download(C.LOG_PROBS), decoder.download(C.UNIT_WEIGHTS)
+
+    def full_log_probs(self) -> np.ndarray:
+        return self.backend.decoder.download(C.LOG_PROBS)  # still on the device until the next step runs
 
     def close(self) -> None:
         self.backend.stream.synchronize()

@@ -75,6 +75,8 @@ class TorchBackend:
 
 
 class TorchSession:
+    partial_log_probs = False
+
     def __init__(self, backend: TorchBackend, batch: UnitBatch, beams: int, unit_batch_size: int,
                  cache: UnitCache | None = None):
         torch, tensor = backend.torch, backend.tensor
@@ -136,7 +138,11 @@ class TorchSession:
                 input_ids=self.tensor(tokens), position=self.tensor(np.array([self.slots.position])),
                 cache_slots=self.tensor(self.slots.slots), cache=self.cache, cross=self.cross, **self.fixed,
             )
-        return log_probs.cpu().numpy(), weights.cpu().numpy()
+        self.log_probs = log_probs.cpu().numpy()
+        return self.log_probs, weights.cpu().numpy()
+
+    def full_log_probs(self) -> np.ndarray:
+        return self.log_probs
 
     def close(self) -> None:
         self.cache, self.cross = [], []

@@ -6,6 +6,9 @@ Preparing a graph (`prepare_graph`, no TensorRT needed):
 - every `locsum` custom-op node gets `plugin_namespace="locsum"` and `aot=1`, so that the parser maps it to the
   ahead-of-time plugin of `locsum_sdk.kernels.plugins` instead of its ONNX function body (the function still
   declares both attributes, so the checker and ONNX Runtime accept the graph and run the body);
+- the decoder also returns each beam's best `2 * max_beams + TOP_SPARE` tokens (`top_log_probs`, `top_tokens`:
+  a TopK on the device), so that a decoding step copies those to the host rather than the whole vocabulary; the
+  decoding loop reads the full log-probabilities only at a step where its filters left a beam too few of them;
 - an int8 bundle's ONNX Runtime dynamic quantization (DynamicQuantizeLinear + MatMulInteger, which TensorRT
   does not parse) becomes weight-only quantization: `DequantizeLinear` of the same int8 weights, scales and
   zero points, then a float MatMul; int8 embedding tables are dequantized before the lookup. Activations are
@@ -28,6 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .. import constants as C
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import ExportError, OptionError
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
@@ -41,6 +47,7 @@ PLUGIN_ATTRIBUTES = ("plugin_namespace", "aot")
 PREPARED_SUFFIX = ".trt.onnx"
 PLAN_SUFFIX = ".plan"
 PLAN_FILE = "plan.json"  # what a dry run writes beside the prepared graphs
+TOP_SPARE = 32  # best tokens a beam returns beyond the 2K a step may choose, for the filters to remove
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ class GraphPlan:
     plugins: list[str]  # locsum op types mapped to plugins, sorted
     weight_only: int  # int8 MatMulInteger nodes rewritten to DequantizeLinear + MatMul
     profile: dict[str, list[list[int]]]  # input -> [min shape, opt shape, max shape]
+    top_tokens: int = 0  # best tokens per beam the graph returns (the decoder), else 0
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,9 @@ class EnginePlan:
         lines = [f"TensorRT engines for {self.bundle} -> {self.output} ({self.precision})"]
         for graph in self.graphs:
             plugins = ", ".join(f"{NAMESPACE}::{op}" for op in graph.plugins) or "none"
+            top = f"; best tokens per beam: {graph.top_tokens}" if graph.top_tokens else ""
             lines.append(f"  {graph.plan}: parse {graph.prepared} (plugins: {plugins}; int8 weight-only "
-                         f"matmuls: {graph.weight_only})")
+                         f"matmuls: {graph.weight_only}{top})")
             for name, (low, opt, high) in graph.profile.items():
                 lines.append(f"    {name:<24} min {low}  opt {opt}  max {high}")
         return "\n".join(lines)
@@ -212,17 +221,46 @@ def _topological(nodes: list[Any], graph: Any) -> list[Any]:
     return ordered
 
 
-def prepare_graph(source: Path, target: Path) -> tuple[list[str], int, Any]:
-    """Write the TensorRT-ready form of one bundle graph; returns (plugin op types, int8 matmuls rewritten, the
-    prepared ModelProto)."""
+def top_tokens(vocab: int, max_beams: int) -> int:
+    """Best tokens per beam a prepared decoder returns: the 2K a step may choose, and TOP_SPARE more."""
+    return min(vocab, 2 * max_beams + TOP_SPARE)
+
+
+def add_top_tokens(model: Any, count: int) -> bool:
+    """If `model` is a decoder (it returns `log_probs`), make it also return each beam's `count` best tokens;
+    returns whether it did."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    output = next((o for o in model.graph.output if o.name == C.LOG_PROBS), None)
+    if output is None or count < 1:
+        return False
+    model.graph.initializer.append(numpy_helper.from_array(np.array([count], np.int64), "top.count"))
+    model.graph.node.extend([
+        helper.make_node("TopK", [C.LOG_PROBS, "top.count"], [C.TOP_LOG_PROBS, "top.indices"], name="top",
+                         axis=-1, largest=1, sorted=1),
+        helper.make_node("Cast", ["top.indices"], [C.TOP_TOKENS], name="top.cast", to=TensorProto.INT32),
+    ])
+    leading = [d.dim_param or d.dim_value for d in output.type.tensor_type.shape.dim[:2]]
+    model.graph.output.extend([
+        helper.make_tensor_value_info(C.TOP_LOG_PROBS, output.type.tensor_type.elem_type, [*leading, count]),
+        helper.make_tensor_value_info(C.TOP_TOKENS, TensorProto.INT32, [*leading, count]),
+    ])
+    return True
+
+
+def prepare_graph(source: Path, target: Path, top: int = 0) -> tuple[list[str], int, Any, int]:
+    """Write the TensorRT-ready form of one bundle graph, a decoder returning each beam's `top` best tokens too
+    (`top_tokens`); returns (plugin op types, int8 matmuls rewritten, the prepared ModelProto, best tokens per
+    beam returned: `top` for the decoder, else 0)."""
     import onnx
 
     model = onnx.load(str(source))
     rewritten = weight_only(model)
     plugins = annotate(model)
+    top = top if add_top_tokens(model, top) else 0
     onnx.checker.check_model(model)
     onnx.save(model, str(target))
-    return plugins, rewritten, model
+    return plugins, rewritten, model, top
 
 
 def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
@@ -296,14 +334,15 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
         trt = import_tensorrt("building engines needs an NVIDIA GPU with CUDA and pip install 'locsum[gpu]'; "
                               "`--dry-run` writes the prepared graphs and the plan on any machine")
         device = cuda.device()
+    count = top_tokens(source.manifest.model["vocab_size"], shapes.max_beams)
     with staged(output) as work:
         plans = []
         for name, graph in sorted(source.manifest.graphs.items()):
             stem = Path(graph["file"]).stem
             prepared = work / f"{stem}{PREPARED_SUFFIX}"
-            plugins, rewritten, model = prepare_graph(source.file(graph["file"]), prepared)
+            plugins, rewritten, model, top = prepare_graph(source.file(graph["file"]), prepared, count)
             plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
-                                   profile(model, shapes.maxima())))
+                                   profile(model, shapes.maxima()), top))
         plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
         if dry_run:
             (work / PLAN_FILE).write_text(json.dumps(asdict(plan), indent=2), encoding="utf-8")

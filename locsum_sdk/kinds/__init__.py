@@ -26,7 +26,7 @@ from ..units import Unit
 if TYPE_CHECKING:
     from ..backends.base import UnitBatch
 
-ONNX_TYPES = {"int64": "int64", "float32": "float", "bool": "bool"}  # dtype -> ONNX element type name
+ONNX_TYPES = {"int64": "int64", "int32": "int32", "float32": "float", "bool": "bool"}  # dtype -> ONNX element type name
 DTYPES = tuple(ONNX_TYPES)
 
 
@@ -51,6 +51,7 @@ class GraphIO:
     file: str
     inputs: tuple[TensorIO, ...]
     outputs: tuple[TensorIO, ...]
+    extra_outputs: tuple[TensorIO, ...] = ()  # what a prepared graph may add after `outputs` (see step_graph)
 
     @property
     def input_names(self) -> list[str]:
@@ -63,6 +64,11 @@ class GraphIO:
     @property
     def axes(self) -> dict[str, dict[int, str]]:
         return {t.name: dict(t.axes) for t in self.inputs + self.outputs if t.axes}
+
+    def accepts_outputs(self, found: list[tuple[str, str]]) -> bool:
+        """Whether a graph's (name, ONNX type) outputs are the declared ones, with or without the extras."""
+        declared = [(t.name, t.onnx_type) for t in self.outputs]
+        return found in (declared, declared + [(t.name, t.onnx_type) for t in self.extra_outputs])
 
 
 def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:
@@ -90,6 +96,8 @@ def step_graph(layers: int, cache_rows: Callable[[int], str]) -> GraphIO:
         outputs=(TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
                  TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}),
                  *[cache(name, i) for i in range(layers) for name in (C.present_key, C.present_value)]),
+        extra_outputs=(TensorIO(C.TOP_LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
+                       TensorIO(C.TOP_TOKENS, "int32", {0: "batch", 1: "beams"})),
     )
 
 
@@ -100,7 +108,9 @@ class Layout(MemoryLayout, Protocol):
     The step contract is common to every kind: the decoder takes the beams' last tokens (`input_ids`, (B, K)),
     `position`, `cache_slots`, every layer's `past_key`/`past_value` (bound as their `present_*` too) and the
     `cross_key`/`cross_value` the encoder wrote for every grid row (B*U), and returns `log_probs` (B, K, V) and
-    `unit_weights` (B, U, K). What differs between kinds is below."""
+    `unit_weights` (B, U, K); a graph prepared for TensorRT also returns each beam's best T tokens
+    (`top_log_probs`, `top_tokens`), so that a step copies those to the host instead of the whole vocabulary.
+    What differs between kinds is below."""
 
     units_alone: bool  # each unit's encoder outputs depend on its own tokens only (a `UnitCache` can serve them)
 
