@@ -10,6 +10,7 @@ import pytest
 from conftest import document
 
 from locsum_sdk.errors import DataError, OptionError
+from locsum_sdk.exporters.staging import usual_mode
 from train import public_text
 from train.public_text import NGRAM, Source, build, load_sources
 
@@ -75,6 +76,7 @@ def test_a_book_is_read_at_its_commit_cleaned_and_kept_apart_from_held_out_text(
     assert book["commit"] == commit and book["dropped_paragraphs"] == 1 and book["skipped"] == ""
     assert book["sha256"] == reports[0].sha256 and manifest["held_out"] == ["set/test.jsonl"]
     assert book["words"] == sum(len(public_text.words_of(p)) for p in kept)
+    assert out.stat().st_mode & 0o777 == usual_mode(0o666)  # as open() makes files, not mkstemp's 0600
 
 
 def test_denoising_reads_rows_without_a_summary(tmp_path, corpus, tokenizer_file):

@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from locsum_sdk.errors import DataError, LocsumError, OptionError
+from locsum_sdk.exporters.staging import usual_mode
 
 from .config import DATA
 
@@ -270,6 +271,7 @@ def _write_together(files: dict[Path, str]) -> None:
             staged.append((temporary, path))
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)
+            os.chmod(temporary, usual_mode(0o666))  # mkstemp makes it 0600
         for temporary, path in staged:
             os.replace(temporary, path)
     finally:

@@ -40,13 +40,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def readable(directory: Path) -> None:
-    """Give a finished bundle the permissions of a normally created directory (mkdtemp makes it 0700)."""
+def usual_mode(mode: int) -> int:
+    """`mode` (0o777 for a directory, 0o666 for a file) less this process's umask: what open() and mkdir() give."""
     umask = os.umask(0)
     os.umask(umask)
-    directory.chmod(0o777 & ~umask)
+    return mode & ~umask
+
+
+def readable(directory: Path) -> None:
+    """Give a finished bundle the permissions of a normally created directory (mkdtemp makes it 0700)."""
+    directory.chmod(usual_mode(0o777))
     for path in directory.iterdir():
-        path.chmod(0o666 & ~umask)
+        path.chmod(usual_mode(0o666))
 
 
 @contextlib.contextmanager
