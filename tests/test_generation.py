@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import document
+from hypothesis import given
+from hypothesis import strategies as st
 
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots, UnitBatch
@@ -150,6 +152,18 @@ def test_a_session_giving_only_the_best_tokens_decides_the_same(num_beams, top):
         assert partial.full_reads > 0  # every token used is banned (no_repeat_ngram_size=1): beams ran short
     if top == 60:
         assert partial.full_reads == 0
+
+
+@given(vocab=st.integers(6, 40), beams=st.integers(1, 4), top=st.integers(1, 40), max_length=st.integers(2, 24),
+       min_length=st.integers(0, 24), no_repeat=st.integers(0, 3), batch=st.integers(1, 3), seed=st.integers(0, 99))
+def test_best_tokens_only_never_change_a_decision(vocab, beams, top, max_length, min_length, no_repeat, batch, seed):
+    """Any vocabulary, beam width, number of best tokens and filters: the same hypotheses as the full rows."""
+    options = GenerationOptions(num_beams=beams, max_length=max_length, min_length=min(min_length, max_length),
+                                no_repeat_ngram_size=no_repeat)
+    want = generate(TableSession(vocab, seed=seed), batch, options, 0, 2, 1)
+    got = generate(TableSession(vocab, min(top, vocab), seed=seed), batch, options, 0, 2, 1)
+    assert [h.token_ids for h in got] == [h.token_ids for h in want]
+    assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-6)
 
 
 def test_no_repeat_ngram_filter_bans_completions():
