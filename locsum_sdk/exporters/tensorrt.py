@@ -9,6 +9,8 @@ Preparing a graph (`prepare_graph`, no TensorRT needed):
 - the decoder also returns each beam's best `2 * max_beams + TOP_SPARE` tokens (`top_log_probs`, `top_tokens`:
   a TopK on the device), so that a decoding step copies those to the host rather than the whole vocabulary; the
   decoding loop reads the full log-probabilities only at a step where its filters left a beam too few of them;
+- with `--fp16`, the graph computes in float16 (`float16_graph`): TensorRT builds strongly typed networks, whose
+  types are the graph's, and the cross keys/values and caches take half the device memory;
 - an int8 bundle's ONNX Runtime dynamic quantization (DynamicQuantizeLinear + MatMulInteger, which TensorRT
   does not parse) becomes weight-only quantization: `DequantizeLinear` of the same int8 weights, scales and
   zero points, then a float MatMul; int8 embedding tables are dequantized before the lookup. Activations are
@@ -221,6 +223,97 @@ def _topological(nodes: list[Any], graph: Any) -> list[Any]:
     return ordered
 
 
+FLOAT16_MAX = 65504.0
+FLOAT16_FILL = FLOAT16_MAX / 4  # what a constant beyond float16 becomes: a mask fill, finite even summed 4 times
+STATE = ("cross_key.", "cross_value.", "past_key.", "past_value.", "present_key.", "present_value.")
+
+
+def float16_graph(model: Any) -> None:
+    """Rewrite a prepared graph to compute in float16, for a strongly typed TensorRT network (whose types are the
+    graph's): float weights and constants become float16, casts to float cast to float16, and a LogSoftmax reads
+    float32. A constant beyond float16's range (float32's -3.4e38 mask fills, -inf) becomes -FLOAT16_FILL: far
+    below any score, and finite where masks add up, so a row with every key masked stays uniform as in float32
+    instead of turning into NaN; a nonzero constant below float16's smallest normal (an epsilon such as 1e-9 in
+    `x / max(count, eps)`) becomes that normal instead of 0. The cross keys/values and the self-attention caches
+    become float16 inputs and outputs (half the device memory); every other float input or output stays float32
+    behind a cast."""
+    from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+    tiny = float(np.finfo(np.float16).tiny)
+
+    def half(array: np.ndarray, constant: bool = True) -> np.ndarray:
+        array = np.where(np.abs(array) > FLOAT16_MAX, np.sign(array) * FLOAT16_FILL, array)
+        if constant:
+            array = np.where((array != 0) & (np.abs(array) < tiny), np.sign(array) * tiny, array)
+        return array.astype(np.float16)
+
+    graph = model.graph
+    scales = set()  # DequantizeLinear takes float16 scales only from opset 19: it dequantizes to float32, then casts
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type == "DequantizeLinear":
+            scales.add(node.input[1])
+            dequantized = f"{node.output[0]}.float32"
+            nodes.append(helper.make_node("Cast", [dequantized], [node.output[0]], name=node.output[0] + ".float16",
+                                          to=TensorProto.FLOAT16))
+            node.output[0] = dequantized
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for init in graph.initializer:
+        if init.data_type == TensorProto.FLOAT and init.name not in scales:
+            array = numpy_helper.to_array(init)
+            init.CopyFrom(numpy_helper.from_array(half(array, constant=array.size == 1), init.name))
+    for nodes in (graph.node, *(function.node for function in model.functions)):
+        for node in nodes:
+            for attribute in node.attribute:
+                if node.op_type == "Cast" and attribute.name == "to" and attribute.i == TensorProto.FLOAT:
+                    attribute.i = TensorProto.FLOAT16
+                elif attribute.type == AttributeProto.TENSOR and attribute.t.data_type == TensorProto.FLOAT:
+                    attribute.t.CopyFrom(numpy_helper.from_array(half(numpy_helper.to_array(attribute.t)),
+                                                                 attribute.t.name))
+                elif node.op_type == "Constant" and attribute.name in ("value_float", "value_floats"):
+                    value = np.array(attribute.f if attribute.name == "value_float" else list(attribute.floats))
+                    attribute.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(half(value))))
+    for function in model.functions:  # IsInf takes float16 only from opset 20: it reads a float32 copy
+        nodes = []
+        for node in function.node:
+            if node.op_type in ("IsInf", "IsNaN"):
+                cast = f"{node.input[0]}.float32"
+                nodes.append(helper.make_node("Cast", [node.input[0]], [cast], to=TensorProto.FLOAT))
+                node.input[0] = cast
+            nodes.append(node)
+        del function.node[:]
+        function.node.extend(nodes)
+    inner = {}  # float32 graph input or output -> its float16 name inside the graph
+    for value in [*graph.input, *graph.output]:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            if value.name.startswith(STATE):
+                value.type.tensor_type.elem_type = TensorProto.FLOAT16
+            else:
+                inner[value.name] = f"{value.name}.float16"
+    outputs = {o.name for o in graph.output}
+    first, last = [], []
+    for node in graph.node:
+        if node.op_type == "LogSoftmax" and node.output[0] in inner:  # keeps its float32 output, reads float32
+            cast = f"{node.input[0]}.float32"
+            first.append(helper.make_node("Cast", [node.input[0]], [cast], name=cast, to=TensorProto.FLOAT))
+            node.input[0] = cast
+            inner.pop(node.output[0])
+    for node in graph.node:
+        node.input[:] = [inner.get(name, name) for name in node.input]
+        node.output[:] = [inner.get(name, name) for name in node.output]
+    for name, renamed in inner.items():
+        if name in outputs:
+            last.append(helper.make_node("Cast", [renamed], [name], name=f"{name}.float32", to=TensorProto.FLOAT))
+        else:
+            first.append(helper.make_node("Cast", [name], [renamed], name=renamed, to=TensorProto.FLOAT16))
+    nodes = [*first, *graph.node, *last]
+    del graph.node[:]
+    graph.node.extend(_topological(nodes, graph))
+    del graph.value_info[:]
+
+
 def top_tokens(vocab: int, max_beams: int) -> int:
     """Best tokens per beam a prepared decoder returns: the 2K a step may choose, and TOP_SPARE more."""
     return min(vocab, 2 * max_beams + TOP_SPARE)
@@ -248,15 +341,18 @@ def add_top_tokens(model: Any, count: int) -> bool:
     return True
 
 
-def prepare_graph(source: Path, target: Path, top: int = 0) -> tuple[list[str], int, Any, int]:
+def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
+                  ) -> tuple[list[str], int, Any, int]:
     """Write the TensorRT-ready form of one bundle graph, a decoder returning each beam's `top` best tokens too
-    (`top_tokens`); returns (plugin op types, int8 matmuls rewritten, the prepared ModelProto, best tokens per
-    beam returned: `top` for the decoder, else 0)."""
+    (`top_tokens`), computing in float16 with `fp16`; returns (plugin op types, int8 matmuls rewritten, the
+    prepared ModelProto, best tokens per beam returned: `top` for the decoder, else 0)."""
     import onnx
 
     model = onnx.load(str(source))
     rewritten = weight_only(model)
     plugins = annotate(model)
+    if fp16:
+        float16_graph(model)
     top = top if add_top_tokens(model, top) else 0
     onnx.checker.check_model(model)
     onnx.save(model, str(target))
@@ -282,16 +378,13 @@ def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
     return shapes
 
 
-def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]]], fp16: bool) -> bytes:
-    """Parse one prepared graph with the plugin override and build its serialized engine."""
+def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]]]) -> bytes:
+    """Parse one prepared graph with the plugin override and build its serialized engine: a strongly typed
+    network, whose precision is the graph's (float16 graphs from `--fp16`)."""
     log = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(log)
     typing = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
-    has_fp16_flag = hasattr(trt.BuilderFlag, "FP16")
-    if fp16 and not has_fp16_flag:
-        raise ExportError(f"TensorRT {trt.__version__} builds strongly typed networks only, so --fp16 would need "
-                          "float16 graphs; build float32 engines (without --fp16)")
-    flags = 0 if (fp16 or typing is None) else 1 << int(typing)
+    flags = 0 if typing is None else 1 << int(typing)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, log)
     override = getattr(trt.OnnxParserFlag, "ENABLE_PLUGIN_OVERRIDE", None)
@@ -301,8 +394,6 @@ def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]
         problems = "; ".join(str(parser.get_error(i).desc()) for i in range(parser.num_errors))
         raise ExportError(f"TensorRT could not parse {prepared.name}: {problems}")
     config = builder.create_builder_config()
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
     shapes = builder.create_optimization_profile()
     for name, (low, opt, high) in graph_profile.items():
         shapes.set_shape(name, low, opt, high)
@@ -340,7 +431,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
         for name, graph in sorted(source.manifest.graphs.items()):
             stem = Path(graph["file"]).stem
             prepared = work / f"{stem}{PREPARED_SUFFIX}"
-            plugins, rewritten, model, top = prepare_graph(source.file(graph["file"]), prepared, count)
+            plugins, rewritten, model, top = prepare_graph(source.file(graph["file"]), prepared, count, fp16)
             plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
                                    profile(model, shapes.maxima()), top))
         plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
@@ -352,7 +443,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
             trt_plugins.register()
             for graph_plan in plans:
                 logger.info("building %s", graph_plan.plan)
-                engine = build_plan(trt, work / graph_plan.prepared, graph_plan.profile, fp16)
+                engine = build_plan(trt, work / graph_plan.prepared, graph_plan.profile)
                 (work / graph_plan.plan).write_bytes(engine)
             for name in source.manifest.files:
                 shutil.copyfile(source.file(name), work / name)
