@@ -392,3 +392,32 @@ def test_float16_graphs_of_the_shipped_bundles(name, tmp_path):
     for full, half in zip(steps["fp32"], steps["fp16"]):
         assert np.isfinite(half).all() and np.abs(full - half).max() <= 0.1
         assert (full.argmax(-1) == half.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("name", ["dyle", "hiersumm"])
+def test_float16_selection_graphs_score_as_float32(name, tmp_path, monkeypatch):
+    """A selection stage prepared with --fp16 (float32 inputs and scores behind casts, float16 inside), run by
+    the ONNX Runtime backend in place of the bundle's: scores within 1% (+ 1e-3) of float32's (measured: DYLE's
+    extractor 0.003 of scores up to 1.9, the ranker 0.0002 of 0.02) and the same units chosen, the same summary."""
+    from locsum_sdk.backends import onnxruntime as ort_backend
+
+    source = Bundle.load(ENGINES / name)
+    half = tmp_path / "half"
+    shutil.copytree(ENGINES / name, half)
+    for graph, spec in source.manifest.graphs.items():
+        if graph not in ("encoder", "decoder"):
+            trt_export.prepare_graph(source.file(spec["file"]), half / spec["file"], fp16=True)
+    write_manifest(half, source.manifest)
+    scores = []
+    run = ort_backend.OnnxRuntimeBackend.run
+    monkeypatch.setattr(ort_backend.OnnxRuntimeBackend, "run",
+                        lambda self, graph, inputs: scores.append(run(self, graph, inputs)) or scores[-1])
+    query = "What did they decide about the roof?"
+    want = Summarizer.from_pretrained(ENGINES / name).summarize(TEXT, query=query, max_length=24)
+    got = Summarizer.from_pretrained(half).summarize(TEXT, query=query, max_length=24)
+    full, halved = scores[: len(scores) // 2], scores[len(scores) // 2 :]
+    assert full and len(full) == len(halved)
+    for a, b in zip(full, halved):
+        for key in a:
+            assert np.abs(a[key] - b[key]).max() <= 0.01 * np.abs(a[key]).max() + 1e-3
+    assert got.token_ids == want.token_ids and [u.start for u in got.units] == [u.start for u in want.units]
