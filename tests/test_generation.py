@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import BeamSlots, UnitBatch
+from locsum_sdk.backends.base import BeamSlots, UnitBatch, scatter_top
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.generation import GenerationOptions, generate, length_normalized, no_repeat_ngram_filter
 from locsum_sdk.modeling.checkpoint import load_checkpoint
@@ -125,8 +125,6 @@ class TableSession:
         self.last = self.table[tokens]  # (B, K, V)
         if self.top is None:
             return self.last.copy(), np.ones((*tokens.shape[:1], 1, tokens.shape[1]))
-        from locsum_sdk.backends.base import scatter_top
-
         best = np.argsort(-self.last, axis=-1, kind="stable")[..., : self.top]
         out = scatter_top(np.take_along_axis(self.last, best, -1), best.astype(np.int32), np.empty_like(self.last))
         return out, np.ones((*tokens.shape[:1], 1, tokens.shape[1]))

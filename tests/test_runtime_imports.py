@@ -13,6 +13,7 @@ from locsum_sdk import kinds
 SCRIPT = """
 import json, sys
 import locsum_sdk.ops  # the numpy references of every op
+import locsum_sdk.kernels.torch_ops  # the kernels' torch launcher imports torch and triton inside its functions
 from locsum_sdk import Summarizer
 summary = Summarizer.from_pretrained(sys.argv[1], threads=1).summarize(
     ["The council met on Tuesday. The budget was approved.", "The library opens in spring."], max_length=6)

@@ -330,6 +330,18 @@ def encode_and_step(directory: Path, bundle: Bundle, batch, steps: int = 3) -> l
     return out
 
 
+def steps_in_both_precisions(bundle: Bundle, batch, tmp_path: Path) -> dict[str, list[np.ndarray]]:
+    """`encode_and_step` on the bundle's graphs prepared in float32 and with --fp16 (under tmp_path/fp32, /fp16)."""
+    steps = {}
+    for precision in ("fp32", "fp16"):
+        directory = tmp_path / precision
+        directory.mkdir()
+        for spec in bundle.manifest.graphs.values():
+            trt_export.prepare_graph(bundle.file(spec["file"]), directory / spec["file"], 8, fp16=precision == "fp16")
+        steps[precision] = encode_and_step(directory, bundle, batch)
+    return steps
+
+
 def test_float16_graphs_follow_the_float32_ones(tiny_bundle, tmp_path):
     """--fp16 prepares float16 graphs (TensorRT's strongly typed networks take their types): cross keys/values and
     caches float16, log-probabilities float32; with padding units in the grid (fully masked rows), every step's
@@ -342,13 +354,7 @@ def test_float16_graphs_follow_the_float32_ones(tiny_bundle, tmp_path):
     from locsum_sdk.backends.base import UnitBatch
 
     batch = UnitBatch.from_units([random_units(rng, 4, 40, vocab), random_units(rng, 1, 40, vocab)], pad=1)
-    steps = {}
-    for precision in ("fp32", "fp16"):
-        directory = tmp_path / precision
-        directory.mkdir()
-        for spec in bundle.manifest.graphs.values():
-            trt_export.prepare_graph(bundle.file(spec["file"]), directory / spec["file"], 8, fp16=precision == "fp16")
-        steps[precision] = encode_and_step(directory, bundle, batch)
+    steps = steps_in_both_precisions(bundle, batch, tmp_path)
     model = onnx.load(str(tmp_path / "fp16" / bundle.manifest.graphs["decoder"]["file"]))
     types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
     assert types["cross_key.0"] == types["past_key.0"] == types["present_key.0"] == onnx.TensorProto.FLOAT16
@@ -382,13 +388,7 @@ def test_float16_graphs_of_the_shipped_bundles(name, tmp_path):
     sentences = [s + "." for s in TEXT.split(". ")[:4]]  # a unit each
     items = [[unit(s) for s in sentences], [unit(sentences[0])]]
     batch = UnitBatch.from_units(items, summarizer.special.pad)
-    steps = {}
-    for precision in ("fp32", "fp16"):
-        directory = tmp_path / precision
-        directory.mkdir()
-        for spec in source.manifest.graphs.values():
-            trt_export.prepare_graph(source.file(spec["file"]), directory / spec["file"], 8, fp16=precision == "fp16")
-        steps[precision] = encode_and_step(directory, source, batch)
+    steps = steps_in_both_precisions(source, batch, tmp_path)
     for full, half in zip(steps["fp32"], steps["fp16"]):
         assert np.isfinite(half).all() and np.abs(full - half).max() <= 0.1
         assert (full.argmax(-1) == half.argmax(-1)).all()

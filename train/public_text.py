@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from locsum_sdk.errors import DataError, LocsumError, OptionError
+from locsum_sdk.evaluation import parse_line
 from locsum_sdk.exporters.staging import usual_mode
 
 from .config import DATA
@@ -172,12 +173,12 @@ class HeldOut:
             out = out * np.uint64(1_000_003) + ids[k:len(ids) - NGRAM + 1 + k]
         return out
 
-    def overlapping(self, paragraphs: Sequence[str]) -> np.ndarray:
-        """For each paragraph, whether a run of NGRAM words starting or ending in it is held out."""
-        words = [words_of(p) for p in paragraphs]
-        owner = np.repeat(np.arange(len(paragraphs)), [len(w) for w in words])
+    def overlapping(self, words: Sequence[Sequence[str]]) -> np.ndarray:
+        """For each paragraph (its `words_of`), whether a run of NGRAM words starting or ending in it is held
+        out."""
+        owner = np.repeat(np.arange(len(words)), [len(w) for w in words])
         runs = self.hashes([w for ws in words for w in ws])
-        hit = np.zeros(len(paragraphs), bool)
+        hit = np.zeros(len(words), bool)
         if len(runs) and len(self.runs):
             place = np.minimum(np.searchsorted(self.runs, runs), len(self.runs) - 1)
             found = self.runs[place] == runs
@@ -187,19 +188,15 @@ class HeldOut:
 
 
 def _texts(path: Path) -> Iterable[str]:
+    """Every text of a data file's rows (`parse_line`): documents, summary, query and references."""
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                raise DataError(f"{path}:{number}: not a JSON line ({err})") from None
-            values = [row.get("documents"), row.get("summary"), row.get("query"), row.get("references")]
-            for value in values:
-                for text in [value] if isinstance(value, str) else value or []:
-                    if isinstance(text, str):
-                        yield text
+            if line.strip():
+                row = parse_line(line, f"{path}:{number}", number, require_summary=False)
+                references = row.get("references")
+                references = references if isinstance(references, list) else []
+                texts = [*row["documents"], row["summary"], row["query"], *references]
+                yield from (text for text in texts if isinstance(text, str) and text)
 
 
 @dataclass
@@ -240,8 +237,9 @@ def build(sources: Sequence[Source], repos: str | os.PathLike, data: str | os.Pa
         except DataError as err:
             report.skipped = str(err)
             continue
-        hit = held_out.overlapping(paragraphs)
-        sizes = np.array([len(words_of(p)) for p in paragraphs])
+        words = [words_of(p) for p in paragraphs]
+        hit = held_out.overlapping(words)
+        sizes = np.array([len(w) for w in words])
         report.dropped_paragraphs, report.dropped_words = int(hit.sum()), int(sizes[hit].sum())
         if report.dropped_words > MAX_DROPPED * max(1, sizes.sum()):
             report.skipped = f"{report.dropped_words} of {sizes.sum()} words share {NGRAM}-word runs with held-out data"

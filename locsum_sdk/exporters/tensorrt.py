@@ -248,18 +248,7 @@ def float16_graph(model: Any) -> None:
         return array.astype(np.float16)
 
     graph = model.graph
-    scales = set()  # DequantizeLinear takes float16 scales only from opset 19: it dequantizes to float32, then casts
-    nodes = []
-    for node in graph.node:
-        nodes.append(node)
-        if node.op_type == "DequantizeLinear":
-            scales.add(node.input[1])
-            dequantized = f"{node.output[0]}.float32"
-            nodes.append(helper.make_node("Cast", [dequantized], [node.output[0]], name=node.output[0] + ".float16",
-                                          to=TensorProto.FLOAT16))
-            node.output[0] = dequantized
-    del graph.node[:]
-    graph.node.extend(nodes)
+    scales = {n.input[1] for n in graph.node if n.op_type == "DequantizeLinear"}  # float16 scales need opset 19
     for init in graph.initializer:
         if init.data_type == TensorProto.FLOAT and init.name not in scales:
             array = numpy_helper.to_array(init)
@@ -275,16 +264,6 @@ def float16_graph(model: Any) -> None:
                 elif node.op_type == "Constant" and attribute.name in ("value_float", "value_floats"):
                     value = np.array(attribute.f if attribute.name == "value_float" else list(attribute.floats))
                     attribute.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(half(value))))
-    for function in model.functions:  # IsInf takes float16 only from opset 20: it reads a float32 copy
-        nodes = []
-        for node in function.node:
-            if node.op_type in ("IsInf", "IsNaN"):
-                cast = f"{node.input[0]}.float32"
-                nodes.append(helper.make_node("Cast", [node.input[0]], [cast], to=TensorProto.FLOAT))
-                node.input[0] = cast
-            nodes.append(node)
-        del function.node[:]
-        function.node.extend(nodes)
     inner = {}  # float32 graph input or output -> its float16 name inside the graph
     for value in [*graph.input, *graph.output]:
         if value.type.tensor_type.elem_type == TensorProto.FLOAT:
@@ -292,14 +271,25 @@ def float16_graph(model: Any) -> None:
                 value.type.tensor_type.elem_type = TensorProto.FLOAT16
             else:
                 inner[value.name] = f"{value.name}.float16"
+    for body in (graph, *model.functions):
+        nodes = []
+        for node in body.node:
+            # IsInf takes float16 only from opset 20; the output's LogSoftmax keeps float32 (its output stays so)
+            if node.op_type in ("IsInf", "IsNaN") or (
+                    body is graph and node.op_type == "LogSoftmax" and inner.pop(node.output[0], None)):
+                cast = f"{node.input[0]}.float32"
+                nodes.append(helper.make_node("Cast", [node.input[0]], [cast], name=cast, to=TensorProto.FLOAT))
+                node.input[0] = cast
+            nodes.append(node)
+            if node.op_type == "DequantizeLinear":  # float32 (its scales are), then float16
+                dequantized = f"{node.output[0]}.float32"
+                nodes.append(helper.make_node("Cast", [dequantized], [node.output[0]],
+                                              name=f"{node.output[0]}.float16", to=TensorProto.FLOAT16))
+                node.output[0] = dequantized
+        del body.node[:]
+        body.node.extend(nodes)
     outputs = {o.name for o in graph.output}
     first, last = [], []
-    for node in graph.node:
-        if node.op_type == "LogSoftmax" and node.output[0] in inner:  # keeps its float32 output, reads float32
-            cast = f"{node.input[0]}.float32"
-            first.append(helper.make_node("Cast", [node.input[0]], [cast], name=cast, to=TensorProto.FLOAT))
-            node.input[0] = cast
-            inner.pop(node.output[0])
     for node in graph.node:
         node.input[:] = [inner.get(name, name) for name in node.input]
         node.output[:] = [inner.get(name, name) for name in node.output]
@@ -308,9 +298,9 @@ def float16_graph(model: Any) -> None:
             last.append(helper.make_node("Cast", [renamed], [name], name=f"{name}.float32", to=TensorProto.FLOAT))
         else:
             first.append(helper.make_node("Cast", [name], [renamed], name=renamed, to=TensorProto.FLOAT16))
-    nodes = [*first, *graph.node, *last]
+    nodes = [*first, *graph.node, *last]  # still in order: every cast sits just before or after its tensor's use
     del graph.node[:]
-    graph.node.extend(_topological(nodes, graph))
+    graph.node.extend(nodes)
     del graph.value_info[:]
 
 
