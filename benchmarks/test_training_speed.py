@@ -6,8 +6,9 @@ trainer logs them) and peak memory, each point in a process of its own (`benchma
 - On the CPU, or with --quick: d_model 256, 2 + 2 layers, 4 units, one micro-batch, float32 and bf16, 4 steps;
   the process's peak resident set.
 
-The median tokens/s of the steps after the first. Reads the first 64 QMSum train examples (skipped without
-../shared/data). Table and plot: benchmarks/results/training_speed.{json,png}.
+The median tokens/s of the steps after the first, and each precision's ratio to float32 in the same run.
+Reads the first 64 QMSum train examples (skipped without ../shared/data). Table and plot:
+benchmarks/results/training_speed.{json,png}.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def test_trainer_throughput_by_kind_and_precision(quick):
     size = "d_model 256, 2 + 2 layers, 4 units" if small else "bart-base shape, base configs"
     print(f"\ntrainer throughput on {device} ({size}), tokens/s and peak memory:")
     for kind, points in rows.items():
-        cells = ", ".join(f"{p} {v['tokens_per_s']:,.0f} ({v['peak_bytes'] / 2**20:,.0f} MB)"
-                          for p, v in points.items())
+        base = points[precisions[0]]["tokens_per_s"]
+        cells = ", ".join(f"{p} {v['tokens_per_s']:,.0f} = {v['tokens_per_s'] / base:.2f}x "
+                          f"({v['peak_bytes'] / 2**20:,.0f} MB)" for p, v in points.items())
         print(f"  {kind:<11} {points[precisions[0]]['parameters'] / 1e6:6.1f}M parameters: {cells}")
     write_result("training_speed", {"device": device, "size": size, "steps": steps, "points": rows})
     bar_plot({kind: {p: v["tokens_per_s"] for p, v in points.items()} for kind, points in rows.items()},

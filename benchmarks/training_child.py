@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import resource
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -70,7 +71,9 @@ def main(kind: str, precision: str, steps: int, work: str, quick: bool) -> dict:
 
     work_dir = Path(work)
     work_dir.mkdir(parents=True, exist_ok=True)
-    trainer = build(config_for(kind, precision, steps, work_dir, quick), progress=False)
+    config = config_for(kind, precision, steps, work_dir, quick)
+    shutil.rmtree(config.run_dir(), ignore_errors=True)  # a fresh run: an earlier point's final checkpoint would resume
+    trainer = build(config, progress=False)
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     records = trainer.train()
