@@ -35,6 +35,7 @@ logger = logging.getLogger("locsum_sdk")
 
 
 MIN_TENSORRT = (10, 9)  # ahead-of-time plugins through the ONNX parser
+TENSORRT_VERSION = "10.16.1.11"  # what the gpu extra pins and the plugin contract tests run against
 
 
 def import_tensorrt(advice: str) -> Any:

@@ -430,10 +430,16 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
         else:
             from ..kernels import plugins as trt_plugins
 
-            trt_plugins.register()
+            trt_plugins.register(device[1])
             for graph_plan in plans:
                 logger.info("building %s", graph_plan.plan)
-                engine = build_plan(trt, work / graph_plan.prepared, graph_plan.profile)
+                try:
+                    engine = build_plan(trt, work / graph_plan.prepared, graph_plan.profile)
+                except (ExportError, OptionError):
+                    raise
+                except Exception as err:  # TensorRT's own exceptions (TypeError, RuntimeError, ...)
+                    raise ExportError(f"TensorRT failed building {graph_plan.plan} ({type(err).__name__}: {err}); "
+                                      "run `locsum doctor` to see which GPU stage fails") from err
                 (work / graph_plan.plan).write_bytes(engine)
             for name in source.manifest.files:
                 shutil.copyfile(source.file(name), work / name)

@@ -1,0 +1,63 @@
+"""Each extra brings what its commands import: the TensorRT export's dry run needs only the base install and the
+`gpu` extra (and their own requirements), and the `gpu` and `test` extras pin the TensorRT this release names."""
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from locsum_sdk.backends.tensorrt import TENSORRT_VERSION
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+DRY_RUN = """
+import sys
+started = set(sys.modules)  # what the interpreter loaded before (site hooks such as setuptools' distutils shim)
+import json, tempfile
+from pathlib import Path
+from locsum_sdk.exporters import tensorrt
+tensorrt.build_engines(sys.argv[1], Path(tempfile.mkdtemp()) / "out", dry_run=True)
+print(json.dumps(sorted({name.split(".")[0] for name in set(sys.modules) - started})))
+"""
+
+
+def closure(requirements: list[str]) -> set[str]:
+    """The distributions `requirements` name, with what each installed one requires in turn (markers evaluated)."""
+    names, pending = set(), [Requirement(r) for r in requirements]
+    while pending:
+        requirement = pending.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        if name in names:
+            continue
+        names.add(name)
+        try:
+            pending.extend(Requirement(r) for r in importlib.metadata.requires(name) or [])
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return names
+
+
+def test_the_tensorrt_dry_run_needs_only_the_gpu_extra(tmp_path):
+    done = subprocess.run([sys.executable, "-c", DRY_RUN, str(ROOT / "engines" / "dyle")], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = json.loads(done.stdout.splitlines()[-1])
+    owners = importlib.metadata.packages_distributions()
+    imported = {owner.lower().replace("_", "-") for module in modules if module not in sys.stdlib_module_names
+                for owner in owners.get(module, [])} - {"locsum"}
+    allowed = closure(PROJECT["dependencies"] + PROJECT["optional-dependencies"]["gpu"])
+    assert imported - allowed == set(), "imported by the dry run but not brought by pip install 'locsum[gpu]'"
+
+
+def test_the_gpu_and_test_extras_pin_one_tensorrt():
+    extras = PROJECT["optional-dependencies"]
+    pins = {Requirement(r).name: Requirement(r).specifier for r in extras["gpu"] + extras["test"]}
+    assert str(pins["tensorrt-cu12"]) == str(pins["tensorrt-cu12-bindings"]) == f"=={TENSORRT_VERSION}"
+    assert all(str(Requirement(r).specifier) for r in extras["gpu"]), "every gpu requirement is bounded"
