@@ -44,7 +44,29 @@ def test_plugin_through_tensorrt_plugin(driven, op, precision):
     """Creator, output types (from "fake" shape expressions), output shapes, type combinations, tactics, launch
     parameters and scalar arguments evaluated at concrete shapes, and the embedded PTX (sm_90, PTX_VERSION, an entry
     taking inputs, sizes and outputs only)."""
-    assert driven[f"{op}-{precision}"] == "ok", driven[f"{op}-{precision}"]
+    assert driven["driven"][f"{op}-{precision}"] == "ok", driven["driven"][f"{op}-{precision}"]
+
+
+# PTX ISA version -> the CUDA release that introduced it -> the oldest Linux driver that JIT-compiles it (NVIDIA's
+# PTX ISA release notes and CUDA toolkit release notes, table 3). A driver loads PTX of its own CUDA release or
+# older; CUDA's minor-version compatibility does not extend to PTX.
+PTX_DRIVER = {"8.0": ("12.0", "525.60.13"), "8.1": ("12.1", "530.30.02"), "8.2": ("12.2", "535.54.03"),
+              "8.3": ("12.3", "545.23.06"), "8.4": ("12.4", "550.54.14"), "8.5": ("12.5", "555.42.02")}
+
+
+@pytest.mark.parametrize("capability", trt_contract.CAPABILITIES)
+@pytest.mark.parametrize("op", sorted(trt_contract.CASES))
+def test_kernels_compile_ahead_for_every_gpu(driven, op, capability):
+    """Every kernel, fp32 and fp16, compiled with no driver for sm_80, sm_89 and sm_90: PTX 8.0, which drivers from
+    525.60.13 load (the oldest TensorRT 10.16 for CUDA 12 supports); an entry taking the input pointers, the int32
+    sizes and the output pointers, in TensorRT's order, with the scratch pointers this Triton appends removed (the
+    kernels never read them)."""
+    for dtype in ("fp32", "fp16"):
+        found = driven["compiled"][f"{op}-{dtype}-sm_{capability}"]
+        assert found["target"] in (f"sm_{capability}", f"sm_{capability}a")
+        assert PTX_DRIVER[found["version"]] == ("12.0", plugins.MIN_DRIVER)
+        assert found["parameters"] == found["expected"]
+        assert found["triton_parameters"] >= len(found["expected"])
 
 
 @pytest.fixture

@@ -110,6 +110,34 @@ def expected_parameters(launch) -> list[str]:
 
 
 
+CAPABILITIES = (80, 89, 90)  # A100, L4/L40, H100
+
+
+def compile_everywhere() -> dict[str, dict]:
+    """Each kernel compiled ahead of time (no driver) for every capability and dtype: its PTX version, target and
+    entry parameters, and Triton's own parameter count before the entry was trimmed."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    found = {}
+    for op, launch in launches().items():
+        shapes = dims(CASES[op])
+        for dtype in ("fp32", "fp16"):
+            for capability in CAPABILITIES:
+                name, ptx, _ = plugins.compile_kernel(launch, dtype, shapes, capability)
+                source = triton.compiler.ASTSource(fn=launch.kernel, signature=launch.signature(dtype, shapes),
+                                                   constexprs=launch.blocks(dtype, shapes))
+                raw = triton.compile(source, target=GPUTarget("cuda", capability, 32),
+                                     options={"ptx_version": plugins.PTX_VERSION}).asm["ptx"]
+                found[f"{op}-{dtype}-sm_{capability}"] = {
+                    "version": re.search(r"^\.version (\S+)", ptx, re.MULTILINE).group(1),
+                    "target": re.search(r"^\.target (\S+)", ptx, re.MULTILINE).group(1),
+                    "parameters": entry_parameters(ptx, name), "expected": expected_parameters(launch),
+                    "triton_parameters": len(entry_parameters(raw, name)),
+                }
+    return found
+
+
 def main() -> None:
     results = {}
     trt_standin.load()
@@ -121,7 +149,7 @@ def main() -> None:
                 results[f"{op}-{precision}"] = "ok"
             except Exception:
                 results[f"{op}-{precision}"] = traceback.format_exc()
-    json.dump(results, sys.stdout)
+    json.dump({"driven": results, "compiled": compile_everywhere()}, sys.stdout)
 
 
 if __name__ == "__main__":

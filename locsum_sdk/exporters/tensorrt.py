@@ -77,14 +77,27 @@ class EngineShapes:
 
     def maxima(self) -> dict[str, int]:
         """The maximum of every named axis the exported graphs use."""
-        rows = self.max_batch * self.max_units
+        return self._axes(self.max_batch, self.max_units, self.max_unit_len, self.max_beams, self.max_steps,
+                          self.max_candidates, self.dims)
+
+    def optima(self) -> dict[str, int]:
+        """The shape TensorRT tunes for on every axis: half of each maximum (rounded up), all beams, and the axes
+        that are products of others (rows = batch x units) their product, so that the opt shapes of all inputs
+        are one input the graphs can take."""
+        half = {name: -(-value // 2) for name, value in self.dims.items()}
+        return self._axes(-(-self.max_batch // 2), -(-self.max_units // 2), -(-self.max_unit_len // 2),
+                          self.max_beams, -(-self.max_steps // 2), -(-self.max_candidates // 2), half)
+
+    @staticmethod
+    def _axes(batch: int, units: int, length: int, beams: int, steps: int, candidates: int,
+              dims: dict[str, int]) -> dict[str, int]:
         base = {
-            "batch": self.max_batch, "items": self.max_batch, "beams": self.max_beams, "units": self.max_units,
-            "rows": rows, "length": self.max_unit_len, "capacity": self.max_steps,
-            "chunks": self.max_candidates, "snippets": self.max_candidates, "paragraphs": self.max_candidates,
-            "title_length": self.max_unit_len,
+            "batch": batch, "items": batch, "beams": beams, "units": units, "length": length, "capacity": steps,
+            "chunks": candidates, "snippets": candidates, "paragraphs": candidates, "title_length": length,
         }
-        return {**base, **self.dims}
+        axes = {**base, **dims}
+        axes.setdefault("rows", axes["batch"] * axes["units"])
+        return axes
 
 
 @dataclass(frozen=True)
@@ -183,8 +196,7 @@ def weight_only(model: Any) -> int:
             table = f"{gather.input[0]}.dequantized"
             if table not in tables:  # one dequantized table per int8 table, however many lookups read it
                 tables.add(table)
-                added.append(helper.make_node("DequantizeLinear", [gather.input[0], *node.input[1:]], [table],
-                                              name=table))
+                added.extend(symmetric_table(graph, initializers, gather.input[0], node.input[1:], table))
             added.append(helper.make_node("Gather", [table, gather.input[1]], list(node.output),
                                           name=node.output[0] + ".gather", axis=_axis(gather)))
             dropped.update(id(n) for n in (node, gather))
@@ -200,7 +212,31 @@ def weight_only(model: Any) -> int:
         kept = still
     del graph.node[:]
     graph.node.extend(_topological(kept + added, graph))
+    read = {name for n in graph.node for name in n.input}
+    unread = [init for init in graph.initializer if init.name not in read]  # the replaced tables and scales
+    for init in unread:
+        graph.initializer.remove(init)
     return rewritten
+
+
+def symmetric_table(graph: Any, initializers: dict[str, Any], name: str, quantization: list[str],
+                    table: str) -> list[Any]:
+    """The float table `table` from the int8 or uint8 table `name` and its (scale, zero point) initializers, in a
+    form TensorRT's parser takes (it dequantizes only int8 with a zero point of 0): an int8 table shifted by its
+    zero point with a DequantizeLinear node when every shifted value fits int8 (exact), else the table itself
+    dequantized into a float initializer (exact too; four times the bytes). Returns the nodes to add."""
+    from onnx import helper, numpy_helper
+
+    values = numpy_helper.to_array(initializers[name]).astype(np.int32)
+    scale = numpy_helper.to_array(initializers[quantization[0]])
+    zero = (numpy_helper.to_array(initializers[quantization[1]]).astype(np.int32)
+            if len(quantization) > 1 and quantization[1] else np.int32(0))
+    shifted = values - zero
+    if shifted.min() >= -128 and shifted.max() <= 127:
+        graph.initializer.append(numpy_helper.from_array(shifted.astype(np.int8), f"{table}.int8"))
+        return [helper.make_node("DequantizeLinear", [f"{table}.int8", quantization[0]], [table], name=table)]
+    graph.initializer.append(numpy_helper.from_array((shifted * scale).astype(scale.dtype), table))
+    return []
 
 
 def _axis(node: Any) -> int:
@@ -349,10 +385,10 @@ def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
     return plugins, rewritten, model, top
 
 
-def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
-    """[min, opt, max] shapes of every graph input from the named axes: min 1, max from `maxima`, opt half
-    the max (beams: the max)."""
-    shapes: dict[str, list[list[int]]] = {}
+def profile(model: Any, shapes: EngineShapes) -> dict[str, list[list[int]]]:
+    """[min, opt, max] shapes of every graph input from the named axes: min 1, opt and max from `shapes`."""
+    maxima, optima = shapes.maxima(), shapes.optima()
+    profiles: dict[str, list[list[int]]] = {}
     for value in model.graph.input:
         low, opt, high = [], [], []
         for dim in value.type.tensor_type.shape.dim:
@@ -360,12 +396,11 @@ def profile(model: Any, maxima: dict[str, int]) -> dict[str, list[list[int]]]:
                 if dim.dim_param not in maxima:
                     raise OptionError(f"input {value.name} has axis {dim.dim_param!r}, which has no maximum; give "
                                       f"one with --dim {dim.dim_param}=MAX")
-                top = maxima[dim.dim_param]
-                low.append(1), opt.append(top if dim.dim_param == "beams" else max(1, top // 2)), high.append(top)
+                low.append(1), opt.append(optima[dim.dim_param]), high.append(maxima[dim.dim_param])
             else:
                 low.append(dim.dim_value), opt.append(dim.dim_value), high.append(dim.dim_value)
-        shapes[value.name] = [low, opt, high]
-    return shapes
+        profiles[value.name] = [low, opt, high]
+    return profiles
 
 
 def build_plan(trt: Any, prepared: Path, graph_profile: dict[str, list[list[int]]]) -> bytes:
@@ -423,7 +458,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
             prepared = work / f"{stem}{PREPARED_SUFFIX}"
             plugins, rewritten, model, top = prepare_graph(source.file(graph["file"]), prepared, count, fp16)
             plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
-                                   profile(model, shapes.maxima()), top))
+                                   profile(model, shapes), top))
         plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
         if dry_run:
             (work / PLAN_FILE).write_text(json.dumps(asdict(plan), indent=2), encoding="utf-8")
