@@ -255,6 +255,22 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+    from .summarizer import default_bundle
+
+    bundles = [Path(b) for b in args.bundle] if args.bundle else [default_bundle()]
+    show = None if args.quiet else (lambda check: print(doctor.line(check), flush=True))
+    report = doctor.run(bundles, show=show)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    if not args.quiet:
+        failed = sum(c.status == "fail" for c in report.checks)
+        print(f"{'every GPU stage passed' if report.ok else f'{failed} stage(s) failed'}"
+              f"{f'; results in {args.json}' if args.json else ''}")
+    return 1 if args.require_gpu and not report.ok else 0
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     """The decoding, unit and limit options given on the command line (`--unit NAME=VALUE` for any kind's)."""
     options = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
@@ -420,6 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--nodes", action="store_true", help="by node instead of by operator type")
     f.add_argument("--json", action="store_true", help="print every operator type as JSON")
     f.set_defaults(run=_profile)
+
+    d = commands.add_parser("doctor", parents=flags,
+                            help="check every GPU stage in order (driver, ONNX Runtime CUDA, kernels, TensorRT, "
+                                 "plugins, engines, tokens) and print the fix for each failure")
+    d.add_argument("--bundle", action="append", help="bundle to build engines for and compare (repeatable; default: "
+                   "the shipped bundle)")
+    d.add_argument("--json", help="write the results and the versions found as JSON to this file")
+    d.add_argument("--require-gpu", dest="require_gpu", action="store_true",
+                   help="exit 1 unless every stage passed (default: exit 0 and report)")
+    d.set_defaults(run=_doctor)
     return parser
 
 

@@ -1,6 +1,6 @@
 """The Triton kernels of the three ops against their numpy references on the CPU under `TRITON_INTERPRET=1`
-(cases and tolerances: `kernel_cases.py`), and compiled ahead of time for a Hopper GPU (PTX and cubin: triton's own
-LLVM and ptxas, no GPU needed)."""
+(cases and tolerances: `locsum_sdk/kernels/cases.py`), and compiled ahead of time for a Hopper GPU (PTX and cubin:
+triton's own LLVM and ptxas, no GPU needed)."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("torch")
 
-from kernel_cases import CASES, DTYPES, OPS, TOLERANCE, check  # noqa: E402
+from locsum_sdk.kernels.cases import CASES, DTYPES, OPS, TOLERANCE, check  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",

@@ -42,13 +42,7 @@ def tiny_bundle(request, bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hie
 
 def prepared_bundle(source: Path, target: Path) -> Path:
     """A copy of `source` whose graphs are the prepared (TensorRT) graphs: runnable on ONNX Runtime."""
-    bundle = Bundle.load(source)
-    shutil.copytree(source, target)
-    for graph in bundle.manifest.graphs.values():
-        trt_export.prepare_graph(bundle.file(graph["file"]), target / graph["file"],
-                                 trt_export.top_tokens(bundle.manifest.model["vocab_size"], 4))
-    write_manifest(target, bundle.manifest)
-    return target
+    return trt_export.prepared_bundle(source, target)
 
 
 def locsum_nodes(model):
@@ -452,3 +446,20 @@ def test_float16_selection_graphs_score_as_float32(name, tmp_path, monkeypatch):
         for key in a:
             assert np.abs(a[key] - b[key]).max() <= 0.01 * np.abs(a[key]).max() + 1e-3
     assert got.token_ids == want.token_ids and [u.start for u in got.units] == [u.start for u in want.units]
+
+
+def test_onnxruntime_checks_that_its_session_has_cuda(monkeypatch, caplog):
+    """onnxruntime-gpu lists the CUDA provider even where the CUDA or cuDNN libraries are missing, and a session
+    then runs on the CPU alone (as the CPU build does here when asked for CUDA): device="cuda" is refused with the
+    fix, device="auto" goes on on the CPU with a warning."""
+    import onnxruntime as ort
+
+    from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    bundle = Bundle.load(ENGINES / "default")
+    with pytest.raises(BackendUnavailableError, match="CUDA provider did not load.*locsum doctor"):
+        OnnxRuntimeBackend(bundle, device="cuda")
+    backend = OnnxRuntimeBackend(bundle, device="auto")
+    assert backend.device == "cpu" and backend.sessions["decoder"].get_providers() == ["CPUExecutionProvider"]
+    assert "running on the CPU" in caplog.text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from .base import (
 )
 
 logger = logging.getLogger("locsum_sdk")
+CUDA = "CUDAExecutionProvider"
 
 
 def _import_ort():
@@ -53,14 +55,14 @@ def _device(ort, device: str, providers: list[str] | None) -> str:
     """Where the buffers live: "cuda" when asked for (or auto) and onnxruntime has the CUDA execution provider."""
     if device not in DEVICES:
         raise OptionError(f"device={device!r} is not one of {list(DEVICES)}")
-    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    has_cuda = CUDA in ort.get_available_providers()
     if device == "cuda" and not has_cuda:
         raise BackendUnavailableError(
             "device='cuda' needs onnxruntime-gpu with a CUDA GPU: pip install 'locsum[gpu]' (it replaces "
             "onnxruntime; uninstall onnxruntime first)"
         )
     if providers is not None:
-        return "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
+        return "cuda" if providers[0] == CUDA else "cpu"
     return "cuda" if device in ("cuda", "auto") and has_cuda else "cpu"
 
 
@@ -92,7 +94,7 @@ class OnnxRuntimeBackend:
         self.ort, self.bundle = ort, bundle
         self.device = _device(ort, device, providers)
         if providers is None and self.device == "cuda":
-            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            providers = [CUDA, "CPUExecutionProvider"]
         self.config = bundle.manifest.model
         self.kind = kinds.get(bundle.manifest.kind, BundleError)  # its graphs' IO and how a session binds them
         self.layers = self.config["decoder_layers"]
@@ -108,11 +110,28 @@ class OnnxRuntimeBackend:
         # slower without it); the arena alone reuses the chunks.
         # A selection graph (ranker, extractor) runs before the encoder as the encoder does.
         self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
-        self.sessions = {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
-                         for graph in self.graphs}
+        self.sessions = self._sessions()
+        if self.device == "cuda" and CUDA not in self.sessions["decoder"].get_providers():
+            self._without_cuda(device)
         self.encoder, self.decoder = self.sessions["encoder"], self.sessions["decoder"]
         self.identity = bundle.fingerprint
         self.caches_units = self.device == "cpu"  # on CUDA the grid is device memory the cache does not write
+
+    def _sessions(self) -> dict[str, Any]:
+        return {graph: self._session(graph, spin=graph == "decoder", memory_pattern=graph == "decoder")
+                for graph in self.graphs}
+
+    def _without_cuda(self, device: str) -> None:
+        """onnxruntime lists the CUDA provider whenever onnxruntime-gpu is installed, but a session gets it only where
+        the CUDA and cuDNN libraries load: refuse (device="cuda") or go on on the CPU with a warning ("auto")."""
+        advice = ("onnxruntime-gpu is installed but its CUDA provider did not load (the CUDA 12 or cuDNN 9 libraries "
+                  "are missing or do not match): pip install 'onnxruntime-gpu[cuda,cudnn]' or install CUDA 12 and "
+                  "cuDNN 9; `locsum doctor` checks each GPU stage")
+        if device == "cuda":
+            raise BackendUnavailableError(f"device='cuda': {advice}")
+        logger.warning("running on the CPU: %s", advice)
+        self.device, self.providers = "cpu", ["CPUExecutionProvider"]
+        self.sessions = self._sessions()
 
     def _options(self, spin: bool, memory_pattern: bool):
         ort = self.ort

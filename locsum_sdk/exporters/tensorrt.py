@@ -385,6 +385,21 @@ def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
     return plugins, rewritten, model, top
 
 
+def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_beams: int = 4,
+                    fp16: bool = False) -> Path:
+    """A copy of `bundle` at `output` whose graphs are the prepared graphs: what TensorRT engines built from it
+    compute, runnable on ONNX Runtime (the reference `locsum doctor` compares engines' tokens against)."""
+    source = Bundle.load(bundle)
+    count = top_tokens(source.manifest.model["vocab_size"], max_beams)
+    with staged(Path(output)) as work:
+        for name in source.manifest.files:
+            shutil.copyfile(source.file(name), work / name)
+        for graph in source.manifest.graphs.values():
+            prepare_graph(source.file(graph["file"]), work / graph["file"], count, fp16)
+        write_manifest(work, source.manifest)
+    return Path(output)
+
+
 def profile(model: Any, shapes: EngineShapes) -> dict[str, list[list[int]]]:
     """[min, opt, max] shapes of every graph input from the named axes: min 1, opt and max from `shapes`."""
     maxima, optima = shapes.maxima(), shapes.optima()

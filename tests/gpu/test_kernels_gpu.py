@@ -1,5 +1,5 @@
-"""The Triton kernels on a CUDA GPU against their numpy references: the cases of `kernel_cases.py`, compiled (not
-interpreted), in a process of their own. Skipped without a GPU."""
+"""The Triton kernels on a CUDA GPU against their numpy references: the cases of `locsum_sdk/kernels/cases.py`,
+compiled (not interpreted), in a process of their own. Skipped without a GPU."""
 
 import json
 import os
@@ -12,13 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernel_cases import CASES, DTYPES, OPS, TOLERANCE  # noqa: E402
+from locsum_sdk.kernels.cases import CASES, DTYPES, OPS, TOLERANCE  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")]
 
 SCRIPT = """
 import json, sys
-from kernel_cases import check
+from locsum_sdk.kernels.cases import check
 print(json.dumps(check(sys.argv[1], sys.argv[2], "cuda", int(sys.argv[3]))))
 """
 

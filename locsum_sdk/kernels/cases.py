@@ -1,6 +1,6 @@
 """Random cases for the Triton kernels of the three ops against their numpy references, on any device: the CPU
-under `TRITON_INTERPRET=1` (tests/test_kernels.py) or a CUDA GPU (tests/gpu/test_kernels_gpu.py, in a process of its
-own so that the kernels are compiled, not interpreted).
+under `TRITON_INTERPRET=1` (tests/test_kernels.py), a CUDA GPU (tests/gpu/test_kernels_gpu.py, in a process of its
+own so that the kernels are compiled, not interpreted), and `locsum doctor` on the GPU it checks. Needs torch.
 
 Tolerance: the largest absolute difference over a case's output, divided by the largest |reference| value or 1,
 whichever is larger (float64 reference on the same inputs; a one-token vocabulary has log-probabilities of exactly

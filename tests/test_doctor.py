@@ -1,0 +1,44 @@
+"""`locsum doctor` on a machine without a GPU: a line for every stage saying what is missing (skips naming what
+they need), no traceback, results as JSON, exit 0 unless the GPU is required."""
+
+import json
+import subprocess
+import sys
+import time
+
+from locsum_sdk import doctor
+from locsum_sdk.cli import main
+
+STAGES = ["driver", "onnxruntime-cuda", "kernels", "tensorrt", "plugins", "engines:default", "tokens:default"]
+
+
+def test_doctor_without_a_gpu(tmp_path):
+    report = tmp_path / "doctor.json"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "locsum_sdk.cli", "doctor", "--json", str(report)],
+                          capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - started < 60
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
+    assert [line.split()[1] for line in lines] == STAGES
+    written = json.loads(report.read_text(encoding="utf-8"))
+    assert [c["stage"] for c in written["checks"]] == STAGES and written["ok"] is False
+    assert all(c["fix"] for c in written["checks"] if c["status"] == "fail")
+    assert written["environment"]["packages"]["locsum"]
+    skipped = {c["stage"]: c["detail"] for c in written["checks"] if c["status"] == "skip"}
+    assert skipped["tokens:default"] == "needs: engines:default"
+
+
+def test_doctor_requires_the_gpu_when_asked(capsys):
+    assert main(["doctor", "-q", "--require-gpu"]) == 1
+    assert capsys.readouterr().out == ""
+
+
+def test_a_stage_that_breaks_is_a_finding(monkeypatch):
+    def broken():
+        raise RuntimeError("device-side assert")
+
+    monkeypatch.setattr(doctor, "_kernels", broken)
+    report = doctor.run([doctor.Path("engines/default")])
+    kernels = next(c for c in report.checks if c.stage == "kernels")
+    assert kernels.status == "fail" and "RuntimeError: device-side assert" in kernels.detail and kernels.fix
