@@ -463,3 +463,28 @@ def test_onnxruntime_checks_that_its_session_has_cuda(monkeypatch, caplog):
     backend = OnnxRuntimeBackend(bundle, device="auto")
     assert backend.device == "cpu" and backend.sessions["decoder"].get_providers() == ["CPUExecutionProvider"]
     assert "running on the CPU" in caplog.text
+
+
+def test_engine_addresses_are_checked():
+    """TensorRT takes only 256-byte aligned addresses and says so by returning False: both become a BackendError
+    naming the tensor, never a silent wrong binding."""
+    from locsum_sdk.backends.tensorrt import ALIGNMENT, Engine
+    from locsum_sdk.errors import BackendError
+
+    class Context:
+        def __init__(self, accepts):
+            self.accepts, self.bound = accepts, {}
+
+        def set_tensor_address(self, name, pointer):
+            self.bound[name] = pointer
+            return self.accepts
+
+    engine = object.__new__(Engine)
+    engine.graph, engine.context = "encoder", Context(True)
+    engine.bind("cross_key.0", 7 * ALIGNMENT)
+    assert engine.context.bound == {"cross_key.0": 7 * ALIGNMENT}
+    with pytest.raises(BackendError, match="cross_key.0.*aligned to 256"):
+        engine.bind("cross_key.0", 7 * ALIGNMENT + 64)
+    engine.context = Context(False)
+    with pytest.raises(BackendError, match="refused the address of the encoder's cross_key.0"):
+        engine.bind("cross_key.0", ALIGNMENT)

@@ -101,6 +101,13 @@ class DeviceBuffer:
         check(self.cudart.cudaMemcpy2DAsync(self.pointer, pitch, source.pointer, source_pitch, width, rows, kind,
                                             stream.handle), "cudaMemcpy2DAsync")
 
+    def copy_to(self, pointer: int, nbytes: int, stream: Stream) -> None:
+        """Device-to-device copy of this buffer's first `nbytes` to the device address `pointer`."""
+        self._fits(nbytes)
+        kind = self.cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+        check(self.cudart.cudaMemcpyAsync(pointer, self.pointer, nbytes, kind, stream.handle),
+              "cudaMemcpyAsync (device to device)")
+
     def zero(self, stream: Stream) -> None:
         check(self.cudart.cudaMemsetAsync(self.pointer, 0, self.nbytes, stream.handle), "cudaMemsetAsync")
 

@@ -65,10 +65,15 @@ def check_profile(graph: str, name: str, shape: tuple[int, ...], profile: list[l
             )
 
 
-class Engine:
-    """One plan: its execution context and a device buffer per input and output, at the profile's maxima."""
+ALIGNMENT = 256  # bytes: TensorRT's alignment for every input and output address
 
-    def __init__(self, backend: TensorRTBackend, graph: str):
+
+class Engine:
+    """One plan: its execution context and a device buffer per input and output, at the profile's maxima, except
+    the outputs in `external`, which the caller binds to its own memory (the encoder's cross keys/values, written
+    into the decoder's grid); one of those gets a buffer of its own only if the caller's address is not aligned."""
+
+    def __init__(self, backend: TensorRTBackend, graph: str, external: frozenset[str] = frozenset()):
         trt, cuda = backend.trt, backend.cuda
         self.graph, self.backend = graph, backend
         file = backend.bundle.file(backend.bundle.manifest.tensorrt["plans"][graph])
@@ -89,13 +94,15 @@ class Engine:
         self.dtypes = {n: np.dtype(trt.nptype(self.engine.get_tensor_dtype(n))) for n in names}
         for name in self.inputs:
             self.context.set_input_shape(name, self.profile[name][2])
-        self.buffers = {}
+        self.buffers, self.max_bytes = {}, {}
         for name in names:
             shape = self.profile[name][2] if name in self.inputs else tuple(self.context.get_tensor_shape(name))
             if any(d < 0 for d in shape):
                 raise BundleError(f"the {graph} plan's {name} has no bounded shape ({shape}); build the engines again")
-            self.buffers[name] = cuda.DeviceBuffer(int(np.prod(shape)) * self.dtypes[name].itemsize)
-        self.bound_elsewhere: frozenset[str] = frozenset()  # outputs the caller binds to its own buffers
+            self.max_bytes[name] = int(np.prod(shape)) * self.dtypes[name].itemsize
+            if name not in external:
+                self.buffers[name] = cuda.DeviceBuffer(self.max_bytes[name])
+        self.bound_elsewhere = frozenset(external)  # outputs the caller binds to its own buffers
 
     def shape(self, name: str, shape: tuple[int, ...]) -> None:
         check_profile(self.graph, name, shape, self.profile[name])
@@ -107,15 +114,25 @@ class Engine:
         value = np.ascontiguousarray(value, dtype=self.dtypes[name])
         self.shape(name, value.shape)
         self.buffers[name].upload(value, self.backend.stream)
-        self.context.set_tensor_address(name, self.buffers[name].pointer)
+        self.bind(name, self.buffers[name].pointer)
 
     def bind(self, name: str, pointer: int) -> None:
-        self.context.set_tensor_address(name, pointer)
+        """Give TensorRT the address of an input or output (ALIGNMENT-aligned: see `own`)."""
+        if pointer % ALIGNMENT or not self.context.set_tensor_address(name, pointer):
+            raise BackendError(f"TensorRT refused the address of the {self.graph}'s {name} ({pointer:#x}; it must be "
+                               f"a device address aligned to {ALIGNMENT} bytes)")
+
+    def own(self, name: str) -> Any:
+        """A buffer of this engine's own for the external output `name` (allocated at its maximum the first time),
+        for when the caller's address is not aligned."""
+        if name not in self.buffers:
+            self.buffers[name] = self.backend.cuda.DeviceBuffer(self.max_bytes[name])
+        return self.buffers[name]
 
     def execute(self) -> None:
         for name in self.outputs:
             if name not in self.bound_elsewhere:
-                self.context.set_tensor_address(name, self.buffers[name].pointer)
+                self.bind(name, self.buffers[name].pointer)
         if not self.context.execute_async_v3(self.backend.stream.pointer):
             raise BackendError(f"TensorRT failed running the {self.graph}; see its log above")
 
@@ -146,8 +163,10 @@ class TensorRTBackend:
         self.graphs = self.kind.graphs(self.config)
         self.stream = cuda.Stream()
         self.runtime = self.trt.Runtime(self.trt.Logger(self.trt.Logger.WARNING))
-        self.engines = {graph: Engine(self, graph) for graph in self.graphs}
-        self.decoder = self.engines["decoder"]
+        self.decoder = Engine(self, "decoder")
+        crosses = frozenset(n for n in self.decoder.inputs if n.startswith(("cross_key.", "cross_value.")))
+        self.engines = {graph: self.decoder if graph == "decoder" else
+                        Engine(self, graph, crosses if graph == "encoder" else frozenset()) for graph in self.graphs}
         self.cross = {}  # the grid's cross keys/values, one buffer per tensor at the decoder profile's maximum
         self.cache = {}  # (past, present) -> two buffers at the profile's maximum
         for name in self.decoder.inputs:
@@ -204,13 +223,19 @@ class TensorRTSession:
         encoder = backend.engines["encoder"]
         row_bytes = {name: self.heads * self.head_dim * self.length * encoder.dtypes[name].itemsize
                      for name in backend.cross}
-        encoder.bound_elsewhere = frozenset(backend.cross)
         for first, end, row in self.layout.encoder_runs(batch, unit_batch_size):
             for name, value in self.layout.encoder_inputs(batch, first, end).items():
                 encoder.upload(name, value)
+            staged = []  # outputs whose place in the grid is not aligned: written to the engine's own buffer first
             for name, buffer in backend.cross.items():
-                encoder.bind(name, buffer.pointer + row * row_bytes[name])
+                target = buffer.pointer + row * row_bytes[name]
+                if target % ALIGNMENT:
+                    staged.append((name, target))
+                    target = encoder.own(name).pointer
+                encoder.bind(name, target)
             encoder.execute()
+            for name, target in staged:
+                encoder.own(name).copy_to(target, (end - first) * row_bytes[name], backend.stream)
 
     def _bind_cache(self, reshape: bool) -> None:
         """Bind each layer's past and present buffers (they swap every step); `reshape` when the capacity changed."""
