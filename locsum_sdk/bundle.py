@@ -237,9 +237,10 @@ class Bundle:
         return self.manifest.graphs[name]
 
 
-def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
-    """Checksum every file in `directory` (except the manifest) and write `manifest.json`."""
+def write_manifest(directory: Path, manifest: Manifest, **changes: Any) -> Manifest:
+    """Checksum every file in `directory` (except the manifest) and write `manifest.json`: `manifest` with
+    `changes` (fields by name, checked with the new checksums: a TensorRT record names plans only they list)."""
     files = {p.name: sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != C.MANIFEST_FILE}
-    manifest = Manifest(**{**asdict(manifest), "files": files})
+    manifest = Manifest(**{**asdict(manifest), **changes, "files": files})
     (directory / C.MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
     return manifest

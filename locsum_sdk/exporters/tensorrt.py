@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import constants as C
-from ..bundle import Bundle, Manifest, write_manifest
+from ..bundle import Bundle, write_manifest
 from ..errors import ExportError, OptionError
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
 from .staging import staged
@@ -498,7 +498,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
                 "precision": plan.precision, "plans": {g.name: g.plan for g in plans},
                 "profiles": {g.name: g.profile for g in plans},
             }
-            write_manifest(work, Manifest(**{**asdict(source.manifest), "tensorrt": record}))
+            write_manifest(work, source.manifest, tensorrt=record)
     return plan
 
 
