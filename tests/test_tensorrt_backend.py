@@ -64,3 +64,31 @@ def test_engines_decode_as_onnxruntime(device, tiny, tmp_path, options, monkeypa
     row_bytes = {n: decoder.dtypes[n].itemsize * int(np.prod(decoder.context.shapes[n][1:])) for n in crosses}
     misaligned = {n for n, size in row_bytes.items() if any(row * size % 256 for row in starts)}
     assert crosses & set(encoder.buffers) == misaligned
+
+
+def test_float16_engines_step_as_their_graphs(device, tiny, tmp_path):
+    """--fp16 engines (float16 cross keys/values and caches: half the bytes per row and position) through the
+    backend: on a two-item grid with a padding unit, encoded one unit per run, three greedy steps' full
+    log-probabilities equal those of the same float16 graphs run raw on ONNX Runtime (`encode_and_step`)."""
+    from test_export import random_units
+    from test_tensorrt import encode_and_step
+
+    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.backends.tensorrt import TensorRTBackend
+    from locsum_sdk.bundle import Bundle
+
+    source = Bundle.load(tiny)
+    shapes = trt_export.EngineShapes(max_batch=2, max_units=8, max_unit_len=64, max_beams=1, max_steps=32)
+    trt_export.build_engines(tiny, tmp_path / "trt", shapes, fp16=True)
+    graphs = trt_export.prepared_bundle(tiny, tmp_path / "graphs", max_beams=1, fp16=True)
+    vocab, rng = source.manifest.model["vocab_size"], np.random.default_rng(1)
+    batch = UnitBatch.from_units([random_units(rng, 3, 33, vocab), random_units(rng, 1, 33, vocab)], pad=1)
+    want = encode_and_step(graphs, source, batch)
+    backend = TensorRTBackend(Bundle.load(tmp_path / "trt"))
+    session = backend.start(batch, 1, 1)
+    tokens = np.full((batch.batch, 1), source.manifest.model["decoder_start_token_id"], np.int64)
+    for step in want:
+        session.step(tokens, None)
+        assert np.allclose(session.full_log_probs(), step, atol=1e-6)
+        tokens = step.argmax(-1)
+    session.close()
