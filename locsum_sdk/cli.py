@@ -257,9 +257,8 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from . import doctor
-    from .summarizer import default_bundle
 
-    bundles = [Path(b) for b in args.bundle] if args.bundle else [default_bundle()]
+    bundles = [Path(b) for b in args.bundle] if args.bundle else doctor.shipped_bundles()
     show = None if args.quiet else (lambda check: print(doctor.line(check), flush=True))
     report = doctor.run(bundles, show=show)
     if args.json:
@@ -441,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="check every GPU stage in order (driver, ONNX Runtime CUDA, kernels, TensorRT, "
                                  "plugins, engines, tokens) and print the fix for each failure")
     d.add_argument("--bundle", action="append", help="bundle to build engines for and compare (repeatable; default: "
-                   "the shipped bundle)")
+                   "the shipped bundles: the default one, and in a checkout every bundle under engines/)")
     d.add_argument("--json", help="write the results and the versions found as JSON to this file")
     d.add_argument("--require-gpu", dest="require_gpu", action="store_true",
                    help="exit 1 unless every stage passed (default: exit 0 and report)")

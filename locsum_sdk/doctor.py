@@ -212,6 +212,16 @@ def _tokens(bundle: Path, work: Path) -> str:
     return f"{len(got.token_ids)} greedy tokens equal to ONNX Runtime's on the same graphs"
 
 
+def shipped_bundles() -> list[Path]:
+    """The bundles checked when none is named: the default bundle, then (in a checkout) the others under engines/."""
+    from .summarizer import CHECKOUT_BUNDLE, default_bundle
+
+    first = default_bundle()
+    others = sorted(p for p in CHECKOUT_BUNDLE.parent.iterdir() if (p / "manifest.json").is_file()) \
+        if CHECKOUT_BUNDLE.parent.is_dir() else []
+    return [first, *(p for p in others if p.resolve() != first.resolve())]
+
+
 def run(bundles: list[Path], show: Callable[[Check], None] | None = None) -> Report:
     """Check every stage in order; `bundles` are built into engines and compared (the first also opens an
     ONNX Runtime CUDA session). `show` is called with each result as it is known."""

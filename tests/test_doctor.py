@@ -9,7 +9,9 @@ import time
 from locsum_sdk import doctor
 from locsum_sdk.cli import main
 
-STAGES = ["driver", "onnxruntime-cuda", "kernels", "tensorrt", "plugins", "engines:default", "tokens:default"]
+SHIPPED = ("default", "dyle", "hierencdec", "hiersumm")  # the default first, then engines/ in order
+STAGES = ["driver", "onnxruntime-cuda", "kernels", "tensorrt", "plugins",
+          *(f"{stage}:{name}" for name in SHIPPED for stage in ("engines", "tokens"))]
 
 
 def test_doctor_without_a_gpu(tmp_path):
