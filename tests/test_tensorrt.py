@@ -488,3 +488,13 @@ def test_engine_addresses_are_checked():
     engine.context = Context(False)
     with pytest.raises(BackendError, match="refused the address of the encoder's cross_key.0"):
         engine.bind("cross_key.0", ALIGNMENT)
+
+
+def test_dry_run_without_onnx_names_the_extra(tmp_path, capsys, monkeypatch):
+    """A `.[cpu]` install has no onnx: the dry run says in one line which extra brings it, and writes nothing."""
+    monkeypatch.setitem(__import__("sys").modules, "onnx", None)
+    code = main(["export", "--trt", "--dry-run", "--bundle", str(ENGINES / "default"), "--output",
+                 str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'locsum[gpu]'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

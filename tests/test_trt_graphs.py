@@ -3,8 +3,9 @@ every optimization profile run on ONNX Runtime at its min, opt and max shapes.
 
 The parser's rules come from its operator table, `docs/operators.md` of onnx/onnx-tensorrt (read at its TensorRT
 10.1 release: supported operators, their types and restrictions; the pinned 10.16 is held to the same table, which
-is the stricter side if later releases relaxed any of it), and from its plugin importer: a node is mapped to a plugin by its op type and its `plugin_namespace` string attribute, and its other
-attributes become plugin fields (int, float, string and their lists only). UINT8 is allowed only as a network input
+is the stricter side if later releases relaxed any of it), and from its plugin importer: a node is mapped to a
+plugin by its op type and its `plugin_namespace` string attribute, and the attributes the plugin declares become
+plugin fields (int, float, string and their lists only). UINT8 is allowed only as a network input
 or output; INT8 only through quantization, which the parser takes symmetric (`x_zero_point` must be zero).
 """
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import constants as C
 from ..bundle import Bundle, write_manifest
-from ..errors import ExportError, OptionError
+from ..errors import BackendUnavailableError, ExportError, OptionError
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
 from .staging import staged
 
@@ -367,13 +367,22 @@ def add_top_tokens(model: Any, count: int) -> bool:
     return True
 
 
+def import_onnx() -> Any:
+    """The `onnx` package, which preparing graphs needs, or a typed error saying which extra brings it."""
+    try:
+        import onnx
+    except ImportError:
+        raise BackendUnavailableError("preparing graphs for TensorRT needs onnx: pip install 'locsum[gpu]' on the "
+                                      "GPU machine, or 'locsum[export]' for a dry run anywhere") from None
+    return onnx
+
+
 def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
                   ) -> tuple[list[str], int, Any, int]:
     """Write the TensorRT-ready form of one bundle graph, a decoder returning each beam's `top` best tokens too
     (`top_tokens`), computing in float16 with `fp16`; returns (plugin op types, int8 matmuls rewritten, the
     prepared ModelProto, best tokens per beam returned: `top` for the decoder, else 0)."""
-    import onnx
-
+    onnx = import_onnx()
     model = onnx.load(str(source))
     rewritten = weight_only(model)
     plugins = annotate(model)
@@ -452,6 +461,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
     path with `-trt` appended). With `dry_run`, write only the prepared graphs and `plan.json` and build nothing
     (any machine). Returns the plan; the output appears only when everything succeeded."""
     source = Bundle.load(bundle)
+    import_onnx()  # before any other work
     output = Path(output) if output is not None else source.path.with_name(source.path.name + "-trt")
     if output.resolve() == source.path.resolve():
         raise ExportError(f"--output {output} is the bundle itself; choose a new directory")
