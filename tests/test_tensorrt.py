@@ -448,6 +448,7 @@ def test_float16_selection_graphs_score_as_float32(name, tmp_path, monkeypatch):
     assert got.token_ids == want.token_ids and [u.start for u in got.units] == [u.start for u in want.units]
 
 
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names")
 def test_onnxruntime_checks_that_its_session_has_cuda(monkeypatch, caplog):
     """onnxruntime-gpu lists the CUDA provider even where the CUDA or cuDNN libraries are missing, and a session
     then runs on the CPU alone (as the CPU build does here when asked for CUDA): device="cuda" is refused with the
