@@ -191,7 +191,7 @@ def _plugins() -> str:
 def _engines(bundle: Path, work: Path) -> str:
     from .exporters.tensorrt import EngineShapes, build_engines
 
-    shapes = EngineShapes(max_units=8, max_unit_len=256, max_beams=2, max_steps=64, max_candidates=256)
+    shapes = EngineShapes(max_units=32, max_unit_len=256, max_beams=2, max_steps=64, max_candidates=512)
     plan = build_engines(bundle, work / f"{bundle.name}-trt", shapes, force=True)
     return ", ".join(g.plan for g in plan.graphs)
 

@@ -44,3 +44,23 @@ def test_a_stage_that_breaks_is_a_finding(monkeypatch):
     report = doctor.run([doctor.Path("engines/default")])
     kernels = next(c for c in report.checks if c.stage == "kernels")
     assert kernels.status == "fail" and "RuntimeError: device-side assert" in kernels.detail and kernels.fix
+
+
+def test_doctor_on_a_stood_in_gpu(monkeypatch):
+    """Over the stand-ins for TensorRT and cuda-python (tests/gpu_standin.py), the stages they provide pass for
+    every shipped bundle: the driver, TensorRT, the plugins, engines built with the doctor's profiles, and their
+    greedy tokens equal to ONNX Runtime's (the CPU build here: its CUDA stage fails, as it should)."""
+    import gpu_standin
+    import trt_standin
+
+    from locsum_sdk.kernels import plugins
+
+    gpu_standin.install(monkeypatch)
+    try:
+        report = doctor.run(doctor.shipped_bundles())
+    finally:
+        plugins._registered.clear()
+        trt_standin.unload()
+    status = {c.stage: c.status for c in report.checks}
+    assert [c.stage for c in report.checks] == STAGES
+    assert {s for s, v in status.items() if v != "pass"} <= {"onnxruntime-cuda", "kernels"}, report.checks
