@@ -16,6 +16,7 @@ is required (`--require-gpu`) and a stage did not pass.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -113,9 +114,8 @@ def _driver() -> str:
     try:
         cudart = cuda.runtime()
     except LocsumError as err:
-        found = "cuda-python is not installed" if "needs cuda-python" in str(err) else str(err)
-        raise Failed(found, "install the NVIDIA driver (nvidia-smi must list the GPU) and pip install "
-                            "'locsum[gpu]'") from None
+        raise Failed(str(err), "install the NVIDIA driver (nvidia-smi must list the GPU) and pip install "
+                               "'locsum[gpu]'") from None
     version = cuda.check(cudart.cudaDriverGetVersion(), "cudaDriverGetVersion")
     name, capability = cuda.device()
     major, minor = divmod(int(version), 1000)
@@ -126,22 +126,17 @@ def _driver() -> str:
 
 
 def _onnxruntime(bundle: Path) -> str:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise Failed("onnxruntime is not installed", "pip install 'locsum[gpu]'") from None
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        raise Failed(f"onnxruntime {ort.__version__} has no CUDA provider (the CPU build)",
-                     "pip uninstall onnxruntime, then pip install 'locsum[gpu]' (onnxruntime-gpu)")
+    """The ONNX Runtime backend on device="cuda": it refuses, with the fix, unless its sessions got the CUDA
+    provider (not only onnxruntime's list of available providers)."""
+    from .backends.onnxruntime import OnnxRuntimeBackend
     from .bundle import Bundle
 
-    loaded = Bundle.load(bundle)
-    session = ort.InferenceSession(str(loaded.file(loaded.graph("encoder")["file"])),
-                                   providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-    if "CUDAExecutionProvider" not in session.get_providers():
-        raise Failed("onnxruntime-gpu lists the CUDA provider, but a session did not get it (CUDA 12 or cuDNN 9 "
-                     "libraries missing)", "pip install 'onnxruntime-gpu[cuda,cudnn]' or install CUDA 12 and cuDNN 9")
-    return f"onnxruntime {ort.__version__}: a session runs on {session.get_providers()[0]}"
+    try:
+        backend = OnnxRuntimeBackend(Bundle.load(bundle), device="cuda")
+    except LocsumError as err:
+        raise Failed(str(err), "pip uninstall onnxruntime, then pip install 'locsum[gpu]' (onnxruntime-gpu with "
+                               "CUDA 12 and cuDNN 9)") from None
+    return f"onnxruntime {backend.ort.__version__}: the sessions run on {backend.providers[0]}"
 
 
 def _kernels() -> str:
@@ -226,16 +221,17 @@ def run(bundles: list[Path], show: Callable[[Check], None] | None = None) -> Rep
     """Check every stage in order; `bundles` are built into engines and compared (the first also opens an
     ONNX Runtime CUDA session). `show` is called with each result as it is known."""
     report = Report(environment=environment())
-    _stage(report, "driver", _driver, show=show)
-    _stage(report, "onnxruntime-cuda", lambda: _onnxruntime(bundles[0]), show=show)
-    _stage(report, "kernels", _kernels, show=show)
-    _stage(report, "tensorrt", _tensorrt, show=show)
-    _stage(report, "plugins", _plugins, needs=("driver", "tensorrt"), show=show)
+    stage = functools.partial(_stage, report, show=show)
+    stage("driver", _driver)
+    stage("onnxruntime-cuda", lambda: _onnxruntime(bundles[0]))
+    stage("kernels", _kernels)
+    stage("tensorrt", _tensorrt)
+    stage("plugins", _plugins, needs=("driver", "tensorrt"))
     with tempfile.TemporaryDirectory(prefix="locsum-doctor-") as scratch:
         for bundle in bundles:
             engines, tokens = f"engines:{bundle.name}", f"tokens:{bundle.name}"
-            _stage(report, engines, lambda b=bundle: _engines(b, Path(scratch)), needs=("plugins",), show=show)
-            _stage(report, tokens, lambda b=bundle: _tokens(b, Path(scratch)), needs=(engines,), show=show)
+            stage(engines, lambda b=bundle: _engines(b, Path(scratch)), needs=("plugins",))
+            stage(tokens, lambda b=bundle: _tokens(b, Path(scratch)), needs=(engines,))
     return report
 
 

@@ -228,13 +228,12 @@ class Runtime:
 
 
 def install(monkeypatch: Any) -> CudaRuntime:
-    """Install both stand-ins (TensorRT as `tensorrt`, cuda-python's runtime behind `locsum_sdk.backends.cuda`);
-    returns the runtime, whose `allocated` shows the device memory in use. Undo with `trt_standin.unload()`."""
+    """Add TensorRT's builder and runtime to the stand-in `tensorrt` (inside `trt_standin.loaded()`) and put the
+    cuda-python stand-in behind `locsum_sdk.backends.cuda`; returns the runtime, whose `allocated` shows the
+    device memory in use."""
     from locsum_sdk.backends import cuda
-    from locsum_sdk.kernels import plugins
 
     runtime = CudaRuntime()
-    trt_standin.load()
     trt = sys.modules["tensorrt"]
     for name, value in dict(Builder=Builder, OnnxParser=OnnxParser, Runtime=Runtime, TensorIOMode=TensorIOMode,
                             NetworkDefinitionCreationFlag=enum.IntEnum("NetworkDefinitionCreationFlag",
@@ -243,5 +242,4 @@ def install(monkeypatch: Any) -> CudaRuntime:
         setattr(trt, name, value)
     DEVICE[:] = [runtime]
     monkeypatch.setattr(cuda, "runtime", lambda: runtime)
-    plugins._registered.clear()
     return runtime

@@ -53,14 +53,9 @@ def test_doctor_on_a_stood_in_gpu(monkeypatch):
     import gpu_standin
     import trt_standin
 
-    from locsum_sdk.kernels import plugins
-
-    gpu_standin.install(monkeypatch)
-    try:
+    with trt_standin.loaded():
+        gpu_standin.install(monkeypatch)
         report = doctor.run(doctor.shipped_bundles())
-    finally:
-        plugins._registered.clear()
-        trt_standin.unload()
     status = {c.stage: c.status for c in report.checks}
     assert [c.stage for c in report.checks] == STAGES
     assert {s for s, v in status.items() if v != "pass"} <= {"onnxruntime-cuda", "kernels"}, report.checks

@@ -12,7 +12,6 @@ import trt_standin
 
 from locsum_sdk import Summarizer
 from locsum_sdk.exporters import tensorrt as trt_export
-from locsum_sdk.kernels import plugins
 
 if trt_standin.bindings_dir() is None:
     pytest.skip(f"{trt_standin.BINDINGS} is not installed", allow_module_level=True)
@@ -23,12 +22,8 @@ TEXT = ("The committee met on Tuesday. Anna proposed moving the library budget t
 
 @pytest.fixture
 def device(monkeypatch):
-    runtime = gpu_standin.install(monkeypatch)
-    try:
-        yield runtime
-    finally:
-        plugins._registered.clear()
-        trt_standin.unload()
+    with trt_standin.loaded():
+        yield gpu_standin.install(monkeypatch)
 
 
 @pytest.fixture(params=["pagesum", "hierencdec", "dyle", "hiersumm"])

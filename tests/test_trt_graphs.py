@@ -61,12 +61,10 @@ BUNDLES = [*SHIPPED, *(f"tiny-{kind}" for kind in ("pagesum", "hierencdec", "dyl
 
 
 def prepared_graphs(path: Path, target: Path, fp16: bool):
-    bundle = Bundle.load(path)
-    count = trt_export.top_tokens(bundle.manifest.model["vocab_size"], 4)
-    for name, graph in sorted(bundle.manifest.graphs.items()):
-        out = target / f"{name}.trt.onnx"
-        trt_export.prepare_graph(bundle.file(graph["file"]), out, count, fp16)
-        yield name, onnx.load(str(out))
+    """(graph name, prepared ModelProto) of each graph of the bundle at `path`, as `build_engines` prepares them."""
+    prepared = Bundle.load(trt_export.prepared_bundle(path, target / "prepared", max_beams=4, fp16=fp16))
+    for name, graph in sorted(prepared.manifest.graphs.items()):
+        yield name, onnx.load(str(prepared.file(graph["file"])))
 
 
 def parser_problems(model) -> list[str]:

@@ -72,14 +72,9 @@ def test_kernels_compile_ahead_for_every_gpu(driven, op, capability):
 @pytest.fixture
 def trtp():
     """NVIDIA's tensorrt.plugin over the stand-in, with the locsum plugins registered for an H100 (sm_90)."""
-    module = trt_standin.load()
-    plugins._registered.clear()
-    try:
+    with trt_standin.loaded() as module:
         plugins.register("9.0")
         yield module
-    finally:
-        plugins._registered.clear()
-        trt_standin.unload()
 
 
 def test_registration_is_once_per_gpu(trtp):
@@ -92,19 +87,14 @@ def test_registration_is_once_per_gpu(trtp):
 
 def test_refused_schema_is_a_typed_error(monkeypatch):
     """A schema `tensorrt.plugin` refuses surfaces as an ExportError naming it, never a bare TypeError."""
-    trtp = trt_standin.load()
-    plugins._registered.clear()
-    try:
+    with trt_standin.loaded() as trtp:
         def refuse(plugin_id, lazy_register=False):
             raise TypeError("issubclass() arg 1 must be a class")
 
         monkeypatch.setattr(trtp, "register", refuse)
         with pytest.raises(ExportError, match="TensorRT refused the locsum plugins.*issubclass"):
             plugins.register("9.0")
-        assert not plugins._registered
-    finally:
-        plugins._registered.clear()
-        trt_standin.unload()
+        assert trtp not in plugins._registered
 
 
 def test_trim_entry_keeps_what_tensorrt_passes():

@@ -14,6 +14,7 @@ test can check what TensorRT would compute from them (grid sizes, kernel argumen
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import importlib.metadata
@@ -21,6 +22,7 @@ import importlib.util
 import operator
 import sys
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,6 +201,15 @@ def load() -> types.ModuleType:
     unload()
     sys.modules["tensorrt"] = module
     return importlib.import_module("tensorrt.plugin")
+
+
+@contextlib.contextmanager
+def loaded() -> Iterator[types.ModuleType]:
+    """`load()` for the length of a block; the stand-in is removed after it."""
+    try:
+        yield load()
+    finally:
+        unload()
 
 
 def unload() -> None:

@@ -25,7 +25,8 @@ def runtime() -> Any:
             from cuda import cudart
         except ImportError:
             raise BackendUnavailableError(
-                "the tensorrt backend needs cuda-python: pip install 'locsum[gpu]' on a machine with an NVIDIA GPU"
+                "cuda-python is not installed (the tensorrt backend needs it): pip install 'locsum[gpu]' on a machine "
+                "with an NVIDIA GPU"
             ) from None
     error, count = cudart.cudaGetDeviceCount()
     if error != cudart.cudaError_t.cudaSuccess or count < 1:

@@ -19,6 +19,7 @@ Needs tensorrt (10.9 or later) and triton.
 """
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,31 +121,32 @@ def target(compute_capability: str) -> int:
     return int(major) * 10 + int(minor)
 
 
-_registered: list[int] = []  # the capability the plugins were registered for (once per process)
+_registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tensorrt.plugin module -> capability
 
 
 def register(compute_capability: str) -> None:
     """Register the three plugins with TensorRT, their kernels compiled for a GPU of `compute_capability`
-    ("major.minor"). TensorRT reads the inputs and outputs from the decorated functions' annotations."""
+    ("major.minor"), once per loaded `tensorrt.plugin`. TensorRT reads the inputs and outputs from the decorated
+    functions' annotations."""
+    import tensorrt.plugin as trtp
+
     capability = target(compute_capability)
-    if _registered:
-        if _registered[0] != capability:
-            raise ExportError(f"the locsum plugins are registered for sm_{_registered[0]} in this process; build "
+    if trtp in _registered:
+        if _registered[trtp] != capability:
+            raise ExportError(f"the locsum plugins are registered for sm_{_registered[trtp]} in this process; build "
                               f"engines for sm_{capability} in a new process")
         return
     try:
-        _register(capability)
+        _register(trtp, capability)
     except ExportError:
         raise
     except Exception as err:  # tensorrt.plugin raises ValueError/TypeError on a schema it refuses
         raise ExportError(f"TensorRT refused the locsum plugins ({type(err).__name__}: {err}); check that the "
                           "installed tensorrt is the version README names") from err
-    _registered.append(capability)
+    _registered[trtp] = capability
 
 
-def _register(capability: int) -> None:
-    import tensorrt.plugin as trtp
-
+def _register(trtp: Any, capability: int) -> None:
     descriptions = launches()
     floats = "FP32|FP16"
     three = f"{floats}, {floats}, BOOL, {floats}, {floats}"  # two float inputs, a bool mask, two float outputs
