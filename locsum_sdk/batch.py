@@ -218,9 +218,9 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
         previous = json.loads(sidecar.read_text(encoding="utf-8"))
         if previous != record:
             differs = sorted(key for key in record if previous.get(key) != record[key])
-            raise OptionError(f"{output} was written by a job with a different {' and '.join(differs)} (see "
-                              f"{sidecar.name}); resume with the same bundle, options and fields, or write a new "
-                              "output")
+            raise OptionError(f"{output} was written by a job that differs from this one in its "
+                              f"{' and '.join(differs)} (see {sidecar.name}); resume with the same bundle, options "
+                              "and fields, or write a new output")
         done, last = _written(output)
     else:
         output.parent.mkdir(parents=True, exist_ok=True)

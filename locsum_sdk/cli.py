@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
 
-from . import kinds
+from . import constants as C
+from . import extras, kinds
 from .backends import BACKENDS, DEVICES
 from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
@@ -23,7 +25,7 @@ def _summarize(args: argparse.Namespace) -> int:
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                             device=args.device)
     documents = [Path(f).read_bytes() for f in args.files]
-    summary = summarizer.summarize(documents, query=args.query, **_overrides(args))
+    summary = summarizer.summarize(documents, query=args.query, **_overrides(args, summarizer.kind))
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -46,7 +48,7 @@ def _live(args: argparse.Namespace) -> int:
         raise InputError(f"{path} is not a file; give the text file to follow")
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                             device=args.device)
-    live = LiveDocument(summarizer, query=args.query, **_overrides(args))
+    live = LiveDocument(summarizer, query=args.query, **_overrides(args, summarizer.kind))
     offset, idle_since = 0, time.monotonic()
     while True:
         size = path.stat().st_size
@@ -96,7 +98,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.bundle:
         summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                                 device=args.device)
-        overrides = _overrides(args)
+        overrides = _overrides(args, summarizer.kind)
         systems["model"] = [
             _summarize_example(summarizer, ex, args.data, overrides)
             for ex in tqdm(examples, desc="summarizing", disable=args.quiet)
@@ -131,7 +133,8 @@ def _export(args: argparse.Namespace) -> int:
     from .exporters.onnx import export_onnx
 
     bundle = export_onnx(
-        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config, options=_overrides(args),
+        args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config,
+        options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
@@ -160,7 +163,8 @@ def _batch(args: argparse.Namespace) -> int:
                            gpus=args.gpus_per_worker)
     try:
         report = run_job(summarizer, args.input, args.output, resume=args.resume, batch_size=args.batch_size,
-                         fields=fields, overrides=_overrides(args), progress=not args.quiet, engine=engine)
+                         fields=fields, overrides=_overrides(args, summarizer.kind), progress=not args.quiet,
+                         engine=engine)
     finally:
         if engine is not None:
             engine.close()
@@ -270,15 +274,58 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if args.require_gpu and not report.ok else 0
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    """The decoding, unit and limit options given on the command line (`--unit NAME=VALUE` for any kind's)."""
+def _needs(args: argparse.Namespace) -> list[extras.Need]:
+    """The extras a command line needs, checked before it does any work."""
+    command = args.command
+    if command == "export":
+        if not args.trt:
+            return [extras.ONNX_EXPORT]
+        return [extras.TRT_PREPARE] if args.dry_run else [extras.TRT_BUILD, extras.TENSORRT]
+    if command == "doctor":
+        return []  # it reports what is missing, stage by stage
+    needs = []
+    if command != "eval" or args.bundle:
+        needs.append(_backend_need(args.backend if command != "profile" else "onnxruntime", args.bundle))
+    if command == "eval":
+        needs.append(extras.ROUGE)
+    if command == "batch" and args.engine == "ray":
+        needs.append(extras.RAY)
+    return needs
+
+
+def _backend_need(backend: str, bundle: str | None) -> extras.Need:
+    """The backend a command will load `bundle` on (auto: a checkpoint directory runs on torch)."""
+    if backend == "auto":
+        is_checkpoint = bundle is not None and not (Path(bundle) / C.MANIFEST_FILE).is_file() and (
+            Path(bundle) / C.CHECKPOINT_CONFIG_FILE).is_file()
+        backend = "torch" if is_checkpoint else "onnxruntime"
+    return {"torch": extras.TORCH, "tensorrt": extras.TENSORRT}.get(backend, extras.ONNXRUNTIME)
+
+
+def _overrides(args: argparse.Namespace, kind: kinds.Kind | None = None) -> dict:
+    """The decoding, unit and limit options given on the command line; `--unit NAME=VALUE` names one of `kind`'s
+    unit options (None: of any kind's)."""
     options = {k: v for k, v in vars(args).items() if k in _OPTION_FLAGS and v is not None}
+    unit_names = _unit_names(kind)
     for pair in getattr(args, "unit", None) or []:
         assignment = parse_assignment(pair)
         if assignment is None:
             raise OptionError(f"--unit {pair!r}: write NAME=VALUE, e.g. --unit top_k=10")
-        options[assignment[0]] = assignment[1]
+        name = assignment[0]
+        if name not in unit_names:
+            owners = [k for k in kinds.names() if name in _unit_names(kinds.get(k))]
+            hint = (f" (it is one of {', '.join(owners)}'s)" if owners else
+                    f"; give it as --{name.replace('_', '-')}" if name in _OPTION_FLAGS else "")
+            owner = f"a {kind.name} model" if kind is not None else "any kind"
+            raise OptionError(f"--unit {pair!r}: {name} is not a unit option of {owner}; its unit options are "
+                              f"{sorted(unit_names)}{hint}")
+        options[name] = assignment[1]
     return options
+
+
+def _unit_names(kind: kinds.Kind | None) -> set[str]:
+    chosen = [kind] if kind is not None else [kinds.get(name) for name in kinds.names()]
+    return {field.name for k in chosen for field in dataclasses.fields(k.unit_options)}
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
@@ -313,22 +360,23 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--memory-limit", dest="memory_limit", help="working memory allowed, e.g. 6GB")
 
 
-def _log_flags(default: object) -> argparse.ArgumentParser:
+def _log_flags(main: bool) -> argparse.ArgumentParser:
     """-v/--verbose and -q/--quiet, given before or after the command (a command's copy leaves the value of the
     main parser's when it is not given: default SUPPRESS)."""
     flags = argparse.ArgumentParser(add_help=False)
-    flags.add_argument("-v", "--verbose", action="store_true", default=default,
-                       help="log what each stage does (the locsum_sdk logger at INFO)")
-    flags.add_argument("-q", "--quiet", action="store_true", default=default,
+    flags.add_argument("-v", "--verbose", action="count", default=0 if main else argparse.SUPPRESS,
+                       help="log what each stage does (the locsum_sdk logger at INFO); -vv also each decoding step "
+                            "and unit (DEBUG)")
+    flags.add_argument("-q", "--quiet", action="store_true", default=False if main else argparse.SUPPRESS,
                        help="no progress bars and no report on stdout; only errors are logged")
     return flags
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="locsum", description="Locality-aware long-input summarization.",
-                                     parents=[_log_flags(False)])
+                                     parents=[_log_flags(main=True)])
     commands = parser.add_subparsers(dest="command", required=True)
-    flags = [_log_flags(argparse.SUPPRESS)]
+    flags = [_log_flags(main=False)]
 
     s = commands.add_parser("summarize", parents=flags,
                             help="summarize files; several files are several documents of one input")
@@ -453,9 +501,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verbose and args.quiet:
         parser.error("--verbose and --quiet exclude each other")
-    level = logging.ERROR if args.quiet else logging.INFO if args.verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(levelname)s %(message)s")
+    logging.basicConfig(level=logging.ERROR if args.quiet else logging.WARNING, format="%(levelname)s %(message)s")
+    level = logging.ERROR if args.quiet else {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.getLogger("locsum_sdk").setLevel(level)
     try:
+        extras.require(*_needs(args))
         return args.run(args)
     except (LocsumError, OSError) as err:
         print(f"locsum: error: {err}", file=sys.stderr)

@@ -6,12 +6,16 @@ most 63 generated tokens.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, fields
 from typing import Protocol
 
 import numpy as np
 
 from .validation import check_bool, check_choice, check_float, check_int, is_int
+
+logger = logging.getLogger("locsum_sdk")
 
 MAX_BEAMS = 64  # a wider beam costs memory for no measurable gain
 MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow on long hypotheses
@@ -204,6 +208,7 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
         search = BeamSearch(batch, start, eos, options)
     beam_index = None
     needed = 2 * options.num_beams if options.num_beams > 1 else 1  # tokens of one beam a step may choose from
+    started, steps, full_reads = time.perf_counter(), 0, 0
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
@@ -213,7 +218,15 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
             min_length_filter(log_probs, length, options, eos)
             no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
+            full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
+        steps = length
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("step %d: %d of %d inputs finished", length, int(np.sum(search.done)), batch)
         if search.finished:
             break
+    seconds = time.perf_counter() - started
+    logger.info("decoded %d inputs in %d steps of %d beam(s) in %.2f s (%.1f ms per step%s)", batch, steps,
+                options.num_beams, seconds, 1000 * seconds / max(steps, 1),
+                f"; {full_reads} steps read the full distribution" if full_reads else "")
     return search.finalize()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputTooLongError, MemoryLimitError
-from .memory import MemoryEstimate, mb, parse_size
+from .memory import MemoryEstimate, parse_size, size_text
 from .units import Unit
 from .validation import check_bool, check_choice, check_int
 
@@ -77,23 +77,24 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
     fits = _widest_fitting(estimate, len(items), width, length, limit)
     advice = (
         f"lower num_beams or max_length, summarize fewer inputs at once, pass truncate=True to keep the pages that "
-        f"fit, or raise memory_limit (now {mb(limit)})"
+        f"fit, or raise memory_limit (now {size_text(limit)})"
     )
     if not options.truncate:
         raise MemoryLimitError(
             f"summarizing {len(items)} input(s) of up to {width} pages needs about {needed.describe()}, over the "
-            f"memory limit of {mb(limit)}; {advice}"
+            f"memory limit of {size_text(limit)}; {advice}"
         )
     if fits == 0:
         raise MemoryLimitError(
             f"even one page per input needs about {estimate(len(items), 1, length).describe()}, over the memory "
-            f"limit of {mb(limit)}; {advice}"
+            f"limit of {size_text(limit)}; {advice}"
         )
     kept = [_select(units, query, fits, None, options.select) if len(units) > fits else units
             for units, query in zip(items, queries)]
     logger.warning(
         "input truncated to fit memory: %d input(s) of up to %d pages would need about %s, over the limit of %s; "
-        "kept %d pages per input (select=%s)", len(items), width, mb(needed.total), mb(limit), fits, options.select,
+        "kept %d pages per input (select=%s)", len(items), width, size_text(needed.total), size_text(limit), fits,
+        options.select,
     )
     return kept
 

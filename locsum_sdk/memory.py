@@ -55,15 +55,18 @@ class MemoryEstimate:
         return sum(getattr(self, f.name) for f in fields(self))
 
     def describe(self) -> str:
-        parts = ", ".join(f"{f.name} {mb(getattr(self, f.name))}" for f in fields(self) if getattr(self, f.name))
-        return f"{mb(self.total)} ({parts})"
+        parts = ", ".join(f"{f.name} {size_text(getattr(self, f.name))}" for f in fields(self) if getattr(self, f.name))
+        return f"{size_text(self.total)} ({parts})"
 
 
-def mb(size: float) -> str:
-    """A byte count for people: MB, or KB and bytes below a megabyte."""
-    if size >= 2**20:
-        return f"{size / 2**20:,.0f} MB"
-    return f"{size / 2**10:.1f} KB" if size >= 2**10 else f"{size:.0f} bytes"
+def size_text(size: float) -> str:
+    """A byte count for people, in the decimal units `parse_size` reads "6GB" and "50MB" in (1 MB = 10**6 bytes):
+    GB from a gigabyte, MB from a megabyte, kB, bytes."""
+    if size >= 1e9:
+        return f"{size / 1e9:,.1f} GB"
+    if size >= 1e6:
+        return f"{size / 1e6:,.0f} MB"
+    return f"{size / 1e3:.1f} kB" if size >= 1e3 else f"{size:.0f} bytes"
 
 
 class MemoryLayout(Protocol):
@@ -218,8 +221,8 @@ def memory_limit(option: int | str | None) -> int | None:
         if physical is not None and limit > physical and limit not in _WARNED:
             _WARNED.add(limit)
             logger.warning("memory_limit=%r (%s) is over this machine's %s of memory: an input the limit lets "
-                           "through may still run out of memory; give at most %s", option, mb(limit), mb(physical),
-                           mb(physical))
+                           "through may still run out of memory; give at most %s", option, size_text(limit),
+                           size_text(physical), size_text(physical))
         return limit
     available = available_memory()
     return None if available is None else int(available * DEFAULT_SHARE)

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .generation import GenerationOptions, generate
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
-from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mb, memory_limit
+from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
 from .options import Options
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
@@ -265,8 +265,8 @@ class Summarizer:
         for first, end, inputs, needed in self._selection_runs(units, query, paging):
             if memory_limit is not None and needed > memory_limit:
                 raise MemoryLimitError(
-                    f"the {selection.graph} pass over {end - first} units needs about {mb(needed)}, over the "
-                    f"memory limit of {mb(memory_limit)}; load the model with a smaller unit_batch_size (now "
+                    f"the {selection.graph} pass over {end - first} units needs about {size_text(needed)}, over the "
+                    f"memory limit of {size_text(memory_limit)}; load the model with a smaller unit_batch_size (now "
                     f"{self.unit_batch_size}), summarize a shorter input, or raise memory_limit")
             run = self._run_selection(inputs)
             finite = bool(np.isfinite(run).all())
@@ -362,14 +362,24 @@ class Summarizer:
         query_ids = [pager.query_ids(query) for query in queries]
         items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
         paged = time.perf_counter()
+        logger.info("paging: %d input(s) into %s units of at most %d tokens (%s tokens) in %.2f s",
+                    len(items), "+".join(str(len(units)) for units in items),
+                    getattr(paging, type(paging).UNIT_TOKENS), _count(items), paged - started)
+        if logger.isEnabledFor(logging.DEBUG):
+            for index, units in enumerate(items):
+                for number, unit in enumerate(units):
+                    logger.debug("input %d unit %d: document %d, characters %d-%d, %d tokens", index, number,
+                                 unit.document, unit.start, unit.end, len(unit.token_ids))
         limit = memory_limit(limits.memory_limit)
         selection = 0  # the selection stage's largest run: its session's allocator keeps it through the call
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
             chosen = [self._select(units, query, paging, limit) for units, query in
                       zip(within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS), queries)]
             items, selection = [kept for kept, _ in chosen], max(largest for _, largest in chosen)
+            logger.info("selection: the %s kept %s units in %.2f s", self.kind.selection.graph,
+                        "+".join(str(len(units)) for units in items), time.perf_counter() - paged)
         selected = time.perf_counter()
-        tokens = sum(len(u.token_ids) for units in items for u in units)  # all pages stay held through the call
+        tokens = _count(items)  # all pages stay held through the call
         estimate = self._estimate(generation, tokens, selection)
         spent = {"checks": 0.0, "encode": 0.0, "decode": 0.0}
         results: list[tuple[Any, list[Unit]]] = [None] * len(items)  # type: ignore[list-item]
@@ -378,9 +388,16 @@ class Summarizer:
             kept = apply_limits([items[i] for i in group], limits, estimate, limit, [query_ids[i] for i in group],
                                 type(paging).UNIT_TOKENS)
             checked = time.perf_counter()
+            logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
+                        len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
+                        size_text(estimate(len(kept), max(map(len, kept)),
+                                           max(len(u.token_ids) for units in kept for u in units)).total),
+                        "none" if limit is None else size_text(limit))
             batch = UnitBatch.from_units(kept, self.special.pad)
             session = self.backend.start(batch, generation.num_beams, self.unit_batch_size, self._usable_cache)
             encoded = time.perf_counter()
+            logger.info("encoding: %d units on %s in %.2f s", sum(map(len, kept)), self.backend.name,
+                        encoded - checked)
             try:
                 hypotheses = generate(
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad
@@ -394,6 +411,7 @@ class Summarizer:
             for index, hypothesis, units in zip(group, hypotheses, kept):
                 results[index] = (hypothesis, units)
         done = time.perf_counter()
+        logger.info("summarized %d input(s) in %.2f s", len(items), done - started)
         timings = {"paging": paged - started + spent["checks"], "select": selected - paged,
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
         return [
@@ -408,6 +426,10 @@ class Summarizer:
             )
             for hyp, units in results
         ]
+
+
+def _count(items: Sequence[Sequence[Unit]]) -> int:
+    return sum(len(u.token_ids) for units in items for u in units)
 
 
 GROUP_PADDING = 1.25  # a decoding batch's grid holds at most this many grid rows per real unit

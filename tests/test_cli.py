@@ -44,7 +44,12 @@ def test_any_kinds_unit_options_are_given_with_unit(dyle_bundle_dir, tmp_path, c
     assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "top_k"]) == 2
     assert "NAME=VALUE" in capsys.readouterr().err
     assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "page_tokens=64"]) == 2
-    assert "belong to other kinds" in capsys.readouterr().err
+    assert "page_tokens is not a unit option of a dyle model" in capsys.readouterr().err
+    assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "foo=1"]) == 2
+    error = capsys.readouterr().err
+    assert "foo is not a unit option" in error and "top_k" in error and "num_beams" not in error  # unit options only
+    assert main(["summarize", str(meeting), "--bundle", str(dyle_bundle_dir), "--unit", "num_beams=2"]) == 2
+    assert "give it as --num-beams" in capsys.readouterr().err
 
 
 def test_verbose_and_quiet_on_every_command(capsys):
@@ -56,12 +61,37 @@ def test_verbose_and_quiet_on_every_command(capsys):
             parser.parse_args([command, "--help"])
         help_text = capsys.readouterr().out
         assert "--verbose" in help_text and "--quiet" in help_text, command
-    assert parser.parse_args(["-v", "profile"]).verbose is True  # before the command ...
+    assert parser.parse_args(["-v", "profile"]).verbose == 1  # before the command ...
+    assert parser.parse_args(["profile", "-vv"]).verbose == 2
     assert parser.parse_args(["profile", "-q"]).quiet is True  # ... or after it
     assert parser.parse_args(["profile"]).quiet is False
     with pytest.raises(SystemExit):
         main(["-v", "profile", "--quiet"])
     assert "exclude each other" in capsys.readouterr().err
+
+
+def test_verbose_logs_each_stage_and_vv_each_step(bundle_dir, tmp_path, caplog, capsys):
+    import logging
+
+    text = tmp_path / "report.txt"
+    text.write_text(document(random.Random(3), 12))
+    command = ["summarize", str(text), "--bundle", str(bundle_dir), "--max-length", "6", "--page-tokens", "32"]
+    try:
+        assert main(command) == 0
+        assert not [r for r in caplog.records if r.name == "locsum_sdk" and r.levelno < logging.WARNING]
+        assert main(["-v", *command]) == 0
+        info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        for stage in ("paging: 1 input(s) into", "limits: 1 input(s)", "encoding:", "decoded 1 inputs in",
+                      "summarized 1 input(s)"):
+            assert any(message.startswith(stage) for message in info), (stage, info)
+        assert not [r for r in caplog.records if r.levelno == logging.DEBUG]
+        caplog.clear()
+        assert main([*command, "-vv"]) == 0
+        debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+        assert any(m.startswith("step 1: ") for m in debug) and any(m.startswith("input 0 unit 1:") for m in debug)
+    finally:
+        logging.getLogger("locsum_sdk").setLevel(logging.NOTSET)
+    capsys.readouterr()
 
 
 def test_live_follows_a_growing_file_and_encodes_only_new_pages(bundle_dir, tmp_path):

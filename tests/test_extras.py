@@ -8,8 +8,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
+from locsum_sdk import extras
 from locsum_sdk.backends.tensorrt import TENSORRT_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,3 +63,53 @@ def test_the_gpu_and_test_extras_pin_one_tensorrt():
     pins = {Requirement(r).name: Requirement(r).specifier for r in extras["gpu"] + extras["test"]}
     assert str(pins["tensorrt-cu12"]) == str(pins["tensorrt-cu12-bindings"]) == f"=={TENSORRT_VERSION}"
     assert all(str(Requirement(r).specifier) for r in extras["gpu"]), "every gpu requirement is bounded"
+
+
+def test_each_need_names_the_extra_that_brings_its_modules():
+    owners = importlib.metadata.packages_distributions()
+    needs = [value for value in vars(extras).values() if isinstance(value, extras.Need)]
+    assert len(needs) >= 8
+    for need in needs:
+        allowed = closure(PROJECT["dependencies"] + PROJECT["optional-dependencies"][need.extra])
+        for module in need.modules:
+            found = {owner.lower().replace("_", "-") for owner in owners.get(module, [])}
+            if found:  # installed here (cuda-python is not on a CPU machine)
+                assert found & allowed, f"{need.purpose}: {module} is not brought by locsum[{need.extra}]"
+
+
+COMMANDS = {  # a command line, the module made missing, the extra its one-line error must name
+    "summarize": (["summarize", "absent.txt"], "onnxruntime", "cpu"),
+    "summarize on torch": (["summarize", "absent.txt", "--backend", "torch"], "torch", "torch"),
+    "live": (["live", "absent.txt"], "onnxruntime", "cpu"),
+    "eval": (["eval", "--data", "absent.jsonl"], "rouge_score", "eval"),
+    "eval with a bundle": (["eval", "--data", "absent.jsonl", "--bundle", "absent"], "onnxruntime", "cpu"),
+    "batch": (["batch", "--input", "absent.jsonl", "--output", "out.jsonl"], "onnxruntime", "cpu"),
+    "batch on ray": (["batch", "--input", "absent.jsonl", "--output", "out.jsonl", "--engine", "ray"], "ray", "ray"),
+    "export": (["export", "--checkpoint", "absent", "--output", "out"], "onnxscript", "export"),
+    "export --trt --dry-run": (["export", "--trt", "--bundle", "absent", "--dry-run"], "onnx", "gpu"),
+    "export --trt": (["export", "--trt", "--bundle", "absent"], "tensorrt", "gpu"),
+    "bench": (["bench", "--bundle", "absent"], "onnxruntime", "cpu"),
+    "profile": (["profile", "--bundle", "absent"], "onnxruntime", "cpu"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMMANDS))
+def test_a_missing_extra_is_one_line_and_exit_2_before_any_work(case, monkeypatch, tmp_path, capsys):
+    from locsum_sdk.cli import main
+
+    argv, module, extra = COMMANDS[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it fails too
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and f"pip install 'locsum[{extra}]'" in lines[0] and module in lines[0], captured.err
+    assert captured.out == "" and list(tmp_path.iterdir()) == []  # nothing read (absent files) or written
+
+
+def test_every_command_is_checked():
+    from locsum_sdk.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    checked = {argv[0] for argv, _, _ in COMMANDS.values()}
+    assert set(commands) - checked == {"doctor"}  # the doctor reports what is missing, stage by stage

@@ -8,7 +8,7 @@ import pytest
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk.errors import InputTooLongError, MemoryLimitError, OptionError
 from locsum_sdk.limits import LimitOptions, tfidf_cosine, tfidf_feature, tfidf_scores
-from locsum_sdk.memory import available_memory, estimate_memory, mb, memory_limit, parse_size, physical_memory
+from locsum_sdk.memory import available_memory, estimate_memory, memory_limit, parse_size, physical_memory, size_text
 from locsum_sdk.units import Unit
 
 TOPICS = {
@@ -109,7 +109,7 @@ def test_a_memory_limit_over_the_machine_is_accepted_with_a_warning(caplog):
         assert memory_limit(over) == over
         assert memory_limit(over) == over  # warned once per limit
     warnings = [r.getMessage() for r in caplog.records if "over this machine" in r.getMessage()]
-    assert len(warnings) == 1 and mb(over) in warnings[0] and mb(physical) in warnings[0]
+    assert len(warnings) == 1 and size_text(over) in warnings[0] and size_text(physical) in warnings[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
         memory_limit(max(1, physical // 2))
@@ -143,3 +143,9 @@ def test_tfidf_feature_is_the_standardized_cosine_to_the_query():
     np.testing.assert_allclose(feature, (cosine - cosine.mean()) / cosine.std(), atol=1e-6)
     assert feature.dtype == np.float32 and feature.argmax() == 2 and abs(feature.mean()) < 1e-6
     assert not tfidf_feature([[5], [5]], [5]).any()  # no spread: no signal, not a division by zero
+
+
+@pytest.mark.parametrize(("given", "shown"), [("50MB", "50 MB"), ("6GB", "6.0 GB"), ("2.5 gb", "2.5 GB"),
+                                              ("512MiB", "537 MB"), (1500, "1.5 kB"), (999, "999 bytes")])
+def test_sizes_are_printed_in_the_decimal_units_they_are_read_in(given, shown):
+    assert size_text(parse_size(given)) == shown
