@@ -67,12 +67,13 @@ class Manifest:
         version = values.get("format_version")
         if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise BundleVersionError(
-                f"{where} has format version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
+                f"{where} has format_version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
                 "export the checkpoint again with this version of locsum"
             )
         if not isinstance(values.get("kind"), str) or values["kind"] not in kinds.REGISTRY:
             raise BundleVersionError(
-                f"{where} is a {values.get('kind')!r} bundle; this locsum runs {list(kinds.names())}"
+                f"{where}: its kind {values.get('kind')!r} is not one this locsum runs ({list(kinds.names())}); "
+                "export the checkpoint again with this version of locsum"
             )
         if version < C.FORMAT_VERSION:
             values = _upgrade(values)
@@ -94,6 +95,17 @@ def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "units": units, "limits": limits, "kind_revision": 1, "format_version": C.FORMAT_VERSION}
 
 
+def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:
+    """Keys of `expected` (a config's full dict) absent from `given`, nested objects included, as dotted names."""
+    missing = []
+    for key, value in expected.items():
+        if key not in given:
+            missing.append(prefix + key)
+        elif isinstance(value, dict) and isinstance(given[key], dict):
+            missing += _missing_settings(value, given[key], f"{prefix}{key}.")
+    return missing
+
+
 def _check_schema(manifest: Manifest) -> None:
     """Types, ranges and cross-references of every manifest field; BundleError naming the first problem."""
     error = BundleIntegrityError
@@ -113,6 +125,9 @@ def _check_schema(manifest: Manifest) -> None:
         config = kind.config.from_dict(manifest.model)
     except BundleError as err:
         raise error(str(err)) from None
+    missing = _missing_settings(config.to_dict(), manifest.model)
+    if missing:  # a default would not be what the graphs were exported with
+        raise error(f"the model config lacks {missing}, settings of the exported graphs")
     try:
         defaults = Options.from_settings({k: getattr(manifest, k) for k in ("units", "limits", "generation")}, kind)
     except OptionError as err:
@@ -216,7 +231,7 @@ class Bundle:
             needed.add(own.file)
         unlisted = sorted(needed - set(manifest.files))
         if unlisted:
-            raise BundleIntegrityError(f"{manifest_path} lists no checksum for {unlisted}; export the bundle again")
+            raise BundleIntegrityError(f"{manifest_path} lists no checksum in its files for {unlisted}; export the bundle again")
         for name, expected in manifest.files.items():
             file = path / name
             if not file.is_file():

@@ -146,11 +146,11 @@ def test_missing_file(bundle_copy):
 
 
 @pytest.mark.parametrize("change,error,message", [
-    ({"format_version": 99}, BundleVersionError, "format version 99"),
-    ({"format_version": True}, BundleVersionError, "format version True"),
-    ({"kind": "summit"}, BundleVersionError, "'summit' bundle"),
-    ({"kind": "dyle"}, BundleIntegrityError, "units has unknown keys \\['num_pages', 'page_tokens'\\]"),
-    ({"kind": ["pagesum"]}, BundleVersionError, "bundle; this locsum runs"),
+    ({"format_version": 99}, BundleVersionError, "format_version 99"),
+    ({"format_version": True}, BundleVersionError, "format_version True"),
+    ({"kind": "summit"}, BundleVersionError, "kind 'summit' is not one"),
+    ({"kind": "dyle"}, BundleIntegrityError, "lacks \\['model.extractor'\\]"),
+    ({"kind": ["pagesum"]}, BundleVersionError, "is not one this locsum runs"),
     ({"extra": 1}, BundleIntegrityError, "unknown keys \\['extra'\\]"),
     ({"dtype": "float16"}, BundleIntegrityError, "dtype"),
     ({"units": {"page_tokens": 4096}}, BundleIntegrityError, "page_tokens=4096 is over"),
@@ -174,7 +174,7 @@ def test_manifest_that_breaks_its_schema(bundle_copy, change, error, message):
 
 
 @pytest.mark.parametrize("content,message", [
-    (b"[1, 2]", "not an object"), (b"\xff\xfe{}", "not UTF-8"), (b"{}", "format version None"), (b"", "not valid JSON"),
+    (b"[1, 2]", "not an object"), (b"\xff\xfe{}", "not UTF-8"), (b"{}", "format_version None"), (b"", "not valid JSON"),
 ])
 def test_damaged_manifest(bundle_copy, content, message):
     (bundle_copy / C.MANIFEST_FILE).write_bytes(content)

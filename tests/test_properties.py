@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from locsum_sdk import Summarizer, Summary
 from locsum_sdk import constants as C
 from locsum_sdk.cli import main
-from locsum_sdk.errors import LocsumError
+from locsum_sdk.errors import BundleError, LocsumError
 
 HOSTILE = ["\x00", "\u200b", "\ufeff", "\u202e", "\u2066", "\ud800", "\udfff", "\x1b[31m", "\r", "\t", "\u00ad",
            "\U0001f600", "é", "\u0301", "{vocalsound}", "...", "!?", "\n\n", "  "]
@@ -223,6 +223,54 @@ def test_from_pretrained(bundle_dir, loose_bundle, data):
     event("loaded")
     check_summary(summarizer.summarize("The board met on Monday.", max_length=4), "The board met on Monday.",
                   summarizer.options(max_length=4))
+
+
+def settings_paths(value, prefix=()) -> list[tuple]:
+    """Every key path in a JSON object, nested objects included."""
+    paths = []
+    for key, inner in value.items():
+        paths.append((*prefix, key))
+        if isinstance(inner, dict):
+            paths += settings_paths(inner, (*prefix, key))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def kind_bundles(bundle_dir, dyle_bundle_dir, hierencdec_bundle_dir, hiersumm_bundle_dir, tmp_path_factory):
+    """(the bundle, a copy whose manifest each case overwrites) of every kind."""
+    return {path.name: (path, shutil.copytree(path, tmp_path_factory.mktemp("settings") / path.name))
+            for path in (bundle_dir, dyle_bundle_dir, hierencdec_bundle_dir, hiersumm_bundle_dir)}
+
+
+@given(data=st.data())
+def test_a_manifest_missing_or_mistyping_any_setting_is_a_bundle_error(kind_bundles, data):
+    source, copy = kind_bundles[data.draw(st.sampled_from(sorted(kind_bundles)))]
+    manifest = json.loads((source / C.MANIFEST_FILE).read_text())
+    path = data.draw(st.sampled_from(settings_paths(manifest)))
+    holder = manifest
+    for key in path[:-1]:
+        holder = holder[key]
+    deleted = data.draw(st.booleans())
+    if deleted:
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = data.draw(json_values().filter(lambda value: type(value) is not type(holder[path[-1]])))
+    (copy / C.MANIFEST_FILE).write_text(json.dumps(manifest))
+    try:
+        summarizer = Summarizer.from_pretrained(copy)
+    except BundleError as err:
+        event(f"refused: {path[0]}")
+        assert path[-1] in str(err) or path[0] in str(err), (path, str(err))  # names the setting or its group
+        return
+    # what may be left out: an option (its default applies), a record that is not a setting, an optional section
+    optional = {"units", "limits", "generation", "files", "producer", "tensorrt", "dtype", "format_version"}
+    parity = len(path) == 3 and path[0] == "graphs" and path[2] in ("max_abs_diff", "int8_max_abs_diff")
+    assert deleted and (path[0] in optional or parity), path
+    event(f"loaded without {path[0]}")
+    try:
+        summarizer.summarize("The board met on Monday.", max_length=4, num_beams=1)
+    except LocsumError:
+        pass
 
 
 @st.composite

@@ -225,6 +225,39 @@ def test_a_device_or_precision_this_machine_lacks_is_refused(tmp_path, jsonl, to
         build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "half", fp16=True), progress=False)
 
 
+def toml_text(values: dict) -> str:
+    """A TOML document of one table's JSON-like values (None left out), for configs given on the command line."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(item) for item in v) + "]"
+        return "{" + ", ".join(f"{k} = {value(item)}" for k, item in v.items() if item is not None) + "}"
+
+    return "".join(f"{key} = {value(v)}\n" for key, v in values.items() if v is not None)
+
+
+def test_the_command_line_device_overrides_the_configs(tmp_path, jsonl, tokenizer_file, capsys):
+    from train.__main__ import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = tmp_path / "gpu.toml"
+    path.write_text(toml_text(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "gpu", device="cuda",
+                                         max_steps=1, eval_every=1).to_dict()))
+    assert main(["--config", str(path), "--quiet"]) == 2  # the config's cuda, on a machine without one
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("python -m train: error: device='cuda'") and "\n" not in error
+    assert main(["--config", str(path), "--quiet", "--device", "cpu"]) == 0
+    assert [json.loads(line)["step"] for line in (tmp_path / "gpu" / "metrics.jsonl").read_text().splitlines()] == [1]
+    path.write_text(toml_text(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "cpu").to_dict()))
+    assert main(["--config", str(path), "--quiet", "--device", "cuda"]) == 2
+
+
 def test_a_config_without_a_required_field_names_it(tmp_path, jsonl, tokenizer_file):
     from locsum_sdk.errors import OptionError
 

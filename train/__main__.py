@@ -1,4 +1,4 @@
-"""python -m train --config train/configs/NAME.toml [--max-steps N] [--quiet]
+"""python -m train --config train/configs/NAME.toml [--device auto|cpu|cuda] [--max-steps N] [--quiet]
 
 Trains (or resumes) the run the config describes; checkpoints and metrics.jsonl go to <output>/<name>.
 """
@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
 
 from locsum_sdk import kinds
+from locsum_sdk.errors import LocsumError
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.tokenizer_file import read_tokenizer
@@ -85,19 +87,27 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"),
+                        help="where to train, over the config's device (auto: CUDA where torch sees a GPU); a run "
+                             "resumes on any device")
     parser.add_argument("--max-steps", type=int, help="stop (resumably) after this many steps in all")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = TrainConfig.load(args.config)
-    trainer = build(config, progress=not args.quiet)
-    logger.info("%s: %d training samples, %.1fM parameters", config.name, len(trainer.train_set),
-                sum(p.numel() for p in trainer.model.parameters()) / 1e6)
-    trainer.train(args.max_steps)
+    try:
+        config = TrainConfig.load(args.config, **({"device": args.device} if args.device else {}))
+        trainer = build(config, progress=not args.quiet)
+        logger.info("%s: %d training samples, %.1fM parameters on %s", config.name, len(trainer.train_set),
+                    sum(p.numel() for p in trainer.model.parameters()) / 1e6, trainer.device)
+        trainer.train(args.max_steps)
+    except (LocsumError, OSError) as err:
+        print(f"python -m train: error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
