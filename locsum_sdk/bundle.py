@@ -231,7 +231,8 @@ class Bundle:
             needed.add(own.file)
         unlisted = sorted(needed - set(manifest.files))
         if unlisted:
-            raise BundleIntegrityError(f"{manifest_path} lists no checksum in its files for {unlisted}; export the bundle again")
+            raise BundleIntegrityError(f"{manifest_path} lists no checksum in its files for {unlisted}; export the "
+                                       "bundle again")
         for name, expected in manifest.files.items():
             file = path / name
             if not file.is_file():

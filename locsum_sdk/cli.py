@@ -274,6 +274,17 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if args.require_gpu and not report.ok else 0
 
 
+def _resolve_bundles(args: argparse.Namespace) -> None:
+    """--bundle names a directory or a shipped bundle ("dyle", "engines/dyle") from any working directory."""
+    from .summarizer import resolve_bundle
+
+    bundle = getattr(args, "bundle", None)
+    if isinstance(bundle, str):
+        args.bundle = str(resolve_bundle(bundle))
+    elif isinstance(bundle, list):
+        args.bundle = [str(resolve_bundle(item)) for item in bundle]
+
+
 def _needs(args: argparse.Namespace) -> list[extras.Need]:
     """The extras a command line needs, checked before it does any work."""
     command = args.command
@@ -505,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.ERROR if args.quiet else {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.getLogger("locsum_sdk").setLevel(level)
     try:
+        _resolve_bundles(args)
         extras.require(*_needs(args))
         return args.run(args)
     except (LocsumError, OSError) as err:

@@ -209,12 +209,10 @@ def _tokens(bundle: Path, work: Path) -> str:
 
 def shipped_bundles() -> list[Path]:
     """The bundles checked when none is named: the default bundle, then (in a checkout) the others under engines/."""
-    from .summarizer import CHECKOUT_BUNDLE, default_bundle
+    from . import summarizer
 
-    first = default_bundle()
-    others = sorted(p for p in CHECKOUT_BUNDLE.parent.iterdir() if (p / "manifest.json").is_file()) \
-        if CHECKOUT_BUNDLE.parent.is_dir() else []
-    return [first, *(p for p in others if p.resolve() != first.resolve())]
+    first = summarizer.default_bundle()
+    return [first, *(p for p in summarizer.shipped_bundles().values() if p.resolve() != first.resolve())]
 
 
 def run(bundles: list[Path], show: Callable[[Check], None] | None = None) -> Report:

@@ -52,6 +52,34 @@ def default_bundle() -> Path:
     return PACKAGED_BUNDLE if PACKAGED_BUNDLE.is_dir() else CHECKOUT_BUNDLE
 
 
+def shipped_bundles() -> dict[str, Path]:
+    """The bundles that come with locsum, by name: the package's (`default` in a wheel), then the checkout's
+    `engines/` (every bundle there, in a source checkout)."""
+    found: dict[str, Path] = {}
+    for root in (PACKAGED_BUNDLE.parent, CHECKOUT_BUNDLE.parent):
+        if root.is_dir():
+            for path in sorted(root.iterdir()):
+                if (path / C.MANIFEST_FILE).is_file():
+                    found.setdefault(path.name, path)
+    return found
+
+
+def resolve_bundle(path: str | os.PathLike | None) -> Path:
+    """The directory `from_pretrained(path)` loads: `path` itself where it exists; else a shipped bundle named by it
+    (`"dyle"` or `"engines/dyle"`, from any working directory); None: `default_bundle()`."""
+    if path is None:
+        return default_bundle()
+    path = Path(path)
+    if path.is_dir():
+        return path
+    parts = path.parts
+    if len(parts) == 1 or (len(parts) == 2 and parts[0] == "engines"):
+        shipped = shipped_bundles().get(parts[-1])
+        if shipped is not None:
+            return shipped
+    return path
+
+
 @dataclass(frozen=True)
 class Summary:
     """One summary and how it was made."""
@@ -150,7 +178,8 @@ class Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
         Args:
-            path: bundle or checkpoint directory; None loads $LOCSUM_BUNDLE or the shipped default bundle.
+            path: bundle or checkpoint directory, or the name of a shipped bundle ("dyle", or "engines/dyle" from any
+                directory; see `shipped_bundles`); None loads $LOCSUM_BUNDLE or the shipped default bundle.
             backend: "auto" (a bundle runs on its TensorRT engines where it has them and they can run here, else on
                 onnxruntime; a checkpoint on torch), "onnxruntime", "tensorrt" or "torch".
             threads: intra-op threads; None uses every core.
@@ -171,9 +200,10 @@ class Summarizer:
         _check_cache(unit_cache)
         if backend == "tensorrt" and device == "cpu":
             raise OptionError("backend='tensorrt' does not run on device='cpu'; TensorRT runs on the GPU")
-        path = Path(path) if path is not None else default_bundle()
+        path = resolve_bundle(path)
         if not path.is_dir():
-            where = "" if path != default_bundle() else f" (the default bundle; set {BUNDLE_ENV} or pass a path)"
+            where = (f" (the default bundle; set {BUNDLE_ENV} or pass a path)" if path == default_bundle() else
+                     f" nor a shipped bundle ({', '.join(shipped_bundles())})")
             raise BundleNotFoundError(f"{path} is not a directory{where}; pass the path of a bundle or checkpoint")
         is_bundle = (path / C.MANIFEST_FILE).is_file()
         if not is_bundle and not (path / C.CHECKPOINT_CONFIG_FILE).is_file():

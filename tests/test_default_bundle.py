@@ -33,6 +33,25 @@ def test_from_pretrained_with_no_path_summarizes_the_example_meeting(monkeypatch
     assert np.allclose(summary.unit_weights.sum(axis=1), 1.0, atol=1e-4)
 
 
+def test_a_shipped_bundle_is_named_from_any_directory(monkeypatch, tmp_path, capsys):
+    from locsum_sdk.cli import main
+    from locsum_sdk.errors import BundleNotFoundError
+    from locsum_sdk.summarizer import resolve_bundle, shipped_bundles
+
+    monkeypatch.chdir(tmp_path)
+    assert set(shipped_bundles()) == {"default", "dyle", "hierencdec", "hiersumm"}  # a checkout ships four
+    for name in ("dyle", "engines/dyle"):
+        assert resolve_bundle(name) == ROOT / "engines" / "dyle"
+        assert Summarizer.from_pretrained(name, threads=1).kind.name == "dyle"
+    (tmp_path / "dyle").mkdir()  # a directory of that name here comes first
+    assert resolve_bundle("dyle") == Path("dyle")
+    with pytest.raises(BundleNotFoundError, match=r"nor a shipped bundle \(default, dyle, hierencdec, hiersumm\)"):
+        Summarizer.from_pretrained("engines/summit")
+    (tmp_path / "note.txt").write_text("The board met on Monday and agreed on the budget for the new roof.")
+    assert main(["summarize", "note.txt", "--bundle", "engines/hierencdec", "--max-length", "6", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "hierencdec"
+
+
 def test_default_bundle_takes_long_inputs_by_default():
     summarizer = Summarizer.from_pretrained(DEFAULT, threads=2)
     assert summarizer.limits.max_tokens >= 128 * 1024 and not summarizer.limits.truncate
