@@ -11,7 +11,8 @@ Each line is written with one `write` of the whole line (O_APPEND) and flushed t
 Resume: a sidecar `OUTPUT.job.json` records the bundle (sha256 of its manifest), the options and the field names.
 `resume=True` refuses a job whose record differs, drops a trailing partial line (a job killed in mid-write),
 checks that the last written id is the id of the same input line, and skips exactly the inputs already written.
-Memory is bounded by one batch whatever the corpus size: nothing is kept from line to line.
+Memory is bounded by one batch whatever the corpus size: nothing is kept from line to line. One job at a time
+writes an output: it holds `OUTPUT.lock` for its whole run (see `job_lock`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataError, InputError, LocsumError, OptionError
+from .job_lock import output_lock
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -197,9 +199,8 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
 
     summarizer: checks the options and names the bundle in the job's record; engine: what summarizes the batches
     (`map(batches, overrides)` yields each batch's rows and stage seconds in batch order): `LocalEngine(summarizer)`
-    by default, or `locsum_sdk.ray_engine.RayEngine` to spread them over a Ray cluster."""
-    from tqdm import tqdm
-
+    by default, or `locsum_sdk.ray_engine.RayEngine` to spread them over a Ray cluster. The output is locked for the
+    run (`job_lock`): a second job on it raises `JobLockedError` at once."""
     fields, overrides = fields or Fields(), dict(overrides or {})
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise OptionError(f"batch_size={batch_size!r}: give a whole number of inputs of at least 1")
@@ -207,6 +208,14 @@ def run_job(summarizer: Any, input_path: str | os.PathLike, output_path: str | o
     if not source.is_file():
         raise DataError(f"input {source} does not exist; give a JSON Lines file")
     summarizer.options(**overrides)  # an unknown or out-of-range option stops the job before it starts
+    with output_lock(output):  # one job per output, for the whole run
+        return _run(summarizer, source, output, resume, batch_size, fields, overrides, progress, engine)
+
+
+def _run(summarizer: Any, source: Path, output: Path, resume: bool, batch_size: int, fields: Fields,
+         overrides: dict[str, Any], progress: bool, engine: Any) -> Report:
+    from tqdm import tqdm
+
     record = record_of(summarizer, overrides, fields)
     sidecar = output.with_name(output.name + JOB_SUFFIX)
     done, last = 0, None

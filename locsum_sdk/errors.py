@@ -61,3 +61,7 @@ class BackendError(LocsumError, RuntimeError):
 
 class ExportError(LocsumError):
     """An export failed or its output did not match the PyTorch model."""
+
+
+class JobLockedError(LocsumError):
+    """Another running job holds the output a corpus job would write; names its process."""

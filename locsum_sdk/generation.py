@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -75,6 +76,22 @@ class Hypothesis:
     unit_weights: np.ndarray  # (steps, U) the combine weights of each step of this hypothesis
 
 
+@dataclass(frozen=True)
+class Partial:
+    """Where one input's decoding stands after a step: greedy, its tokens so far; beam search, the best finished
+    hypothesis once one exists (`finished`), else the leading beam (which a later step may overtake)."""
+
+    token_ids: list[int]  # without the start token; a finished one ends in eos
+    finished: bool
+
+
+StepCallback = Callable[[int, list[Partial]], None]  # (step, one Partial per batch item); raising stops decoding
+
+
+def _until_eos(tokens: list[int], eos: int) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
 def min_length_filter(log_probs: np.ndarray, length: int, options: GenerationOptions, eos: int) -> None:
     if length < options.min_length:
         log_probs[..., eos] = -np.inf
@@ -111,6 +128,9 @@ class GreedySearch:
     @property
     def finished(self) -> bool:
         return bool(self.done.all())
+
+    def partial(self, b: int) -> Partial:
+        return Partial(_until_eos(self.sequences[b, 0, 1:].tolist(), self.eos), bool(self.done[b]))
 
     def finalize(self) -> list[Hypothesis]:
         weights = np.stack(self.weights, axis=1)  # (B, T, U)
@@ -187,6 +207,11 @@ class BeamSearch:
     def finished(self) -> bool:
         return bool(self.done.all())
 
+    def partial(self, b: int) -> Partial:
+        if self.hypotheses[b]:
+            return Partial(list(self.hypotheses[b][0][1]), True)
+        return Partial(self.sequences[b, 0, 1:].tolist(), False)  # beams are kept best first
+
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):
             for beam in range(self.k):
@@ -195,9 +220,10 @@ class BeamSearch:
         return [Hypothesis(tokens, score, weights) for score, tokens, weights in (h[0] for h in self.hypotheses)]
 
 
-def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int
-             ) -> list[Hypothesis]:
-    """Run the decoding loop on one batch and return the best hypothesis of each batch item.
+def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
+             on_step: StepCallback | None = None) -> list[Hypothesis]:
+    """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
+    after every step with where each item stands; an exception it raises stops the loop and propagates.
 
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
@@ -221,6 +247,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
             full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
         steps = length
+        if on_step is not None:
+            on_step(length, [search.partial(b) for b in range(batch)])
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("step %d: %d of %d inputs finished", length, int(np.sum(search.done)), batch)
         if search.finished:

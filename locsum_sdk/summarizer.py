@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from .errors import (
     MemoryLimitError,
     OptionError,
 )
-from .generation import GenerationOptions, generate
+from .generation import GenerationOptions, Partial, StepCallback, generate
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
 from .options import Options
@@ -357,23 +357,28 @@ class Summarizer:
         return kept, largest
 
     def summarize(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
-                  **overrides: Any) -> Summary:
+                  on_step: Callable[[int, dict[int, Partial]], None] | None = None, **overrides: Any) -> Summary:
         """Summarize one text, or one cluster of documents (a list of strings).
 
         Args:
             text_or_documents: a string (UTF-8 bytes accepted) or a list of documents.
             query: optional question; it is prepended to every page.
             options: all options at once (`summarizer.options(...)`); None: the bundle's defaults.
+            on_step: called after every decoding step with the step and {0: `Partial`}, where the summary stands
+                (to stream it, or to stop: an exception it raises stops decoding and propagates).
             **overrides: any field of the kind's unit options, `LimitOptions` or `GenerationOptions`.
         """
-        return self.summarize_batch([text_or_documents], [query], options, **overrides)[0]
+        return self.summarize_batch([text_or_documents], [query], options, on_step, **overrides)[0]
 
     def summarize_batch(
         self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, options: Options | None = None,
-        **overrides: Any,
+        on_step: Callable[[int, dict[int, Partial]], None] | None = None, **overrides: Any,
     ) -> list[Summary]:
         """Summarize several inputs together: inputs of like unit counts share encoder and decoder batches
-        (`shape_groups`), so that padding units stay few; summaries come back in input order."""
+        (`shape_groups`), so that padding units stay few; summaries come back in input order. `on_step`: as in
+        `summarize`, with the `Partial` of each input of the batch being decoded, keyed by its index in `inputs`."""
+        if on_step is not None and not callable(on_step):
+            raise OptionError(f"on_step is a {type(on_step).__name__}; pass a function of (step, partials) or None")
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise InputError("summarize_batch takes a non-empty list of inputs; use summarize() for one text")
         if queries is None:
@@ -430,7 +435,8 @@ class Summarizer:
                         encoded - checked)
             try:
                 hypotheses = generate(
-                    session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad
+                    session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
+                    _by_input(on_step, group),
                 )
             finally:
                 session.close()
@@ -456,6 +462,13 @@ class Summarizer:
             )
             for hyp, units in results
         ]
+
+
+def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int]) -> StepCallback | None:
+    """A decoding batch's step callback that reports each row under its input's index."""
+    if on_step is None:
+        return None
+    return lambda step, partials: on_step(step, dict(zip(group, partials)))
 
 
 def _count(items: Sequence[Sequence[Unit]]) -> int:

@@ -106,7 +106,7 @@ def test_a_resume_that_would_mix_jobs_is_refused(tmp_path, bundle_dir, corpus, c
     assert main([*base, *OPTIONS]) == 2
     assert "pass --resume" in capsys.readouterr().err
     assert main([*base, "--resume", "--max-length", "9", "--num-beams", "1"]) == 2
-    assert "different options" in capsys.readouterr().err
+    assert "differs from this one in its options" in capsys.readouterr().err
     changed = tmp_path / "changed.jsonl"
     changed.write_text(corpus.read_text().replace('"doc-9"', '"another"'))  # the last input written
     resumed = ["batch", "--bundle", str(bundle_dir), "--input", str(changed), "--output", str(output), "--quiet"]
@@ -171,3 +171,44 @@ def test_any_lines_give_one_row_each(tmp_path_factory, tiny_summarizer):
         assert all(isinstance(row["id"], str) and (("summary" in row) != ("error" in row)) for row in rows)
 
     check()
+
+
+def test_jobs_on_one_output_at_once_one_writes_and_the_others_are_refused(tmp_path, bundle_dir, corpus, straight):
+    output = tmp_path / "out.jsonl"
+    jobs = [subprocess.Popen(command(bundle_dir, corpus, output), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)]  # a cron job, a manual --resume and one thought dead, started together
+    results = [(job.wait(timeout=300), job.stderr.read()) for job in jobs]
+    winners = [job for job, (code, _) in zip(jobs, results) if code == 0]
+    assert len(winners) == 1, results
+    for code, error in results:
+        if code != 0:
+            assert code == 2 and "is being written by another job (process" in error and error.count("\n") == 1
+    assert [json.loads(line) for line in output.read_text().splitlines()] == straight
+    assert (tmp_path / "out.jsonl.lock").read_text() == ""  # released cleanly
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from locsum_sdk.job_lock import output_lock
+with output_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_lock_left_by_a_killed_job_is_taken_over(tmp_path, bundle_dir, corpus, straight):
+    output = tmp_path / "out.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(output)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"  # a job that holds the output
+    refused = subprocess.run(command(bundle_dir, corpus, output), cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and f"(process {holder.pid} on " in refused.stderr  # named, refused at once
+    assert not output.exists()  # before any work
+    holder.kill()
+    holder.wait()
+    assert json.loads((tmp_path / "out.jsonl.lock").read_text())["pid"] == holder.pid  # left behind by the kill
+    loud = [word for word in command(bundle_dir, corpus, output) if word != "--quiet"]  # the warning is logged
+    taken = subprocess.run(loud, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert taken.returncode == 0 and f"stopped without releasing it (process {holder.pid}" in taken.stderr
+    assert [json.loads(line) for line in output.read_text().splitlines()] == straight

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots, UnitBatch, scatter_top
 from locsum_sdk.backends.torch import TorchBackend
+from locsum_sdk.errors import OptionError
 from locsum_sdk.generation import GenerationOptions, generate, length_normalized, no_repeat_ngram_filter
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.units import Unit
@@ -217,3 +218,37 @@ def test_one_page_matches_hf_generate(tmp_path_factory, options):
         session = backend.start(batch, options["num_beams"], unit_batch_size=1)
         got = generate(session, 1, GenerationOptions(**options), start=2, eos=2, pad=1)[0]
         assert got.token_ids == expected
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_on_step_reports_each_inputs_decoding_and_can_stop_it(bundle_dir, num_beams):
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    rng = random.Random(5)
+    texts = [document(rng, 3), document(rng, 40), document(rng, 9)]
+    seen: list[tuple[int, dict]] = []
+    summaries = summarizer.summarize_batch(texts, num_beams=num_beams, max_length=12, page_tokens=32,
+                                           on_step=lambda step, partials: seen.append((step, partials)))
+    unwatched = summarizer.summarize_batch(texts, num_beams=num_beams, max_length=12, page_tokens=32)
+    assert [s.token_ids for s in summaries] == [s.token_ids for s in unwatched]  # watching changes nothing
+    last = {}
+    for step, partials in seen:
+        assert step >= 1 and set(partials) <= {0, 1, 2}
+        last.update(partials)
+    assert set(last) == {0, 1, 2}  # every input, under its index in the call, whatever its decoding batch
+    for index, summary in enumerate(summaries):
+        if num_beams == 1 or last[index].finished:
+            assert last[index].token_ids == summary.token_ids
+
+    class Stop(Exception):
+        pass
+
+    def stop(step, partials):
+        if step == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        summarizer.summarize(texts[1], num_beams=num_beams, on_step=stop)
+    assert summarizer.summarize(texts[1], num_beams=num_beams, max_length=12, page_tokens=32).token_ids == \
+        summaries[1].token_ids  # the stopped call left nothing behind
+    with pytest.raises(OptionError, match="on_step is a int"):
+        summarizer.summarize(texts[0], on_step=3)
