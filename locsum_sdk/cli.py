@@ -1,4 +1,4 @@
-"""`locsum summarize | live | eval | batch | export | bench | profile`: the command line."""
+"""`locsum summarize | live | eval | batch | export | bench | profile | serve | doctor`: the command line."""
 
 from __future__ import annotations
 
@@ -289,18 +289,19 @@ def _needs(args: argparse.Namespace) -> list[extras.Need]:
     """The extras a command line needs, checked before it does any work."""
     command = args.command
     if command == "export":
-        if not args.trt:
-            return [extras.ONNX_EXPORT]
-        return [extras.TRT_PREPARE] if args.dry_run else [extras.TRT_BUILD, extras.TENSORRT]
+        return [extras.TRT_PREPARE if args.trt else extras.ONNX_EXPORT]  # building imports TensorRT first
     if command == "doctor":
         return []  # it reports what is missing, stage by stage
     needs = []
     if command != "eval" or args.bundle:
-        needs.append(_backend_need(args.backend if command != "profile" else "onnxruntime", args.bundle))
+        backend = "onnxruntime" if command in ("profile", "serve") else args.backend
+        needs.append(_backend_need(backend, args.bundle))
     if command == "eval":
         needs.append(extras.ROUGE)
     if command == "batch" and args.engine == "ray":
         needs.append(extras.RAY)
+    if command == "serve":
+        needs.append(extras.SERVE)
     return needs
 
 
@@ -311,6 +312,41 @@ def _backend_need(backend: str, bundle: str | None) -> extras.Need:
             Path(bundle) / C.CHECKPOINT_CONFIG_FILE).is_file()
         backend = "torch" if is_checkpoint else "onnxruntime"
     return {"torch": extras.TORCH, "tensorrt": extras.TENSORRT}.get(backend, extras.ONNXRUNTIME)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    import uvicorn
+
+    from .serve import ServeOptions, create_app
+    from .serve.options import is_loopback
+
+    token = None
+    if args.token_file:
+        token = Path(args.token_file).read_text(encoding="utf-8").strip()
+    elif os.environ.get(SERVE_TOKEN_ENV):
+        token = os.environ[SERVE_TOKEN_ENV].strip()
+    if not is_loopback(args.host) and token is None and not args.insecure:
+        raise OptionError(f"--host {args.host} is reachable from other machines: give a token (${SERVE_TOKEN_ENV} or "
+                          "--token-file) that requests must carry, or --insecure to serve without one")
+    options = ServeOptions(memory_budget=args.memory_budget, max_queue=args.max_queue, max_batch=args.max_batch,
+                           batch_window=args.batch_window, concurrency=args.concurrency, timeout=args.timeout,
+                           max_body=args.max_body, token=token)
+    app = create_app(args.bundle, options, threads=args.threads)
+    # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found: this one, so that a
+    # graceful stop exits 0 (Ctrl-C still ends in KeyboardInterrupt: 130)
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: None)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.grace,
+                    log_level="warning" if not args.verbose else "info", access_log=bool(args.verbose))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+SERVE_TOKEN_ENV = "LOCSUM_SERVE_TOKEN"
 
 
 def _overrides(args: argparse.Namespace, kind: kinds.Kind | None = None) -> dict:
@@ -494,6 +530,33 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--nodes", action="store_true", help="by node instead of by operator type")
     f.add_argument("--json", action="store_true", help="print every operator type as JSON")
     f.set_defaults(run=_profile)
+
+    h = commands.add_parser("serve", parents=flags,
+                            help="serve summaries over HTTP (POST /v1/summarize, streaming, /metrics; "
+                                 "pip install 'locsum[serve]')")
+    h.add_argument("--bundle", help="bundle directory or shipped bundle name (default: the shipped bundle)")
+    h.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs a "
+                                                       "token or --insecure)")
+    h.add_argument("--port", type=int, default=8000)
+    h.add_argument("--memory-budget", dest="memory_budget",
+                   help="working memory the requests being summarized may reserve together, e.g. 8GB (default: "
+                        "80%% of the memory available at start)")
+    h.add_argument("--max-queue", dest="max_queue", type=int, default=64,
+                   help="requests waiting for memory; one more gets 503 (default 64)")
+    h.add_argument("--max-batch", dest="max_batch", type=int, default=8,
+                   help="requests with the same options decoded together (default 8)")
+    h.add_argument("--batch-window", dest="batch_window", type=float, default=0.01,
+                   help="seconds an idle server waits for requests arriving together (default 0.01)")
+    h.add_argument("--concurrency", type=int, default=1, help="batches decoded at once (default 1)")
+    h.add_argument("--timeout", type=float, default=300.0, help="a request's deadline in seconds (default 300)")
+    h.add_argument("--max-body", dest="max_body", default="32MB", help="largest request body (default 32MB)")
+    h.add_argument("--token-file", dest="token_file",
+                   help=f"file holding the bearer token requests must carry (or ${SERVE_TOKEN_ENV})")
+    h.add_argument("--insecure", action="store_true", help="serve a non-loopback address without a token")
+    h.add_argument("--grace", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish on SIGTERM before they are cancelled")
+    h.add_argument("--threads", type=int)
+    h.set_defaults(run=_serve)
 
     d = commands.add_parser("doctor", parents=flags,
                             help="check every GPU stage in order (driver, ONNX Runtime CUDA, kernels, TensorRT, "

@@ -24,9 +24,9 @@ TORCH = Need("the torch backend (checkpoints)", "torch", ("torch", "safetensors"
 TENSORRT = Need("the tensorrt backend", "gpu", ("tensorrt", "cuda"))
 ROUGE = Need("ROUGE", "eval", ("rouge_score",))
 RAY = Need("--engine ray", "ray", ("ray",))
+SERVE = Need("locsum serve", "serve", ("fastapi", "uvicorn", "prometheus_client"))
 ONNX_EXPORT = Need("exporting a checkpoint to ONNX", "export", ("torch", "safetensors", "onnx", "onnxscript"))
 TRT_PREPARE = Need("preparing graphs for TensorRT", "gpu", ("onnx",), "or 'locsum[export]' for a dry run")
-TRT_BUILD = Need("building TensorRT engines", "gpu", ("onnx", "tensorrt"))
 
 
 def installed(module: str) -> bool:

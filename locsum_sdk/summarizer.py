@@ -267,6 +267,24 @@ class Summarizer:
                              max(len(u.token_ids) for units in group for u in units)) for group in groups),
                    key=lambda found: found.total)
 
+    def estimate(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
+                 **overrides: Any) -> MemoryEstimate:
+        """Working memory `summarize` would need for this input with these options, before any model work: the
+        input is paged and checked against `max_tokens` (raising or truncating as `summarize` would); a kind with
+        a selection stage counts the stage's largest run and as many units as it keeps, the longest of them."""
+        chosen = self.options(options, **overrides)
+        paging, limits = chosen.units, chosen.limits
+        pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
+        query_ids = pager.query_ids(query)
+        units = within_tokens([pager.pages(as_documents(text_or_documents), query_ids)], limits, [query_ids],
+                              type(paging).UNIT_TOKENS)[0]
+        selection = 0
+        if self.kind.selection is not None:
+            selection = self.selection_memory(units, query, paging)
+            longest_first = np.array([len(u.token_ids) for u in units], dtype=np.float64)
+            units = self.kind.selection.keep(units, longest_first, paging)
+        return self.estimate_memory([units], chosen.generation, selection)
+
     def _estimate(self, generation: GenerationOptions, tokens: int, selection: int = 0) -> Estimate:
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
             return estimate_memory(self.model, self.kind.layout, batch, width, length, generation.num_beams,

@@ -87,9 +87,12 @@ COMMANDS = {  # a command line, the module made missing, the extra its one-line 
     "batch on ray": (["batch", "--input", "absent.jsonl", "--output", "out.jsonl", "--engine", "ray"], "ray", "ray"),
     "export": (["export", "--checkpoint", "absent", "--output", "out"], "onnxscript", "export"),
     "export --trt --dry-run": (["export", "--trt", "--bundle", "absent", "--dry-run"], "onnx", "gpu"),
-    "export --trt": (["export", "--trt", "--bundle", "absent"], "tensorrt", "gpu"),
+    "export --trt": (["export", "--trt", "--bundle", "absent"], "onnx", "gpu"),
+    "export --trt without TensorRT": (["export", "--trt", "--bundle", str(ROOT / "engines" / "default")], "tensorrt",
+                                      "gpu"),
     "bench": (["bench", "--bundle", "absent"], "onnxruntime", "cpu"),
     "profile": (["profile", "--bundle", "absent"], "onnxruntime", "cpu"),
+    "serve": (["serve", "--bundle", "absent"], "fastapi", "serve"),
 }
 
 

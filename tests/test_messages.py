@@ -46,9 +46,14 @@ def option_names() -> set[str]:
     from locsum_sdk import LiveDocument, UnitCache
     from locsum_sdk.ray_engine import RayEngine
 
-    for function in (LiveDocument.__init__, UnitCache.__init__, RayEngine.__init__):
+    for function in (LiveDocument.__init__, UnitCache.__init__, RayEngine.__init__, Summarizer.summarize):
         names |= set(inspect.signature(function).parameters)
-    return names
+    from locsum_sdk.bundle import Manifest
+    from locsum_sdk.serve.app import CODES
+    from locsum_sdk.serve.options import ServeOptions
+
+    names |= {f.name for group in (Manifest, ServeOptions) for f in dataclasses.fields(group)}  # manifest keys
+    return names | set(CODES)  # the API's error codes
 
 
 def message_names() -> dict[str, set[str]]:

@@ -1,0 +1,358 @@
+"""The HTTP API (FastAPI): POST /v1/summarize (JSON, or server-sent events with "stream": true), /healthz, /readyz,
+/metrics, and the OpenAPI schema at /docs. Every error is JSON `{"error": {"code", "message"}}` with a stable code."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.exceptions import HTTPException
+
+from ..errors import (
+    BackendError,
+    EmptyInputError,
+    EncodingError,
+    InputError,
+    InputTooLongError,
+    MemoryLimitError,
+    OptionError,
+)
+from ..generation import Partial
+from ..memory import size_text
+from ..summarizer import Summarizer, Summary
+from .admission import Admission, Cancelled, Job, QueueFull, ShuttingDown
+from .metrics import Metrics
+from .options import ServeOptions
+
+logger = logging.getLogger("locsum_sdk")
+
+RETRY_AFTER = 1  # seconds a client told 503 waits before trying again
+
+CODES = {  # every error code the API answers with: (HTTP status, what it means); stable across versions
+    "invalid_json": (400, "the body is not JSON in UTF-8"),
+    "empty_input": (400, "the text or a document is empty or has no visible character"),
+    "invalid_encoding": (400, "the text holds a lone surrogate (a broken escape)"),
+    "invalid_input": (400, "the input cannot be summarized as given"),
+    "unauthorized": (401, "the server asks for a bearer token and the request had none or another"),
+    "not_found": (404, "no such path"),
+    "method_not_allowed": (405, "the path takes another method"),
+    "body_too_large": (413, "the body is over the server's --max-body"),
+    "input_too_long": (413, "the input is over max_tokens (truncate=true keeps what fits)"),
+    "memory_limit": (413, "the input needs more memory than the request's own memory_limit"),
+    "over_budget": (413, "the request's memory estimate is over the server's whole budget"),
+    "invalid_request": (422, "the body does not follow the request schema (see /docs)"),
+    "invalid_option": (422, "an option is unknown, of the wrong type or out of range"),
+    "internal": (500, "the server failed; its log has the details"),
+    "backend_error": (500, "the inference engine failed while running a graph"),
+    "queue_full": (503, "too many requests are waiting for memory; retry after Retry-After seconds"),
+    "shutting_down": (503, "the server is stopping or starting; retry after Retry-After seconds"),
+    "not_ready": (503, "the server is starting or stopping (readyz)"),
+    "deadline_exceeded": (504, "the request ran past its timeout, waiting or decoding"),
+}
+
+# (error class, HTTP status, code): the first class an error is an instance of decides
+STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
+    (EmptyInputError, 400, "empty_input"),
+    (EncodingError, 400, "invalid_encoding"),
+    (MemoryLimitError, 413, "memory_limit"),
+    (InputTooLongError, 413, "input_too_long"),
+    (InputError, 400, "invalid_input"),
+    (OptionError, 422, "invalid_option"),
+    (QueueFull, 503, "queue_full"),
+    (ShuttingDown, 503, "shutting_down"),
+    (BackendError, 500, "backend_error"),
+)
+
+
+class ServeError(Exception):
+    """An error answered with `status` and `code` (the server's own: body, budget, deadline, auth)."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.code, self.headers = status, code, headers or {}
+
+
+class SummarizeRequest(BaseModel):
+    """A text or a list of documents, an optional query, and options with the SDK's names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str | None = Field(None, description="one text; or give documents")
+    documents: list[str] | None = Field(None, description="a cluster of documents, summarized as one input")
+    query: str | None = Field(None, description="a question for query-focused summarization")
+    options: dict[str, Any] = Field(default_factory=dict, description="any option of Summarizer.summarize, by name "
+                                    "(num_beams, max_length, page_tokens, max_tokens, truncate, ...)")
+    stream: bool = Field(False, description="answer with server-sent events: `partial` as the summary is decided "
+                         "(greedy: its tokens so far; beam search: the best finished hypothesis, else the leading "
+                         "beam), then `summary` (the full response) or `error`")
+    timeout: float | None = Field(None, gt=0, description="seconds before the request is abandoned (504); at most "
+                                  "the server's own")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> SummarizeRequest:
+        if (self.text is None) == (self.documents is None):
+            raise ValueError("give exactly one of text or documents")
+        return self
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def classify(err: BaseException) -> tuple[int, str, str]:
+    """(status, code, message) of an error; anything unexpected is a 500 that hides its details."""
+    if isinstance(err, ServeError):
+        return err.status, err.code, str(err)
+    if isinstance(err, Cancelled):
+        return 504, "deadline_exceeded", str(err)
+    if isinstance(err, ValidationError):
+        return 422, "invalid_request", _validation_message(err.errors())
+    for cls, status, code in STATUS:
+        if isinstance(err, cls):
+            return status, code, str(err)
+    return 500, "internal", "the server failed on this request; its log has the details"
+
+
+def summary_body(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
+    steps = summary.unit_weights.shape[0]
+    weights = summary.unit_weights.mean(axis=0) if steps else [0.0] * len(summary.units)
+    units = []
+    for unit, weight in zip(summary.units, weights):
+        entry = {"document": unit.document, "start": unit.start, "end": unit.end, "weight": round(float(weight), 5)}
+        if unit.score is not None and math.isfinite(unit.score):
+            entry["score"] = round(unit.score, 5)
+        units.append(entry)
+    now = time.monotonic()
+    timings = {key: round(value, 4) for key, value in summary.timings.items()}
+    timings["queue"] = round((job.started or now) - job.queued, 4)
+    timings["request"] = round(now - arrived, 4)
+    return {"summary": summary.text, "kind": summary.kind, "tokens": len(summary.token_ids),
+            "score": round(summary.score, 5) if math.isfinite(summary.score) else None, "units": units,
+            "timings": timings}
+
+
+def create_app(bundle: str | None = None, options: ServeOptions | None = None, *,
+               summarizer: Summarizer | None = None, threads: int | None = None) -> FastAPI:
+    """The service as an ASGI app, to run with uvicorn (`locsum serve`) or mount in your own.
+
+    Args:
+        bundle: the bundle to load (a path or a shipped bundle's name; None: the default bundle).
+        options: admission, batching, deadlines, body limit and token (`ServeOptions`).
+        summarizer: a loaded `Summarizer` to serve instead of loading `bundle`.
+        threads: intra-op threads of the loaded model (None: every core).
+    """
+    options = options or ServeOptions()
+    if not isinstance(options, ServeOptions):
+        raise OptionError(f"options is a {type(options).__name__}; pass a ServeOptions or None")
+    if summarizer is None:
+        summarizer = Summarizer.from_pretrained(bundle, threads=threads)
+    budget, body_limit = options.budget_bytes, options.body_bytes
+    metrics = Metrics(budget)
+    state: dict[str, Any] = {"ready": False, "admission": None}
+
+    def run_batch(batch: list[Job], on_step) -> list[Summary]:
+        return summarizer.summarize_batch([job.documents for job in batch], [job.query for job in batch],
+                                          batch[0].options, on_step=on_step)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        admission = Admission(run_batch, budget, options.max_queue, options.max_batch, options.batch_window,
+                              options.concurrency, metrics.observe)
+        admission.start()
+        state.update(admission=admission, ready=True)
+        try:
+            yield
+        finally:
+            state["ready"] = False
+            await admission.close()
+
+    app = FastAPI(title="locsum", version="1", lifespan=lifespan,
+                  description=f"Long-input summarization with a {summarizer.kind.name} bundle.")
+
+    def respond(err: BaseException, request_started: float | None = None) -> JSONResponse:
+        status, code, message = classify(err)
+        headers = dict(getattr(err, "headers", {}) or {})
+        if status == 503:
+            headers.setdefault("Retry-After", str(RETRY_AFTER))
+        if request_started is not None:
+            metrics.requests.labels(str(status), code).inc()
+            metrics.latency.observe(time.monotonic() - request_started)
+        return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        return JSONResponse(error_body(code, str(err.detail)), status_code=err.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body("invalid_request", _validation_message(err.errors())), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        logger.exception("unexpected error on %s", request.url.path)
+        return respond(err)
+
+    def authorize(request: Request) -> None:
+        if options.token is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, credential = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(credential.encode(), options.token.encode()):
+            raise ServeError(401, "unauthorized", "send the server's token as 'Authorization: Bearer TOKEN'",
+                             {"WWW-Authenticate": "Bearer"})
+
+    @app.get("/healthz", summary="The process is up")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="The bundle is loaded and checked, and requests are taken")
+    async def readyz() -> JSONResponse:
+        if not state["ready"]:
+            return JSONResponse(error_body("not_ready", "starting or shutting down"), status_code=503,
+                                headers={"Retry-After": str(RETRY_AFTER)})
+        return JSONResponse({"status": "ready", "kind": summarizer.kind.name, "memory_budget": budget})
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus(request: Request) -> Response:
+        try:
+            authorize(request)
+        except ServeError as err:
+            return respond(err)
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/v1/summarize", summary="Summarize a text or a cluster of documents",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": SummarizeRequest.model_json_schema()}}}})
+    async def summarize(request: Request) -> Response:
+        arrived = time.monotonic()
+        try:
+            authorize(request)
+            body = SummarizeRequest.model_validate(await _read_json(request, body_limit))
+            job = await _admit(body, arrived)
+        except Exception as err:  # noqa: BLE001 - every failure becomes its status and code
+            if classify(err)[1] == "internal":
+                logger.exception("unexpected error before admission")
+            return respond(err, arrived)
+        if body.stream:
+            return StreamingResponse(_events(job, arrived), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-store"})
+        try:
+            summary = await asyncio.wait_for(asyncio.shield(job.future), max(job.deadline - time.monotonic(), 0))
+        except TimeoutError:
+            state["admission"].withdraw(job)
+            return respond(ServeError(504, "deadline_exceeded", "the request ran past its deadline"), arrived)
+        except asyncio.CancelledError:  # the client left or the server stops
+            state["admission"].withdraw(job)
+            raise
+        except Exception as err:  # noqa: BLE001
+            return respond(err, arrived)
+        return _done(summary, job, arrived)
+
+    async def _admit(body: SummarizeRequest, arrived: float) -> Job:
+        admission: Admission | None = state["admission"]
+        if admission is None or not state["ready"]:
+            raise ShuttingDown("the server is not ready; retry shortly")
+        documents = [body.text] if body.text is not None else body.documents
+        chosen = summarizer.options(**body.options)
+        needed = (await asyncio.to_thread(summarizer.estimate, documents, body.query, chosen)).total
+        if needed > budget:
+            raise ServeError(413, "over_budget", f"this request needs about {size_text(needed)} of working memory, "
+                             f"over the server's whole budget of {size_text(budget)}; send a shorter input, or lower "
+                             "num_beams, max_length or max_tokens")
+        timeout = min(body.timeout or options.timeout, options.timeout)
+        job = Job(documents, body.query, chosen, needed, arrived + timeout, asyncio.get_running_loop().create_future())
+        admission.submit(job)
+        return job
+
+    def _done(summary: Summary, job: Job, arrived: float) -> JSONResponse:
+        metrics.requests.labels("200", "ok").inc()
+        metrics.latency.observe(time.monotonic() - arrived)
+        metrics.queue_time.observe((job.started or time.monotonic()) - job.queued)
+        metrics.units.inc(len(summary.units))
+        metrics.tokens.inc(len(summary.token_ids))
+        return JSONResponse(summary_body(summary, job, arrived))
+
+    async def _events(job: Job, arrived: float) -> AsyncIterator[str]:
+        loop, updates = asyncio.get_running_loop(), asyncio.Queue()
+        job.on_partial = lambda step, partial: loop.call_soon_threadsafe(updates.put_nowait, (step, partial))
+        last = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(updates.get())
+                done, _ = await asyncio.wait({getter, job.future}, timeout=max(job.deadline - time.monotonic(), 0),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    step, partial = getter.result()
+                    text = _text(partial)
+                    if text != last:
+                        last = text
+                        yield _event("partial", {"step": step, "text": text, "finished": partial.finished})
+                    continue
+                getter.cancel()
+                if not done:
+                    state["admission"].withdraw(job)
+                    status, code, message = 504, "deadline_exceeded", "the request ran past its deadline"
+                    metrics.requests.labels(str(status), code).inc()
+                    yield _event("error", error_body(code, message)["error"])
+                    return
+                try:
+                    summary = job.future.result()
+                except Exception as err:  # noqa: BLE001
+                    status, code, message = classify(err)
+                    metrics.requests.labels(str(status), code).inc()
+                    yield _event("error", error_body(code, message)["error"])
+                    return
+                body = json.loads(_done(summary, job, arrived).body)
+                yield _event("summary", body)
+                return
+        finally:  # finished, or the client left (the response is cancelled): the batch stops at its next step
+            state["admission"].withdraw(job)
+
+    def _text(partial: Partial) -> str:
+        return summarizer.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
+
+    return app
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ServeError(413, "body_too_large", f"the body has {declared} bytes, over this server's {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ServeError(413, "body_too_large", f"the body is over this server's {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ServeError(400, "invalid_json", f"the body is not JSON in UTF-8 ({err})") from None
+    except RecursionError:
+        raise ServeError(400, "invalid_json", "the body nests too deeply") from None
+
+
+def _validation_message(errors: Any) -> str:
+    parts = []
+    for error in errors[:5]:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) + "; see /docs for the request schema"
+
+
+def _event(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+

@@ -1,0 +1,354 @@
+"""`locsum serve` over real HTTP on loopback: answers equal the SDK's, every error has its status and code, streams
+end in the non-streamed summary, memory is admitted against the budget and released on disconnect, deadlines,
+tokens, SIGTERM, and no 500 or traceback for any JSON body."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from conftest import document
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from locsum_sdk import Summarizer
+from locsum_sdk.serve import ServeOptions, create_app
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "a-token-of-at-least-16-characters"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def served(summarizer, **options):
+    """The app on a real loopback port, run by uvicorn in a thread; yields an httpx client for it."""
+    app = create_app(options=ServeOptions(**options), summarizer=summarizer)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.01)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+class Gated(Summarizer):
+    """The tiny summarizer, but each summarize_batch waits for `gate` (then runs), recording its batch sizes."""
+
+    def __init__(self, real: Summarizer):
+        self.__dict__.update(real.__dict__)
+        self.gate, self.batches = threading.Event(), []
+
+    def summarize_batch(self, inputs, queries=None, options=None, on_step=None, **overrides):
+        self.batches.append(len(inputs))
+        self.gate.wait(timeout=60)
+        return super().summarize_batch(inputs, queries, options, on_step, **overrides)
+
+
+@pytest.fixture(scope="module")
+def summarizer(bundle_dir):
+    return Summarizer.from_pretrained(bundle_dir, threads=1)
+
+
+@pytest.fixture(scope="module")
+def client(summarizer):
+    with served(summarizer, memory_budget="2GB", max_body="64KB") as client:
+        yield client
+
+
+TEXT = document(random.Random(7), 12)
+OPTIONS = {"max_length": 10, "num_beams": 2, "page_tokens": 32}
+
+
+def metric(client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def test_a_summary_equals_the_sdks_with_units_and_timings(client, summarizer):
+    answer = client.post("/v1/summarize", json={"text": TEXT, "query": "What was decided?", "options": OPTIONS})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    expected = summarizer.summarize(TEXT, query="What was decided?", **OPTIONS)
+    assert body["summary"] == expected.text and body["tokens"] == len(expected.token_ids)
+    assert [(u["start"], u["end"]) for u in body["units"]] == [(u.start, u.end) for u in expected.units]
+    assert abs(sum(u["weight"] for u in body["units"]) - 1) < 1e-3
+    assert {"paging", "encode", "decode", "queue", "request"} <= set(body["timings"])
+    cluster = client.post("/v1/summarize", json={"documents": [TEXT[:300], TEXT[300:]], "options": OPTIONS})
+    assert cluster.status_code == 200 and {u["document"] for u in cluster.json()["units"]} == {0, 1}
+    assert client.get("/healthz").json() == {"status": "ok"} and client.get("/readyz").json()["status"] == "ready"
+    assert "/v1/summarize" in client.get("/openapi.json").json()["paths"] and client.get("/docs").status_code == 200
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"text": " \n\t"}, 400, "empty_input"),
+    ({"text": "\u200b\u200b"}, 400, "empty_input"),
+    (b'{"text": "a\\ud800b"}', 400, "invalid_encoding"),  # a lone surrogate, escaped in valid JSON
+    (b'{"text": "caf\xe9"}', 400, "invalid_json"),
+    (b"{not json", 400, "invalid_json"),
+    ({"text": "x", "documents": ["y"]}, 422, "invalid_request"),
+    ({}, 422, "invalid_request"),
+    ({"text": 5}, 422, "invalid_request"),
+    ({"text": "x", "colour": "red"}, 422, "invalid_request"),
+    ({"text": "x", "stream": "yes"}, 422, "invalid_request"),
+    ({"text": "x", "timeout": -1}, 422, "invalid_request"),
+    ({"text": "x", "options": {"beams": 2}}, 422, "invalid_option"),
+    ({"text": "x", "options": {"num_beams": 0}}, 422, "invalid_option"),
+    (b'{"text": "x", "options": {"length_penalty": NaN}}', 422, "invalid_option"),
+    ({"text": "x", "options": {"max_length": {"a": [1]}}}, 422, "invalid_option"),
+    ({"text": "word " * 400, "options": {"max_tokens": 50}}, 413, "input_too_long"),
+    ({"text": "word " * 20000}, 413, "body_too_large"),
+])
+def test_every_error_has_its_status_and_code(client, body, status, code):
+    answer = (client.post("/v1/summarize", content=body) if isinstance(body, bytes)
+              else client.post("/v1/summarize", json=body))
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == code and error["message"] and "Traceback" not in answer.text
+
+
+def test_unknown_paths_and_methods_answer_json(client):
+    assert client.get("/v1/nothing").json()["error"]["code"] == "not_found"
+    assert client.get("/v1/summarize").json()["error"]["code"] == "method_not_allowed"
+
+
+def events(text: str) -> list[tuple[str, dict]]:
+    found = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        found.append((lines["event"], json.loads(lines["data"])))
+    return found
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_stream_ends_in_the_non_streamed_summary(client, num_beams):
+    options = {**OPTIONS, "num_beams": num_beams, "max_length": 14}
+    plain = client.post("/v1/summarize", json={"text": TEXT, "options": options}).json()
+    streamed = client.post("/v1/summarize", json={"text": TEXT, "options": options, "stream": True})
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    found = events(streamed.text)
+    assert [name for name, _ in found[:-1]] == ["partial"] * (len(found) - 1) and found[-1][0] == "summary"
+    assert found[-1][1]["summary"] == plain["summary"] and len(found) > 2
+    if num_beams == 1:  # greedy: each partial extends the last
+        texts = [data["text"] for _, data in found[:-1]]
+        assert texts[-1] == plain["summary"]
+
+
+def test_a_request_over_the_whole_budget_is_413_at_once_and_short_ones_are_served(summarizer):
+    long_text = document(random.Random(3), 400)
+    needed = summarizer.estimate(long_text, **OPTIONS).total
+    with served(summarizer, memory_budget=needed - 1) as client:
+        started = time.monotonic()
+        answer = client.post("/v1/summarize", json={"text": long_text, "options": OPTIONS})
+        assert answer.status_code == 413 and answer.json()["error"]["code"] == "over_budget"
+        assert time.monotonic() - started < 5 and metric(client, "locsum_memory_reserved_bytes") == 0
+        short = [client.post("/v1/summarize", json={"text": TEXT[:200 + i], "options": OPTIONS}) for i in range(5)]
+        assert all(answer.status_code == 200 for answer in short)
+
+
+def post_in_thread(client, body, results, key):
+    def run():
+        results[key] = client.post("/v1/summarize", json=body)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, seconds: float = 20) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_requests_wait_for_memory_in_order_then_decode_together_and_a_full_queue_is_503(summarizer):
+    gated = Gated(summarizer)
+    with served(gated, memory_budget="2GB", max_queue=3, batch_window=0) as client:
+        results, threads = {}, []
+        threads.append(post_in_thread(client, {"text": TEXT, "options": OPTIONS}, results, "first"))
+        wait_for(lambda: gated.batches == [1])  # running, holding the gate
+        for i in range(3):
+            threads.append(post_in_thread(client, {"text": TEXT[: 300 + i], "options": OPTIONS}, results, i))
+        wait_for(lambda: metric(client, "locsum_queue_depth") == 3)
+        full = client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS})
+        assert full.status_code == 503 and full.headers["retry-after"] == "1"
+        assert full.json()["error"]["code"] == "queue_full"
+        assert metric(client, "locsum_memory_reserved_bytes") > 0
+        gated.gate.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(results) == 4 and all(answer.status_code == 200 for answer in results.values())
+        assert gated.batches == [1, 3]  # the three that waited together decoded together
+        assert metric(client, "locsum_memory_reserved_bytes") == 0 and metric(client, "locsum_queue_depth") == 0
+
+
+def test_a_deadline_is_504_and_releases_the_memory(summarizer):
+    gated = Gated(summarizer)
+    with served(gated, memory_budget="2GB", batch_window=0) as client:
+        answer = client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS, "timeout": 0.3})
+        assert answer.status_code == 504 and answer.json()["error"]["code"] == "deadline_exceeded"
+        gated.gate.set()  # the batch runs on and stops at its first step: nobody wants it
+        wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
+        assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).status_code == 200
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_decoding_and_frees_its_memory(summarizer):
+    long_run = {"max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}
+    text = document(random.Random(9), 300)  # about 100 pages: each step takes a while
+    with served(summarizer, memory_budget="2GB", batch_window=0) as client:
+        before = metric(client, "locsum_tokens_generated_total")
+        with client.stream("POST", "/v1/summarize", json={"text": text, "options": long_run, "stream": True}) as answer:
+            lines = answer.iter_lines()
+            assert next(lines) == "event: partial"
+            assert metric(client, "locsum_memory_reserved_bytes") > 0
+        wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
+        assert metric(client, "locsum_tokens_generated_total") == before  # it never finished its 500 steps
+        assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).status_code == 200
+
+
+def test_a_token_is_asked_of_every_summarize_and_metrics_request(summarizer):
+    with served(summarizer, token=TOKEN) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-of-some-length"}, {"Authorization": TOKEN}):
+            answer = client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}, headers=headers)
+            assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer"
+            assert answer.json()["error"]["code"] == "unauthorized"
+        assert client.get("/metrics").status_code == 401 and client.get("/healthz").status_code == 200
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}, headers=good).status_code == 200
+        assert client.get("/metrics", headers=good).status_code == 200
+
+
+def test_serving_beyond_loopback_needs_a_token(bundle_dir, capsys, monkeypatch):
+    from locsum_sdk.cli import main
+
+    monkeypatch.delenv("LOCSUM_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--bundle", str(bundle_dir), "--host", "0.0.0.0"]) == 2
+    assert "give a token" in capsys.readouterr().err
+
+
+def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(bundle_dir):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", str(bundle_dir),
+                               "--port", str(port), "--threads", "1", "--grace", "20"], cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _ready(base), 60)
+        results = {}
+        with httpx.Client(base_url=base, timeout=60) as client:
+            slow = {"text": document(random.Random(9), 300), "options": {
+                "max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}}
+            thread = post_in_thread(client, slow, results, "slow")
+            wait_for(lambda: _reserved(base) > 0)
+            server.send_signal(signal.SIGTERM)
+            thread.join(timeout=60)
+        assert results["slow"].status_code == 200 and results["slow"].json()["tokens"] == 127
+        assert server.wait(timeout=30) == 0
+        assert "Traceback" not in server.stderr.read()
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _reserved(base: str) -> float:
+    for line in httpx.get(f"{base}/metrics").text.splitlines():
+        if line.startswith("locsum_memory_reserved_bytes "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def json_values():
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=30))
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                        max_leaves=8)
+
+
+VALID_OPTIONS = {
+    "num_beams": st.integers(1, 3), "max_length": st.integers(2, 12), "min_length": st.integers(0, 4),
+    "length_penalty": st.floats(0.5, 2.0), "no_repeat_ngram_size": st.integers(0, 3),
+    "page_tokens": st.integers(16, 64), "num_pages": st.none() | st.integers(1, 4),
+    "policy": st.sampled_from(["spatial", "document", "discourse", "x"]), "max_tokens": st.integers(1, 10_000),
+    "truncate": st.booleans(), "select": st.sampled_from(["first", "tfidf"]),
+    "memory_limit": st.sampled_from(["1GB", "10KB", "2"]), "early_stopping": st.booleans(), "nope": st.just(1)}
+
+
+def mostly(valid, invalid):  # 4 in 5 valid
+    return st.integers(0, 4).flatmap(lambda roll: valid if roll else invalid)
+
+
+def hostile_bodies():
+    texts = st.sampled_from([TEXT[:200], "The board met.", "", " ", "\x00\x01", "é" * 50, "\u202e\u200b", "a\n" * 40])
+    options = st.lists(st.sampled_from(sorted(VALID_OPTIONS)), unique=True, max_size=3).flatmap(
+        lambda names: st.fixed_dictionaries({name: mostly(VALID_OPTIONS[name], json_values()) for name in names}))
+    text = st.fixed_dictionaries({"text": mostly(texts, json_values())})
+    documents = st.fixed_dictionaries({"documents": mostly(st.lists(texts, min_size=1, max_size=3), json_values())})
+    given_input = mostly(text | documents, st.tuples(text, documents).map(lambda pair: {**pair[0], **pair[1]}) |
+                         st.just({}))
+    body = st.tuples(given_input, st.fixed_dictionaries({}, optional={
+        "query": mostly(st.none() | st.text(max_size=20), json_values()),
+        "options": mostly(options, json_values()),
+        "stream": mostly(st.booleans(), json_values()), "timeout": mostly(st.floats(1, 60), json_values())})
+    ).map(lambda parts: {**parts[0], **parts[1]})
+    junk = st.dictionaries(st.text(max_size=6), json_values(), max_size=1)  # fields the API does not have
+    as_bytes = st.tuples(body, mostly(st.just({}), junk)).map(
+        lambda parts: json.dumps({**parts[1], **parts[0]}).encode())
+    return mostly(as_bytes, st.binary(max_size=60) | json_values().map(lambda v: json.dumps(v).encode()))
+
+
+@settings(max_examples=300)
+@given(body=hostile_bodies())
+def test_no_hostile_body_gets_a_500_or_a_traceback(client, body):
+    answer = client.post("/v1/summarize", content=body, headers={"Content-Type": "application/json"})
+    event(f"status {answer.status_code}")
+    assert answer.status_code in (200, 400, 413, 422), (answer.status_code, answer.text, body)
+    assert "Traceback" not in answer.text
+    if answer.status_code != 200:
+        error = answer.json()["error"]
+        assert error["code"] and error["message"]
+    elif answer.headers["content-type"].startswith("text/event-stream"):
+        assert events(answer.text)[-1][0] in ("summary", "error")
+
+
+def test_every_code_the_api_answers_is_listed_with_its_status():
+    import re
+
+    from locsum_sdk.serve import app
+
+    source = Path(app.__file__).read_text(encoding="utf-8")
+    used = {(int(status), code) for status, code in re.findall(r'ServeError\((\d+), "(\w+)"', source)}
+    used |= {(status, code) for _, status, code in app.STATUS}
+    assert used and all(app.CODES[code][0] == status for status, code in used), used
