@@ -302,6 +302,8 @@ def _needs(args: argparse.Namespace) -> list[extras.Need]:
         needs.append(extras.RAY)
     if command == "serve":
         needs.append(extras.SERVE)
+        if args.engine == "ray":
+            needs.append(extras.SERVE_RAY)
     return needs
 
 
@@ -334,6 +336,10 @@ def _serve(args: argparse.Namespace) -> int:
     options = ServeOptions(memory_budget=args.memory_budget, max_queue=args.max_queue, max_batch=args.max_batch,
                            batch_window=args.batch_window, concurrency=args.concurrency, timeout=args.timeout,
                            max_body=args.max_body, token=token)
+    if args.engine == "ray":
+        return _serve_on_ray(args, options)
+    if (args.replicas, args.max_replicas, args.address) != (1, None, None):
+        raise OptionError("--replicas, --max-replicas and --address are options of --engine ray")
     app = create_app(args.bundle, options, threads=args.threads)
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found: this one, so that a
     # graceful stop exits 0 (Ctrl-C still ends in KeyboardInterrupt: 130)
@@ -343,6 +349,31 @@ def _serve(args: argparse.Namespace) -> int:
                     log_level="warning" if not args.verbose else "info", access_log=bool(args.verbose))
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _serve_on_ray(args: argparse.Namespace, options) -> int:
+    """Run the app on Ray Serve until SIGTERM or Ctrl-C, then stop it (and the local cluster it started)."""
+    import signal
+    import threading
+
+    from .serve import ray_serve
+
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        ray_serve.connect(args.address)
+        signal.signal(signal.SIGTERM, lambda number, frame: stop.set())  # over the handler Ray's start installed
+        ray_serve.deploy(args.bundle, options, replicas=args.replicas, max_replicas=args.max_replicas,
+                         threads=args.threads or 1, host=args.host, port=args.port, address=args.address)
+        if not args.quiet:
+            print(f"serving on http://{args.host}:{args.port}/ with Ray Serve ({args.replicas} replica(s))",
+                  flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ray_serve.shutdown()
     return 0
 
 
@@ -555,7 +586,17 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--insecure", action="store_true", help="serve a non-loopback address without a token")
     h.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM before they are cancelled")
-    h.add_argument("--threads", type=int)
+    h.add_argument("--threads", type=int, help="intra-op threads of the model (default: every core; with --engine "
+                                               "ray, each replica's, default 1)")
+    scale = h.add_argument_group("scale-out (--engine ray)")
+    scale.add_argument("--engine", choices=("local", "ray"), default="local",
+                       help="local: this process; ray: Ray Serve replicas, one summarizer each (pip install "
+                            "'locsum[serve-ray]')")
+    scale.add_argument("--replicas", type=int, default=1, help="replicas to run (default 1)")
+    scale.add_argument("--max-replicas", dest="max_replicas", type=int,
+                       help="scale between --replicas and this many with Ray Serve's autoscaling")
+    scale.add_argument("--address", help="the Ray cluster to join (auto, ray://HEAD:10001); default a local "
+                                         "cluster on this machine's cores")
     h.set_defaults(run=_serve)
 
     d = commands.add_parser("doctor", parents=flags,

@@ -25,6 +25,7 @@ TENSORRT = Need("the tensorrt backend", "gpu", ("tensorrt", "cuda"))
 ROUGE = Need("ROUGE", "eval", ("rouge_score",))
 RAY = Need("--engine ray", "ray", ("ray",))
 SERVE = Need("locsum serve", "serve", ("fastapi", "uvicorn", "prometheus_client"))
+SERVE_RAY = Need("locsum serve --engine ray", "serve-ray", ("ray", "grpc", "aiohttp"))
 ONNX_EXPORT = Need("exporting a checkpoint to ONNX", "export", ("torch", "safetensors", "onnx", "onnxscript"))
 TRT_PREPARE = Need("preparing graphs for TensorRT", "gpu", ("onnx",), "or 'locsum[export]' for a dry run")
 

@@ -159,23 +159,29 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         summarizer = Summarizer.from_pretrained(bundle, threads=threads)
     budget, body_limit = options.budget_bytes, options.body_bytes
     metrics = Metrics(budget)
-    state: dict[str, Any] = {"ready": False, "admission": None}
+    state: dict[str, Any] = {"closing": False, "admission": None}
 
     def run_batch(batch: list[Job], on_step) -> list[Summary]:
         return summarizer.summarize_batch([job.documents for job in batch], [job.query for job in batch],
                                           batch[0].options, on_step=on_step)
 
+    def admission() -> Admission:
+        """The admission of this app's event loop, started at its first request (an ASGI host that runs no
+        lifespan, such as a Ray Serve replica, works the same)."""
+        if state["admission"] is None:
+            state["admission"] = Admission(run_batch, budget, options.max_queue, options.max_batch,
+                                           options.batch_window, options.concurrency, metrics.observe)
+            state["admission"].start()
+        return state["admission"]
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        admission = Admission(run_batch, budget, options.max_queue, options.max_batch, options.batch_window,
-                              options.concurrency, metrics.observe)
-        admission.start()
-        state.update(admission=admission, ready=True)
+        admission()
         try:
             yield
         finally:
-            state["ready"] = False
-            await admission.close()
+            state["closing"] = True
+            await admission().close()
 
     app = FastAPI(title="locsum", version="1", lifespan=lifespan,
                   description=f"Long-input summarization with a {summarizer.kind.name} bundle.")
@@ -219,8 +225,8 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
 
     @app.get("/readyz", summary="The bundle is loaded and checked, and requests are taken")
     async def readyz() -> JSONResponse:
-        if not state["ready"]:
-            return JSONResponse(error_body("not_ready", "starting or shutting down"), status_code=503,
+        if state["closing"]:
+            return JSONResponse(error_body("not_ready", "shutting down"), status_code=503,
                                 headers={"Retry-After": str(RETRY_AFTER)})
         return JSONResponse({"status": "ready", "kind": summarizer.kind.name, "memory_budget": budget})
 
@@ -251,19 +257,18 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         try:
             summary = await asyncio.wait_for(asyncio.shield(job.future), max(job.deadline - time.monotonic(), 0))
         except TimeoutError:
-            state["admission"].withdraw(job)
+            admission().withdraw(job)
             return respond(ServeError(504, "deadline_exceeded", "the request ran past its deadline"), arrived)
         except asyncio.CancelledError:  # the client left or the server stops
-            state["admission"].withdraw(job)
+            admission().withdraw(job)
             raise
         except Exception as err:  # noqa: BLE001
             return respond(err, arrived)
         return _done(summary, job, arrived)
 
     async def _admit(body: SummarizeRequest, arrived: float) -> Job:
-        admission: Admission | None = state["admission"]
-        if admission is None or not state["ready"]:
-            raise ShuttingDown("the server is not ready; retry shortly")
+        if state["closing"]:
+            raise ShuttingDown("the server is shutting down; send the request to another replica or retry later")
         documents = [body.text] if body.text is not None else body.documents
         chosen = summarizer.options(**body.options)
         needed = (await asyncio.to_thread(summarizer.estimate, documents, body.query, chosen)).total
@@ -273,7 +278,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                              "num_beams, max_length or max_tokens")
         timeout = min(body.timeout or options.timeout, options.timeout)
         job = Job(documents, body.query, chosen, needed, arrived + timeout, asyncio.get_running_loop().create_future())
-        admission.submit(job)
+        admission().submit(job)
         return job
 
     def _done(summary: Summary, job: Job, arrived: float) -> JSONResponse:
@@ -302,7 +307,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                     continue
                 getter.cancel()
                 if not done:
-                    state["admission"].withdraw(job)
+                    admission().withdraw(job)
                     status, code, message = 504, "deadline_exceeded", "the request ran past its deadline"
                     metrics.requests.labels(str(status), code).inc()
                     yield _event("error", error_body(code, message)["error"])
@@ -318,7 +323,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                 yield _event("summary", body)
                 return
         finally:  # finished, or the client left (the response is cancelled): the batch stops at its next step
-            state["admission"].withdraw(job)
+            admission().withdraw(job)
 
     def _text(partial: Partial) -> str:
         return summarizer.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
