@@ -352,3 +352,14 @@ def test_every_code_the_api_answers_is_listed_with_its_status():
     used = {(int(status), code) for status, code in re.findall(r'ServeError\((\d+), "(\w+)"', source)}
     used |= {(status, code) for _, status, code in app.STATUS}
     assert used and all(app.CODES[code][0] == status for status, code in used), used
+
+
+def test_the_docs_list_every_code_with_its_status_and_meaning():
+    import re
+
+    from locsum_sdk.serve.app import CODES
+
+    table = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    rows = {code: (int(status), meaning) for status, code, meaning in
+            re.findall(r"^\| (\d{3}) \| `(\w+)` \| (.+?) \|$", table, re.M)}
+    assert rows == CODES
