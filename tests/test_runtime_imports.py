@@ -33,3 +33,18 @@ def test_summarizing_with_a_bundle_imports_no_torch(request, kind):
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+SERVE = """
+import json, sys
+from locsum_sdk.serve import ServeOptions, create_app
+create_app(sys.argv[1], ServeOptions(memory_budget="1GB"), threads=1)
+heavy = ("torch", "transformers", "onnx", "onnxscript", "safetensors", "triton", "tensorrt", "ray")
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+def test_the_server_imports_no_torch(bundle_dir):
+    done = subprocess.run([sys.executable, "-c", SERVE, str(bundle_dir)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

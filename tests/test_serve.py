@@ -363,3 +363,37 @@ def test_the_docs_list_every_code_with_its_status_and_meaning():
     rows = {code: (int(status), meaning) for status, code, meaning in
             re.findall(r"^\| (\d{3}) \| `(\w+)` \| (.+?) \|$", table, re.M)}
     assert rows == CODES
+
+
+def test_sigterm_cancels_what_does_not_finish_within_the_grace_period(bundle_dir):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", str(bundle_dir),
+                               "--port", str(port), "--threads", "1", "--grace", "0.2"], cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _ready(base), 60)
+        results = {}
+        with httpx.Client(base_url=base, timeout=60) as client:
+            slow = {"text": document(random.Random(9), 600), "options": {
+                "max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 16, "no_repeat_ngram_size": 0}}
+
+            def run():
+                try:
+                    results["slow"] = client.post("/v1/summarize", json=slow)
+                except httpx.HTTPError as err:
+                    results["slow"] = err
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            wait_for(lambda: _reserved(base) > 0)
+            started = time.monotonic()
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=30) == 0
+            thread.join(timeout=30)
+        assert time.monotonic() - started < 10  # cancelled at a step, not run to its end
+        answer = results["slow"]
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "shutting_down"
+    finally:
+        if server.poll() is None:
+            server.kill()

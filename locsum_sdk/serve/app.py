@@ -259,9 +259,9 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         except TimeoutError:
             admission().withdraw(job)
             return respond(ServeError(504, "deadline_exceeded", "the request ran past its deadline"), arrived)
-        except asyncio.CancelledError:  # the client left or the server stops
+        except asyncio.CancelledError:  # the server stops and its grace period is over: answer, do not hang up
             admission().withdraw(job)
-            raise
+            return respond(ShuttingDown("the server stopped before this request finished; send it again"), arrived)
         except Exception as err:  # noqa: BLE001
             return respond(err, arrived)
         return _done(summary, job, arrived)
