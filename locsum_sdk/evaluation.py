@@ -1,9 +1,15 @@
-"""ROUGE evaluation as the papers report it, with bootstrap intervals, and the extractive baselines.
+"""ROUGE evaluation as the papers report it, with bootstrap intervals, the extractive baselines, and input-specific
+words per summary.
 
 ROUGE-1/2/L and ROUGE-Lsum F1 from `rouge-score` with stemming; Lsum sees one sentence per line. Intervals are
 95% percentile bootstrap over examples. Baselines: lead (the first N source words, N = the reference's length),
 random sentences (up to N words), and the greedy extractive oracle (sentences added while ROUGE-1 + ROUGE-2
 against the reference still improves; an upper bound for extraction).
+
+Input-specific words per summary: ROUGE rewards the words every summary shares; this counts the ones that say
+what this input was about. Lowercase the text and take its words of four or more letters; a word is specific to an
+input when the input (its documents) contains it and fewer than 15% of the evaluation set's other distinct inputs
+do. A summary's count is its distinct words specific to its own input; the references are counted the same way.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,7 +32,11 @@ from .units import split_sentences
 logger = logging.getLogger("locsum_sdk")
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+SPECIFIC = "specific_words"  # input-specific words per summary, reported beside ROUGE
+REFERENCE = "reference"  # the row of the references' own input-specific words
 BASELINES = ("lead", "random", "oracle")
+RARE_SHARE = 0.15  # a word in fewer than this share of the other distinct inputs is specific to its input
+_WORD = re.compile(r"[^\W\d_]{4,}")  # four or more letters
 
 
 @dataclass(frozen=True)
@@ -217,15 +228,43 @@ def run_baseline(name: str, examples: Iterable[EvalExample], seed: int = 0) -> l
     return [BASELINE_FUNCTIONS[name](ex, len(ex.reference.split()), rng) for ex in examples]
 
 
+def content_words(text: str) -> set[str]:
+    """The distinct lowercased words of four or more letters of `text`."""
+    return set(_WORD.findall(text.lower()))
+
+
+def input_specific_words(examples: Sequence[EvalExample]) -> list[set[str]]:
+    """Per example, the words of its input that fewer than `RARE_SHARE` of the set's other distinct inputs contain
+    (examples that share an input, such as several queries on one meeting, count it once)."""
+    inputs = ["\n".join(ex.documents) for ex in examples]
+    distinct = {text: content_words(text) for text in dict.fromkeys(inputs)}
+    frequency = Counter(word for words in distinct.values() for word in words)
+    others = len(distinct) - 1
+    specific = {text: {word for word in words if frequency[word] - 1 < RARE_SHARE * others}
+                for text, words in distinct.items()}
+    return [specific[text] for text in inputs]
+
+
+def specific_counts(summaries: Sequence[str], examples: Sequence[EvalExample]) -> list[int]:
+    """Input-specific words of each summary: its distinct words specific to its own example's input."""
+    return [len(content_words(summary) & words) for summary, words in zip(summaries, input_specific_words(examples))]
+
+
 def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
              samples: int = 1000) -> dict[str, dict[str, dict[str, float]]]:
-    """ROUGE with intervals for every system; per-example rows (outputs and scores) to `output` as JSONL."""
+    """ROUGE and input-specific words per summary (`SPECIFIC`) with intervals for every system, and the
+    references' own input-specific words (row `REFERENCE`); per-example rows (outputs and scores) to `output` as
+    JSONL."""
     references = [ex.reference for ex in examples]
     report, per_example = {}, {}
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
-        report[name] = bootstrap(rows, samples)
+        for row, count in zip(rows, specific_counts(predictions, examples)):
+            row[SPECIFIC] = count
+        report[name] = {**bootstrap(rows, samples),
+                        SPECIFIC: interval([r[SPECIFIC] for r in rows], np.random.default_rng(0), samples)}
         per_example[name] = rows
+    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, examples), np.random.default_rng(0), samples)}
     if output is not None:
         with open(output, "w", encoding="utf-8") as handle:
             for i, ex in enumerate(examples):
@@ -236,9 +275,12 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
 
 
 def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
+    """The report as a table: a row per system, a column per metric (blank where a row has none)."""
     width = max(14, *(len(name) + 1 for name in report))
-    lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in METRICS)]
+    columns = [*METRICS, SPECIFIC]
+    lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in columns)]
     for name, metrics in report.items():
-        cells = "".join(f"{v['mean']:8.2f} [{v['low']:5.2f},{v['high']:6.2f}]" for v in metrics.values())
+        cells = "".join(f"{metrics[m]['mean']:8.2f} [{metrics[m]['low']:5.2f},{metrics[m]['high']:6.2f}]"
+                        if m in metrics else " " * 22 for m in columns)
         lines.append(f"{name:{width}s}{cells}")
     return "\n".join(lines)

@@ -13,11 +13,14 @@ from locsum_sdk.cli import main  # noqa: E402
 from locsum_sdk.evaluation import (  # noqa: E402
     EvalExample,
     bootstrap,
+    content_words,
     evaluate,
+    input_specific_words,
     oracle,
     read_examples,
     rouge_scores,
     run_baseline,
+    specific_counts,
 )
 
 
@@ -44,6 +47,24 @@ def test_bootstrap_interval_brackets_the_mean():
     assert ci["low"] < ci["mean"] < ci["high"] and ci["mean"] == pytest.approx(47.5)
 
 
+def test_input_specific_words_follow_their_definition():
+    common = "meeting agenda project "  # in every input: never specific
+    texts = [common + "roof budget", common + "roof crane", common + "roof", common + "library", common + "garden",
+             common + "parking", common + "canteen", common + "lighting"]
+    data = [EvalExample(f"e{i}", [text], None, "x") for i, text in enumerate(texts)]
+    data.append(EvalExample("again", [texts[0]], "Another query on the same input?", "x"))  # counted once
+    specific = input_specific_words(data)
+    # 8 distinct inputs: a word of input 0 is specific when fewer than 15% of the 7 others (1.05) contain it
+    assert specific[0] == {"budget"}  # "roof" is in 2 others (29%); "meeting" in all
+    assert specific[3] == {"library"} and specific[8] == specific[0]
+    assert content_words("The Roof's roof, a budget of 2024 élan!") == {"roof", "budget", "élan"}
+    assert specific_counts(["The budget for the roof, and the budget again.", "Library hours.", "Nothing here."],
+                           data[:3]) == [1, 0, 0]
+    report = evaluate({"lead": ["roof budget"] * len(data)}, data)
+    assert report["lead"]["specific_words"]["mean"] == pytest.approx(2 / 9)  # input 0 and its second query
+    assert report["reference"]["specific_words"]["mean"] == 0
+
+
 def test_oracle_beats_lead_and_random():
     data = examples()
     report = evaluate({name: run_baseline(name, data) for name in ("lead", "random", "oracle")}, data)
@@ -60,10 +81,12 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
                  "--output", str(tmp_path / "out.jsonl"), "--report", str(tmp_path / "report.json"),
                  "--max-length", "8"])
     assert code == 0
-    assert "rougeLsum" in capsys.readouterr().out
+    assert "rougeLsum" in (printed := capsys.readouterr().out) and "specific_words" in printed
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and set(rows[0]) >= {"id", "reference", "model", "lead"}
-    assert set(json.loads((tmp_path / "report.json").read_text())) == {"model", "lead"}
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report) == {"model", "lead", "reference"} and set(report["reference"]) == {"specific_words"}
+    assert {"rouge1", "specific_words"} <= set(report["model"]) and "specific_words" in rows[0]["model"]
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

@@ -328,6 +328,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     card = (tmp_path / "default" / "README.md").read_text()
     assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card and "| as sections |" in card
     assert "kind `pagesum`" in card and "trained briefly." in card
+    assert "| ROUGE-Lsum | input-specific words |" in card and "| reference | - | - | - | - | " in card
     assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
     Bundle.load(tmp_path / "default")
 
