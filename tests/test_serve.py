@@ -232,6 +232,18 @@ def test_a_client_that_leaves_mid_stream_stops_its_decoding_and_frees_its_memory
         assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).status_code == 200
 
 
+def test_a_client_that_leaves_before_its_answer_stops_its_decoding_too(summarizer):
+    long_run = {"max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}
+    text = document(random.Random(9), 300)
+    with served(summarizer, memory_budget="2GB", batch_window=0) as client:
+        before = metric(client, "locsum_tokens_generated_total")
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/summarize", json={"text": text, "options": long_run}, timeout=0.3)  # then hangs up
+        wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
+        assert metric(client, "locsum_tokens_generated_total") == before
+        assert 'locsum_requests_total{code="client_closed",status="499"} 1.0' in client.get("/metrics").text
+
+
 def test_a_token_is_asked_of_every_summarize_and_metrics_request(summarizer):
     with served(summarizer, token=TOKEN) as client:
         for headers in ({}, {"Authorization": "Bearer wrong-token-of-some-length"}, {"Authorization": TOKEN}):

@@ -255,10 +255,14 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
             return StreamingResponse(_events(job, arrived), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store"})
         try:
-            summary = await asyncio.wait_for(asyncio.shield(job.future), max(job.deadline - time.monotonic(), 0))
+            summary = await _result(job, request)
         except TimeoutError:
             admission().withdraw(job)
             return respond(ServeError(504, "deadline_exceeded", "the request ran past its deadline"), arrived)
+        except ConnectionAbortedError:  # the client left: nobody to answer; its batch stops at the next step
+            admission().withdraw(job)
+            metrics.requests.labels("499", "client_closed").inc()
+            return Response(status_code=499)
         except asyncio.CancelledError:  # the server stops and its grace period is over: answer, do not hang up
             admission().withdraw(job)
             return respond(ShuttingDown("the server stopped before this request finished; send it again"), arrived)
@@ -329,6 +333,22 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         return summarizer.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
 
     return app
+
+
+DISCONNECT_POLL = 0.25  # seconds between looks for a client that left while its summary is made
+
+
+async def _result(job: Job, request: Request) -> Summary:
+    """The job's summary; TimeoutError past its deadline, ConnectionAbortedError once its client has left."""
+    while True:
+        remaining = job.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        done, _ = await asyncio.wait({job.future}, timeout=min(remaining, DISCONNECT_POLL))
+        if done:
+            return job.future.result()
+        if await request.is_disconnected():
+            raise ConnectionAbortedError
 
 
 async def _read_json(request: Request, limit: int) -> Any:
