@@ -274,16 +274,22 @@ class Summarizer:
         a selection stage counts the stage's largest run and as many units as it keeps, the longest of them."""
         chosen = self.options(options, **overrides)
         paging, limits = chosen.units, chosen.limits
-        pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
-        query_ids = pager.query_ids(query)
-        units = within_tokens([pager.pages(as_documents(text_or_documents), query_ids)], limits, [query_ids],
-                              type(paging).UNIT_TOKENS)[0]
+        query_ids, items = self._paged([text_or_documents], [query], chosen)
+        units = within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS)[0]
         selection = 0
         if self.kind.selection is not None:
             selection = self.selection_memory(units, query, paging)
             longest_first = np.array([len(u.token_ids) for u in units], dtype=np.float64)
             units = self.kind.selection.keep(units, longest_first, paging)
         return self.estimate_memory([units], chosen.generation, selection)
+
+    def _paged(self, inputs: Sequence[Input], queries: Sequence[str | None],
+               options: Options) -> tuple[list[list[int]], list[list[Unit]]]:
+        """Each input's query ids and units, as the kind's pager makes them under `options`."""
+        documents = [as_documents(item) for item in inputs]  # every input checked before any query
+        pager = self.kind.pager(self.tokenizer, self.special, options.units, options.limits.max_tokens)
+        query_ids = [pager.query_ids(query) for query in queries]
+        return query_ids, [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
 
     def _estimate(self, generation: GenerationOptions, tokens: int, selection: int = 0) -> Estimate:
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
@@ -410,10 +416,7 @@ class Summarizer:
         chosen = self.options(options, **overrides)
         paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
-        documents = [as_documents(item) for item in inputs]
-        pager = self.kind.pager(self.tokenizer, self.special, paging, limits.max_tokens)
-        query_ids = [pager.query_ids(query) for query in queries]
-        items = [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
+        query_ids, items = self._paged(inputs, queries, chosen)
         paged = time.perf_counter()
         logger.info("paging: %d input(s) into %s units of at most %d tokens (%s tokens) in %.2f s",
                     len(items), "+".join(str(len(units)) for units in items),
@@ -441,11 +444,12 @@ class Summarizer:
             kept = apply_limits([items[i] for i in group], limits, estimate, limit, [query_ids[i] for i in group],
                                 type(paging).UNIT_TOKENS)
             checked = time.perf_counter()
-            logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
-                        len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
-                        size_text(estimate(len(kept), max(map(len, kept)),
-                                           max(len(u.token_ids) for units in kept for u in units)).total),
-                        "none" if limit is None else size_text(limit))
+            if logger.isEnabledFor(logging.INFO):  # its estimate is computed for the message alone
+                logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
+                            len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
+                            size_text(estimate(len(kept), max(map(len, kept)),
+                                               max(len(u.token_ids) for units in kept for u in units)).total),
+                            "none" if limit is None else size_text(limit))
             batch = UnitBatch.from_units(kept, self.special.pad)
             session = self.backend.start(batch, generation.num_beams, self.unit_batch_size, self._usable_cache)
             encoded = time.perf_counter()

@@ -186,14 +186,19 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
     app = FastAPI(title="locsum", version="1", lifespan=lifespan,
                   description=f"Long-input summarization with a {summarizer.kind.name} bundle.")
 
+    def count(status: int, code: str, arrived: float | None) -> None:
+        """A summarize request's answer in the metrics (its latency too, when it has one)."""
+        metrics.requests.labels(str(status), code).inc()
+        if arrived is not None:
+            metrics.latency.observe(time.monotonic() - arrived)
+
     def respond(err: BaseException, request_started: float | None = None) -> JSONResponse:
         status, code, message = classify(err)
         headers = dict(getattr(err, "headers", {}) or {})
         if status == 503:
             headers.setdefault("Retry-After", str(RETRY_AFTER))
         if request_started is not None:
-            metrics.requests.labels(str(status), code).inc()
-            metrics.latency.observe(time.monotonic() - request_started)
+            count(status, code, request_started)
         return JSONResponse(error_body(code, message), status_code=status, headers=headers)
 
     @app.exception_handler(HTTPException)
@@ -261,14 +266,14 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
             return respond(ServeError(504, "deadline_exceeded", "the request ran past its deadline"), arrived)
         except ConnectionAbortedError:  # the client left: nobody to answer; its batch stops at the next step
             admission().withdraw(job)
-            metrics.requests.labels("499", "client_closed").inc()
+            count(499, "client_closed", None)
             return Response(status_code=499)
         except asyncio.CancelledError:  # the server stops and its grace period is over: answer, do not hang up
             admission().withdraw(job)
             return respond(ShuttingDown("the server stopped before this request finished; send it again"), arrived)
         except Exception as err:  # noqa: BLE001
             return respond(err, arrived)
-        return _done(summary, job, arrived)
+        return JSONResponse(_finished(summary, job, arrived))
 
     async def _admit(body: SummarizeRequest, arrived: float) -> Job:
         if state["closing"]:
@@ -285,13 +290,18 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         admission().submit(job)
         return job
 
-    def _done(summary: Summary, job: Job, arrived: float) -> JSONResponse:
-        metrics.requests.labels("200", "ok").inc()
-        metrics.latency.observe(time.monotonic() - arrived)
+    def _finished(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
+        """The answer's body, with the request counted in the metrics."""
+        count(200, "ok", arrived)
         metrics.queue_time.observe((job.started or time.monotonic()) - job.queued)
         metrics.units.inc(len(summary.units))
         metrics.tokens.inc(len(summary.token_ids))
-        return JSONResponse(summary_body(summary, job, arrived))
+        return summary_body(summary, job, arrived)
+
+    def _error_event(err: BaseException) -> str:
+        status, code, message = classify(err)
+        count(status, code, None)
+        return _event("error", error_body(code, message)["error"])
 
     async def _events(job: Job, arrived: float) -> AsyncIterator[str]:
         loop, updates = asyncio.get_running_loop(), asyncio.Queue()
@@ -312,19 +322,14 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                 getter.cancel()
                 if not done:
                     admission().withdraw(job)
-                    status, code, message = 504, "deadline_exceeded", "the request ran past its deadline"
-                    metrics.requests.labels(str(status), code).inc()
-                    yield _event("error", error_body(code, message)["error"])
+                    yield _error_event(ServeError(504, "deadline_exceeded", "the request ran past its deadline"))
                     return
                 try:
                     summary = job.future.result()
                 except Exception as err:  # noqa: BLE001
-                    status, code, message = classify(err)
-                    metrics.requests.labels(str(status), code).inc()
-                    yield _event("error", error_body(code, message)["error"])
+                    yield _error_event(err)
                     return
-                body = json.loads(_done(summary, job, arrived).body)
-                yield _event("summary", body)
+                yield _event("summary", _finished(summary, job, arrived))
                 return
         finally:  # finished, or the client left (the response is cancelled): the batch stops at its next step
             admission().withdraw(job)
