@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -271,3 +273,23 @@ def hiersumm_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     output = tmp_path_factory.mktemp("bundles") / "tiny-hiersumm"
     export_onnx(checkpoint_dir, output, kind="hiersumm", options={"paragraph_tokens": 48})
     return output
+
+
+def json_values(text_size: int = 8, leaves: int = 6):
+    """Any JSON value: scalars (NaN and infinities among the floats), and lists and objects of them."""
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=text_size))
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                        max_leaves=leaves)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# decoding options under which a tiny model's request on a long input takes long enough to be caught mid-way:
+# 4 beams over all 128 positions of the tiny config
+SLOW_OPTIONS = {"max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}

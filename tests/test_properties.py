@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import WORDS
+from conftest import WORDS, json_values
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -155,13 +155,6 @@ def test_summarize_batch(summarizer, sources, query_list, chosen):
     assert len(summaries) == len(sources)
     for summary, source in zip(summaries, sources):
         check_summary(summary, source, summarizer.options(**chosen))
-
-
-def json_values():
-    leaves = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=8))
-    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                        max_leaves=6)
 
 
 @st.composite

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import document
+from conftest import SLOW_OPTIONS, document, free_port, json_values
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -27,12 +26,6 @@ from locsum_sdk.serve import ServeOptions, create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "a-token-of-at-least-16-characters"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager
@@ -81,6 +74,7 @@ def client(summarizer):
 
 TEXT = document(random.Random(7), 12)
 OPTIONS = {"max_length": 10, "num_beams": 2, "page_tokens": 32}
+SLOW = {"text": document(random.Random(9), 300), "options": SLOW_OPTIONS}  # about 100 pages
 
 
 def metric(client, name: str) -> float:
@@ -219,11 +213,9 @@ def test_a_deadline_is_504_and_releases_the_memory(summarizer):
 
 
 def test_a_client_that_leaves_mid_stream_stops_its_decoding_and_frees_its_memory(summarizer):
-    long_run = {"max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}
-    text = document(random.Random(9), 300)  # about 100 pages: each step takes a while
     with served(summarizer, memory_budget="2GB", batch_window=0) as client:
         before = metric(client, "locsum_tokens_generated_total")
-        with client.stream("POST", "/v1/summarize", json={"text": text, "options": long_run, "stream": True}) as answer:
+        with client.stream("POST", "/v1/summarize", json={**SLOW, "stream": True}) as answer:
             lines = answer.iter_lines()
             assert next(lines) == "event: partial"
             assert metric(client, "locsum_memory_reserved_bytes") > 0
@@ -233,12 +225,10 @@ def test_a_client_that_leaves_mid_stream_stops_its_decoding_and_frees_its_memory
 
 
 def test_a_client_that_leaves_before_its_answer_stops_its_decoding_too(summarizer):
-    long_run = {"max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}
-    text = document(random.Random(9), 300)
     with served(summarizer, memory_budget="2GB", batch_window=0) as client:
         before = metric(client, "locsum_tokens_generated_total")
         with pytest.raises(httpx.ReadTimeout):
-            client.post("/v1/summarize", json={"text": text, "options": long_run}, timeout=0.3)  # then hangs up
+            client.post("/v1/summarize", json=SLOW, timeout=0.3)  # then hangs up
         wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
         assert metric(client, "locsum_tokens_generated_total") == before
         assert 'locsum_requests_total{code="client_closed",status="499"} 1.0' in client.get("/metrics").text
@@ -264,28 +254,48 @@ def test_serving_beyond_loopback_needs_a_token(bundle_dir, capsys, monkeypatch):
     assert "give a token" in capsys.readouterr().err
 
 
-def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(bundle_dir):
+@contextmanager
+def cli_server(bundle_dir, grace: float):
+    """`locsum serve` in a process of its own, ready; yields the process and its base URL."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", str(bundle_dir),
-                               "--port", str(port), "--threads", "1", "--grace", "20"], cwd=ROOT,
+                               "--port", str(port), "--threads", "1", "--grace", str(grace)], cwd=ROOT,
                               stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _ready(base), 60)
-        results = {}
-        with httpx.Client(base_url=base, timeout=60) as client:
-            slow = {"text": document(random.Random(9), 300), "options": {
-                "max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}}
-            thread = post_in_thread(client, slow, results, "slow")
-            wait_for(lambda: _reserved(base) > 0)
-            server.send_signal(signal.SIGTERM)
-            thread.join(timeout=60)
-        assert results["slow"].status_code == 200 and results["slow"].json()["tokens"] == 127
-        assert server.wait(timeout=30) == 0
-        assert "Traceback" not in server.stderr.read()
+        yield server, base
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def sigterm_mid_request(server, base: str, request: dict):
+    """Send `request`, SIGTERM the server once its memory is reserved; the answer (or the client's error) and the
+    seconds from the signal to the answer."""
+    results = {}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        def run():
+            try:
+                results["answer"] = client.post("/v1/summarize", json=request)
+            except httpx.HTTPError as err:
+                results["answer"] = err
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_for(lambda: _reserved(base) > 0)
+        signalled = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        thread.join(timeout=60)
+    return results["answer"], time.monotonic() - signalled
+
+
+def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(bundle_dir):
+    with cli_server(bundle_dir, grace=20) as (server, base):
+        answer, _ = sigterm_mid_request(server, base, SLOW)
+        assert answer.status_code == 200 and answer.json()["tokens"] == 127
+        assert server.wait(timeout=30) == 0
+        assert "Traceback" not in server.stderr.read()
 
 
 def _ready(base: str) -> bool:
@@ -302,11 +312,8 @@ def _reserved(base: str) -> float:
     return 0.0
 
 
-def json_values():
-    leaves = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=30))
-    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                        max_leaves=8)
+def serve_json():
+    return json_values(text_size=30, leaves=8)
 
 
 VALID_OPTIONS = {
@@ -325,20 +332,20 @@ def mostly(valid, invalid):  # 4 in 5 valid
 def hostile_bodies():
     texts = st.sampled_from([TEXT[:200], "The board met.", "", " ", "\x00\x01", "é" * 50, "\u202e\u200b", "a\n" * 40])
     options = st.lists(st.sampled_from(sorted(VALID_OPTIONS)), unique=True, max_size=3).flatmap(
-        lambda names: st.fixed_dictionaries({name: mostly(VALID_OPTIONS[name], json_values()) for name in names}))
-    text = st.fixed_dictionaries({"text": mostly(texts, json_values())})
-    documents = st.fixed_dictionaries({"documents": mostly(st.lists(texts, min_size=1, max_size=3), json_values())})
+        lambda names: st.fixed_dictionaries({name: mostly(VALID_OPTIONS[name], serve_json()) for name in names}))
+    text = st.fixed_dictionaries({"text": mostly(texts, serve_json())})
+    documents = st.fixed_dictionaries({"documents": mostly(st.lists(texts, min_size=1, max_size=3), serve_json())})
     given_input = mostly(text | documents, st.tuples(text, documents).map(lambda pair: {**pair[0], **pair[1]}) |
                          st.just({}))
     body = st.tuples(given_input, st.fixed_dictionaries({}, optional={
-        "query": mostly(st.none() | st.text(max_size=20), json_values()),
-        "options": mostly(options, json_values()),
-        "stream": mostly(st.booleans(), json_values()), "timeout": mostly(st.floats(1, 60), json_values())})
+        "query": mostly(st.none() | st.text(max_size=20), serve_json()),
+        "options": mostly(options, serve_json()),
+        "stream": mostly(st.booleans(), serve_json()), "timeout": mostly(st.floats(1, 60), serve_json())})
     ).map(lambda parts: {**parts[0], **parts[1]})
-    junk = st.dictionaries(st.text(max_size=6), json_values(), max_size=1)  # fields the API does not have
+    junk = st.dictionaries(st.text(max_size=6), serve_json(), max_size=1)  # fields the API does not have
     as_bytes = st.tuples(body, mostly(st.just({}), junk)).map(
         lambda parts: json.dumps({**parts[1], **parts[0]}).encode())
-    return mostly(as_bytes, st.binary(max_size=60) | json_values().map(lambda v: json.dumps(v).encode()))
+    return mostly(as_bytes, st.binary(max_size=60) | serve_json().map(lambda v: json.dumps(v).encode()))
 
 
 @settings(max_examples=300)
@@ -378,34 +385,9 @@ def test_the_docs_list_every_code_with_its_status_and_meaning():
 
 
 def test_sigterm_cancels_what_does_not_finish_within_the_grace_period(bundle_dir):
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", str(bundle_dir),
-                               "--port", str(port), "--threads", "1", "--grace", "0.2"], cwd=ROOT,
-                              stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _ready(base), 60)
-        results = {}
-        with httpx.Client(base_url=base, timeout=60) as client:
-            slow = {"text": document(random.Random(9), 600), "options": {
-                "max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 16, "no_repeat_ngram_size": 0}}
-
-            def run():
-                try:
-                    results["slow"] = client.post("/v1/summarize", json=slow)
-                except httpx.HTTPError as err:
-                    results["slow"] = err
-
-            thread = threading.Thread(target=run)
-            thread.start()
-            wait_for(lambda: _reserved(base) > 0)
-            started = time.monotonic()
-            server.send_signal(signal.SIGTERM)
-            assert server.wait(timeout=30) == 0
-            thread.join(timeout=30)
-        assert time.monotonic() - started < 10  # cancelled at a step, not run to its end
-        answer = results["slow"]
+    slower = {"text": document(random.Random(9), 600), "options": {**SLOW_OPTIONS, "page_tokens": 16}}
+    with cli_server(bundle_dir, grace=0.2) as (server, base):
+        answer, seconds = sigterm_mid_request(server, base, slower)
+        assert server.wait(timeout=30) == 0
+        assert seconds < 10  # cancelled at a step, not run to its end
         assert answer.status_code == 503 and answer.json()["error"]["code"] == "shutting_down"
-    finally:
-        if server.poll() is None:
-            server.kill()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import document
+from conftest import SLOW_OPTIONS, document, free_port
 
 from locsum_sdk import Summarizer
 
@@ -23,14 +23,6 @@ pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"max_length": 10, "num_beams": 2, "page_tokens": 32}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def replica_pids() -> list[int]:
@@ -80,8 +72,7 @@ def test_two_replicas_answer_what_the_local_engine_answers(cluster, bundle_dir):
 
 def test_a_killed_replica_is_restarted_and_its_request_does_not_hang(cluster):
     base, server = cluster
-    slow = {"text": document(random.Random(9), 300), "options": {
-        "max_length": 128, "min_length": 128, "num_beams": 4, "page_tokens": 32, "no_repeat_ngram_size": 0}}
+    slow = {"text": document(random.Random(9), 300), "options": SLOW_OPTIONS}
     with httpx.Client(base_url=base, timeout=120) as client:
         before = replica_pids()
         started = time.monotonic()
