@@ -95,6 +95,11 @@ def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "units": units, "limits": limits, "kind_revision": 1, "format_version": C.FORMAT_VERSION}
 
 
+#: Model settings added after bundle format 4: a manifest written before one lacks it, and its graphs were exported
+#: as its default says (`copy`: False, no copy distribution).
+ADDED_SETTINGS = ("model.copy",)
+
+
 def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:
     """Keys of `expected` (a config's full dict) absent from `given`, nested objects included, as dotted names."""
     missing = []
@@ -125,7 +130,7 @@ def _check_schema(manifest: Manifest) -> None:
         config = kind.config.from_dict(manifest.model)
     except BundleError as err:
         raise error(str(err)) from None
-    missing = _missing_settings(config.to_dict(), manifest.model)
+    missing = [name for name in _missing_settings(config.to_dict(), manifest.model) if name not in ADDED_SETTINGS]
     if missing:  # a default would not be what the graphs were exported with
         raise error(f"the model config lacks {missing}, settings of the exported graphs")
     try:

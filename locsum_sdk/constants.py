@@ -16,6 +16,7 @@ ENCODER_HIDDEN = "encoder_hidden"  # (N, L, D)
 # decoder.onnx
 UNIT_MASK = "unit_mask"  # (B, U) bool, True for real units
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"  # (N, L) int64, N = B * U
+ENCODER_INPUT_IDS = "encoder_input_ids"  # (N, L) int64 unit tokens on the grid (pad in padding units); copy models
 POSITION = "position"  # (1,) int64, the position being decoded: where every beam's key/value is written
 CACHE_SLOTS = "cache_slots"  # (B, K, C) int64, the slot holding each position of each beam's history; -1: none
 LOG_PROBS = "log_probs"  # (B, K, V)

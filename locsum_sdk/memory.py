@@ -107,6 +107,12 @@ def lm_head(rows: int, vocab: int) -> int:
     return 3 * rows * vocab * FLOAT
 
 
+def copy_scatter(mass: int, rows: int, vocab: int) -> int:
+    """A step's copy distribution (`modeling.copy`): `mass` entries of attention mass with their token ids (float32
+    and int64), scattered into the mixed distribution of `rows` rows, before its log."""
+    return mass * (FLOAT + INDEX) + rows * vocab * FLOAT
+
+
 def arrays_bytes(arrays: dict[str, Any]) -> int:
     """Bytes held by a graph's input arrays."""
     return sum(int(a.nbytes) for a in arrays.values())

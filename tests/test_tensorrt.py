@@ -340,10 +340,12 @@ def encode_and_step(directory: Path, bundle: Bundle, batch, steps: int = 3) -> l
         for name in (C.past_key(i), C.past_value(i)):
             caches[name] = np.zeros((groups, heads, 1, slots.capacity, dim), types[name] or np.float32)
     tokens, out = np.full((batch.batch, 1), config["decoder_start_token_id"], np.int64), []
+    declared = {i.name for i in decoder.get_inputs()}
     for _ in range(steps):
         slots.advance(None)
         feeds = {C.INPUT_IDS: tokens, C.POSITION: np.array([slots.position], np.int64), C.CACHE_SLOTS: slots.slots,
-                 **layout.decoder_inputs(batch), **cross, **caches}
+                 **{name: value for name, value in layout.decoder_inputs(batch).items() if name in declared},
+                 **cross, **caches}
         values = dict(zip([o.name for o in decoder.get_outputs()], decoder.run(None, feeds)))
         for i in range(config["decoder_layers"]):
             caches[C.past_key(i)], caches[C.past_value(i)] = values[C.present_key(i)], values[C.present_value(i)]

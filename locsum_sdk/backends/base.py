@@ -72,10 +72,24 @@ class UnitBatch:
 
     def grid_mask(self) -> np.ndarray:
         """Encoder attention mask on the grid: (B*U, L), zero rows for padding units."""
-        grid = np.zeros((self.batch * self.width, self.input_ids.shape[1]), dtype=np.int64)
-        grid[self.unit_mask.reshape(-1)] = self.attention_mask
+        return self._on_grid(self.attention_mask)
+
+    def grid_ids(self) -> np.ndarray:
+        """Unit tokens on the grid: (B*U, L), zero rows for padding units (a copy distribution reads them)."""
+        return self._on_grid(self.input_ids)
+
+    def _on_grid(self, values: np.ndarray) -> np.ndarray:
+        grid = np.zeros((self.batch * self.width, values.shape[1]), dtype=values.dtype)
+        grid[self.unit_mask.reshape(-1)] = values
         return grid
 
+
+
+def fixed_decoder_inputs(layout: Any, batch: UnitBatch, decoder: Any) -> dict[str, np.ndarray]:
+    """The layout's decoder inputs that stay the same at every step, those the decoder graph (`kinds.GraphIO`)
+    declares: a model that does not copy reads no unit tokens."""
+    declared = set(decoder.input_names)
+    return {name: value for name, value in layout.decoder_inputs(batch).items() if name in declared}
 
 
 def length_axes(encoder: Any) -> dict[str, int]:

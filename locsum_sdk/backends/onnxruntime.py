@@ -31,6 +31,7 @@ from .base import (
     BeamSlots,
     UnitBatch,
     encode_through_cache,
+    fixed_decoder_inputs,
     grown_cache,
     length_axes,
     scatter_top,
@@ -216,7 +217,8 @@ class OnnxRuntimeSession:
         self.fixed = {
             C.INPUT_IDS: to_ort(self.tokens),
             C.POSITION: to_ort(self.position),
-            **{name: to_ort(np.ascontiguousarray(value)) for name, value in self.layout.decoder_inputs(batch).items()},
+            **{name: to_ort(np.ascontiguousarray(value))
+               for name, value in fixed_decoder_inputs(self.layout, batch, backend.graphs["decoder"]).items()},
             **{name: self._value(buffer) for name, buffer in self.cross.items()},
         }
         self.cache = {}  # (past, present) name -> (G, H, K, C, d), G rows as the kind lays them out

@@ -29,7 +29,7 @@ from .. import kinds
 from ..bundle import Bundle, check_engine_host
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
 from ..unit_cache import UnitCache
-from .base import BeamSlots, UnitBatch, scatter_top
+from .base import BeamSlots, UnitBatch, fixed_decoder_inputs, scatter_top
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -202,7 +202,7 @@ class TensorRTSession:
         self.length = batch.input_ids.shape[1]
         self._encode(unit_batch_size)
         decoder = backend.decoder
-        for name, value in self.layout.decoder_inputs(batch).items():
+        for name, value in fixed_decoder_inputs(self.layout, batch, backend.graphs["decoder"]).items():
             decoder.upload(name, value)
         for name, buffer in backend.cross.items():
             shape = (self.rows, self.heads, self.head_dim, self.length) if name.startswith("cross_key.") else (

@@ -16,7 +16,15 @@ from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
 from ..unit_cache import UnitCache
 from ..units import Unit
-from .base import BeamSlots, UnitBatch, encode_through_cache, grown_cache, length_axes, write_unit
+from .base import (
+    BeamSlots,
+    UnitBatch,
+    encode_through_cache,
+    fixed_decoder_inputs,
+    grown_cache,
+    length_axes,
+    write_unit,
+)
 
 
 def _import_torch():
@@ -94,7 +102,8 @@ class TorchSession:
                 self._encode_cached(backend, unit_batch_size, cache)
             else:
                 self._encode(layout, unit_batch_size)
-        self.fixed = {name: tensor(value) for name, value in layout.decoder_inputs(batch).items()}
+        self.fixed = {name: tensor(value)
+                      for name, value in fixed_decoder_inputs(layout, batch, backend.graphs["decoder"]).items()}
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
             tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim,

@@ -77,9 +77,9 @@ def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:
                                                     TensorIO(C.cross_value(i), "float32", {0: rows, 2: "length"})))
 
 
-def step_graph(layers: int, cache_rows: Callable[[int], str]) -> GraphIO:
+def step_graph(layers: int, cache_rows: Callable[[int], str], copy: bool = False) -> GraphIO:
     """decoder.onnx under the step contract every kind shares (see `Layout`); `cache_rows(layer)` names the axis of
-    that layer's slot-cache rows."""
+    that layer's slot-cache rows; a model that `copy`s also reads the grid's unit tokens (`encoder_input_ids`)."""
 
     def cache(name, i):
         return TensorIO(name(i), "float32", {0: cache_rows(i), 2: "beams", 3: "capacity"})
@@ -89,6 +89,7 @@ def step_graph(layers: int, cache_rows: Callable[[int], str]) -> GraphIO:
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
                 TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
                 TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+                *([TensorIO(C.ENCODER_INPUT_IDS, "int64", {0: "rows", 1: "length"})] if copy else []),
                 TensorIO(C.POSITION, "int64", {}),
                 TensorIO(C.CACHE_SLOTS, "int64", {0: "batch", 1: "beams", 2: "capacity"}),
                 *[cache(name, i) for i in range(layers) for name in (C.past_key, C.past_value)],
@@ -108,7 +109,8 @@ class Layout(MemoryLayout, Protocol):
     The step contract is common to every kind: the decoder takes the beams' last tokens (`input_ids`, (B, K)),
     `position`, `cache_slots`, every layer's `past_key`/`past_value` (bound as their `present_*` too) and the
     `cross_key`/`cross_value` the encoder wrote for every grid row (B*U), and returns `log_probs` (B, K, V) and
-    `unit_weights` (B, U, K); a graph prepared for TensorRT also returns each beam's best T tokens
+    `unit_weights` (B, U, K); a model that copies also reads the grid's unit tokens (`encoder_input_ids`, (B*U, L),
+    see `step_graph`); a graph prepared for TensorRT also returns each beam's best T tokens
     (`top_log_probs`, `top_tokens`), so that a step copies those to the host instead of the whole vocabulary.
     What differs between kinds is below."""
 
@@ -121,7 +123,8 @@ class Layout(MemoryLayout, Protocol):
         """Inputs of one encoder run over units [first, end), by name."""
 
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
-        """The decoder's inputs that stay the same at every step (besides cross keys/values), by name."""
+        """The decoder's inputs that stay the same at every step (besides cross keys/values), by name; a backend
+        binds those its decoder graph declares (`encoder_input_ids` only where the model copies)."""
 
 
 def fixed_runs(units: Sequence[Unit], query_ids: Sequence[int], options: Any, size: int) -> list[tuple[int, int]]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..memory import FLOAT, attention_scores, encoder_pass, lm_head, step_rows
+from ..memory import FLOAT, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
@@ -41,7 +41,8 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
                 TensorIO(C.UNIT_MASK, "bool", {0: "items", 1: "units"})),
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
     )
-    decoder = step_graph(layers, lambda i: "batch")  # one decoder per item: a cache row per item in every layer
+    # one decoder per item: a cache row per item in every layer
+    decoder = step_graph(layers, lambda i: "batch", model.get("copy", False))
     return {"encoder": encoder, "decoder": decoder}
 
 
@@ -72,7 +73,8 @@ class HierEncDecLayout:
                 C.UNIT_MASK: batch.unit_mask[items.start : items.stop]}
 
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
-        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
+        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask(),
+                C.ENCODER_INPUT_IDS: batch.grid_ids()}
 
     def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
         """The largest run's layer over its rows, and the <s> exchange: each item's D x D scores per head, joined
@@ -85,11 +87,15 @@ class HierEncDecLayout:
     def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
                     capacity: int) -> int:
         """One decoder per item (B*K rows); the cross-attention scores every document's tokens (B, D, H, K, L),
-        with a softmax inside each and over the documents, and a weighted context per document (B, D, H, K, d)."""
-        queries, heads, dim = items * beams, model["decoder_heads"], model["d_model"]
+        with a softmax inside each and over the documents, and a weighted context per document (B, D, H, K, d); a
+        copying model scores its last layer's tokens once more (the op keeps them to itself) and scatters their
+        attention (B*K*D*L) into the step's distributions."""
+        queries, heads, dim, vocab = items * beams, model["decoder_heads"], model["d_model"], model["vocab_size"]
+        copying = (attention_scores(queries * width, heads, length) + copy_scatter(queries * width * length, queries,
+                                                                                   vocab)) if model.get("copy") else 0
         return (step_rows(queries, dim, model["decoder_ffn_dim"])
                 + attention_scores(queries * width, heads, length) + 2 * FLOAT * queries * width * dim
-                + attention_scores(queries, heads, beams * capacity) + lm_head(queries, model["vocab_size"]))
+                + attention_scores(queries, heads, beams * capacity) + lm_head(queries, vocab) + copying)
 
     def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
         return [items] * layers

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..memory import FLOAT, arrays_bytes, attention_scores, encoder_pass, lm_head, step_rows
+from ..memory import FLOAT, arrays_bytes, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
 from ..units import Unit
@@ -94,7 +94,8 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
                 TensorIO(GRAPH, "float32", {0: "items", 1: "units", 2: "units"})),
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
     )
-    return {"ranker": ranker, "encoder": encoder, "decoder": step_graph(layers, lambda i: "batch")}
+    return {"ranker": ranker, "encoder": encoder,
+            "decoder": step_graph(layers, lambda i: "batch", model.get("copy", False))}
 
 
 class HierSummLayout(HierEncDecLayout):
@@ -110,11 +111,13 @@ class HierSummLayout(HierEncDecLayout):
 
     def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
                     capacity: int) -> int:
-        """One decoder per item (B*K rows) attending to all its paragraphs' tokens (B, H, K, P*L) at once."""
-        queries, heads = items * beams, model["decoder_heads"]
+        """One decoder per item (B*K rows) attending to all its paragraphs' tokens (B, H, K, P*L) at once; a copying
+        model scatters its last layer's attention (B*K*P*L) into the step's distributions."""
+        queries, heads, vocab = items * beams, model["decoder_heads"], model["vocab_size"]
+        copying = copy_scatter(queries * width * length, queries, vocab) if model.get("copy") else 0
         return (step_rows(queries, model["d_model"], model["decoder_ffn_dim"])
                 + attention_scores(queries, heads, width * length) + attention_scores(queries, heads, beams * capacity)
-                + lm_head(queries, model["vocab_size"]))
+                + lm_head(queries, vocab) + copying)
 
     def encoder_inputs(self, batch: UnitBatch, first: int, end: int) -> dict[str, np.ndarray]:
         inputs = super().encoder_inputs(batch, first, end)

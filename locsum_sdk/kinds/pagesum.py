@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import constants as C
 from ..backends.base import UnitBatch
-from ..memory import attention_scores, encoder_pass, lm_head, step_rows
+from ..memory import attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
@@ -29,7 +29,7 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "units", 1: "length"}), *cross_outputs(layers, "units")),
     )
     # the decoder runs per page, except layer 0, whose cache the pages of an item share
-    decoder = step_graph(layers, lambda i: "batch" if i == 0 else "rows")
+    decoder = step_graph(layers, lambda i: "batch" if i == 0 else "rows", model.get("copy", False))
     return {"encoder": encoder, "decoder": decoder}
 
 
@@ -47,7 +47,8 @@ class PageSumLayout:
         return {C.INPUT_IDS: batch.input_ids[first:end], C.ATTENTION_MASK: batch.attention_mask[first:end]}
 
     def decoder_inputs(self, batch: UnitBatch) -> dict[str, np.ndarray]:
-        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask()}
+        return {C.UNIT_MASK: batch.unit_mask, C.ENCODER_ATTENTION_MASK: batch.grid_mask(),
+                C.ENCODER_INPUT_IDS: batch.grid_ids()}
 
     def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
         return encoder_pass(min(size, width), length, model["d_model"], model["encoder_heads"],
@@ -55,11 +56,13 @@ class PageSumLayout:
 
     def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
                     capacity: int) -> int:
-        """Every page decodes its own rows (B*U*K) against its own tokens; the LM head reads the mixed B*K rows."""
-        queries, heads = items * width * beams, model["decoder_heads"]
+        """Every page decodes its own rows (B*U*K) against its own tokens; the LM head reads the mixed B*K rows;
+        a copying model scatters every page's attention mass (B*U*K*L) into the head rows' distributions."""
+        queries, heads, head_rows = items * width * beams, model["decoder_heads"], self.head_rows(items, width, beams)
+        copying = copy_scatter(queries * length, head_rows, model["vocab_size"]) if model.get("copy") else 0
         return (step_rows(queries, model["d_model"], model["decoder_ffn_dim"])
                 + attention_scores(queries, heads, length) + attention_scores(queries, heads, beams * capacity)
-                + lm_head(self.head_rows(items, width, beams), model["vocab_size"]))
+                + lm_head(head_rows, model["vocab_size"]) + copying)
 
     def head_rows(self, items: int, width: int, beams: int) -> int:
         """Rows the LM head reads in a step: PageCombine mixes the pages' hidden states first."""

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import BartConfig
+from .copy import CopyGate
 
 #: BART's learned positions start at row 2 of the position table.
 POSITION_OFFSET = 2
@@ -94,12 +95,15 @@ class Attention(nn.Module):
         """Heads (R, H, T, d) -> rows (R*T, D)."""
         return x.transpose(1, 2).reshape(-1, self.heads * self.head_dim)
 
-    def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+               keep: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """(R, H, T, d) output; with `keep`, also the attention probabilities averaged over heads (R, T, S),
+        taken before dropout."""
         if self.scaling != 1.0:  # 1.0 once folded into q_proj (see `fold_query_scaling`)
             q = q * self.scaling
-        scores = torch.matmul(q, k_t) + bias  # (R, H, T, S)
-        probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
-        return torch.matmul(probs, v)  # (R, H, T, d)
+        probs = torch.softmax(torch.matmul(q, k_t) + bias, dim=-1)  # (R, H, T, S)
+        out = torch.matmul(F.dropout(probs, self.dropout, self.training), v)  # (R, H, T, d)
+        return (out, probs.mean(dim=1)) if keep else out
 
     def self_attention(self, x: torch.Tensor, length: int | torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """x (R*T, D): R sequences of `length` positions attend to each other under `bias` -> (R*T, D)."""
@@ -134,14 +138,17 @@ class Attention(nn.Module):
         return k_t, v
 
     def cross_attention(
-        self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor, queries: int | torch.Tensor
-    ) -> torch.Tensor:
+        self, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor, queries: int | torch.Tensor,
+        keep: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """x (N*K*T, D): the K beams x T positions of each of N units, in that order, attend to their unit's memory.
 
         `queries` = K*T. The beams of a unit sit on the query axis of one product, `(N, H, K*T, d) @ (N, H, d, L)`,
-        so they share one key/value."""
+        so they share one key/value. With `keep`, also the probabilities averaged over heads (N, K*T, L)."""
         k_t, v = kv
-        out = self.attend(self.split(self.q_proj(x), queries), k_t, v, bias)  # (N, H, K*T, d)
+        out = self.attend(self.split(self.q_proj(x), queries), k_t, v, bias, keep)  # (N, H, K*T, d)
+        if keep:
+            return self.out_proj(self.merge(out[0])), out[1]
         return self.out_proj(self.merge(out))  # (N*K*T, D)
 
 
@@ -261,12 +268,14 @@ class Decoder(Embeddings):
         super().__init__(config, shared)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
 
-    def forward(self, input_ids: torch.Tensor, cross: CrossKV, cross_bias: torch.Tensor, units: int = 1):
+    def forward(self, input_ids: torch.Tensor, cross: CrossKV, cross_bias: torch.Tensor, units: int = 1,
+                read: bool = False):
         """Teacher forcing: input_ids (B, T), every position attending to those before it -> hidden (B*U, T, D).
 
         Cross K/V hold N = B*U rows: U units per item, and every unit of an item decodes the same tokens. The
         embeddings and the first layer's self-attention see nothing but those tokens, so they run once per item
-        and their result is shared by the item's U units; every later block runs on B*U rows.
+        and their result is shared by the item's U units; every later block runs on B*U rows. With `read`, also
+        what the last layer read (see `blocks`).
         """
         length = input_ids.shape[1]
         x = super().forward(input_ids)  # (B, T, D)
@@ -275,7 +284,10 @@ class Decoder(Embeddings):
         def attend_self(i, layer, h):
             return layer.attend_self(h, length, causal)
 
-        return self.blocks(x, length, units, cross, cross_bias, attend_self).view(-1, length, x.shape[-1])
+        out = self.blocks(x, length, units, cross, cross_bias, attend_self, read)
+        if read:
+            return (out[0].view(-1, length, x.shape[-1]), *out[1:])
+        return out.view(-1, length, x.shape[-1])
 
     def step(
         self,
@@ -286,8 +298,10 @@ class Decoder(Embeddings):
         position: torch.Tensor,
         cache_slots: torch.Tensor,
         units: int | torch.Tensor = 1,
-    ) -> torch.Tensor:
-        """One new position of K beams: input_ids (B, K), position (1,), cache_slots (B, K, C) -> hidden (B*U*K, D).
+        read: bool = False,
+    ):
+        """One new position of K beams: input_ids (B, K), position (1,), cache_slots (B, K, C) -> hidden (B*U*K, D)
+        (with `read`, also what the last layer read, see `blocks`).
 
         Writes each beam's keys/values into `cache` (per layer (G, H, K, C, d): G = B for the first layer, whose
         cache the units of an item share, G = B*U after) at `position`, in place."""
@@ -302,18 +316,23 @@ class Decoder(Embeddings):
             at, self_bias = (item_at, bias) if i == 0 else (unit_at, unit_bias)
             return layer.attend_self(h, beams, self_bias, cache[i], at)
 
-        return self.blocks(x, beams, units, cross, cross_bias, attend_self)
+        return self.blocks(x, beams, units, cross, cross_bias, attend_self, read)
 
-    def blocks(self, x, queries, units, cross, cross_bias, attend_self) -> torch.Tensor:
+    def blocks(self, x, queries, units, cross, cross_bias, attend_self, read: bool = False):
         """Every layer on x (B, Q, D), Q = the query rows of one unit (T positions or K beams) -> (B*U*Q, D);
-        `attend_self(i, layer, rows)` runs layer i's self-attention block."""
-        dim = x.shape[-1]
-        first = self.layers[0]
-        h = attend_self(0, first, x.reshape(-1, dim))  # (B*Q, D)
+        `attend_self(i, layer, rows)` runs layer i's self-attention block. With `read`, returns (hidden, the last
+        layer's cross-attention output (B*U*Q, D), its probabilities averaged over heads (B*U, Q, L)): what a copy
+        distribution reads (`modeling.copy`)."""
+        dim, last = x.shape[-1], len(self.layers) - 1
+        h = attend_self(0, self.layers[0], x.reshape(-1, dim))  # (B*Q, D)
         h = h.view(-1, 1, queries, dim).expand(-1, units, -1, -1).reshape(-1, dim)  # (B*U*Q, D)
-        h = first.attend_memory(h, cross[0], cross_bias, queries)
-        for i, layer in enumerate(self.layers[1:], start=1):
-            h = layer.attend_memory(attend_self(i, layer, h), cross[i], cross_bias, queries)
+        for i, layer in enumerate(self.layers):
+            if i:
+                h = attend_self(i, layer, h)
+            if read and i == last:
+                context, attention = layer.encoder_attn.cross_attention(h, cross[i], cross_bias, queries, keep=True)
+                return layer.after_memory(h, context), context, attention
+            h = layer.attend_memory(h, cross[i], cross_bias, queries)
         return h
 
 
@@ -327,6 +346,12 @@ class Bart(nn.Module):
         self.encoder = Encoder(config, self.shared)
         self.decoder = Decoder(config, self.shared)
         self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+        if config.copy:
+            self.copy_gate = CopyGate(config.d_model)
+
+    def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids (...) -> the tokens' embeddings (..., D) as the decoder scales them, without positions."""
+        return self.shared(input_ids) * self.decoder.scale
 
     def cross_kv(self, memory: torch.Tensor) -> CrossKV:
         """Encoder states (N, L, D) -> every decoder layer's cross-attention key/value, computed once."""
@@ -349,7 +374,8 @@ class Bart(nn.Module):
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
-    """BART's initialisation: normal(0, std) for linear and embedding weights, zero biases."""
+    """BART's initialisation: normal(0, std) for linear and embedding weights, zero biases (a copy gate's bias at
+    `copy.GATE_BIAS`)."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=std)
@@ -358,3 +384,6 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
         if isinstance(m, nn.Embedding) and m.padding_idx is not None:
             with torch.no_grad():
                 m.weight[m.padding_idx].zero_()
+    for m in module.modules():
+        if isinstance(m, CopyGate):
+            m.init_bias()

@@ -86,6 +86,7 @@ class BartConfig(EncoderDecoderConfig):
     bos_token_id: int = 0
     eos_token_id: int = 2
     decoder_start_token_id: int = 2
+    copy: bool = False  # mix a copy distribution over the unit's tokens into every step's (`modeling.copy`)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_heads", "decoder_heads",
@@ -97,6 +98,7 @@ class BartConfig(EncoderDecoderConfig):
             check_float(f"model.{name}", getattr(self, name), 0.0, 1.0, error=BundleError)
         check_choice("model.activation", self.activation, ACTIVATIONS, error=BundleError)
         check_bool("model.scale_embedding", self.scale_embedding, error=BundleError)
+        check_bool("model.copy", self.copy, error=BundleError)
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads:
             raise BundleError(f"d_model={self.d_model} must be divisible by the number of heads")
 

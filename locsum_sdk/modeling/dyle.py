@@ -21,9 +21,11 @@ from torch import nn
 
 from ..errors import BundleError, BundleNotFoundError
 from ..ops import snippet_marginalize
+from . import copy
 from .bart import Bart, Encoder, init_weights
 from .bert import BertEncoder
 from .config import BartConfig
+from .copy import CopySource
 from .dyle_config import DyleConfig, ExtractorConfig
 from .objectives import IGNORE, label_smoothed_nll
 from .per_unit import PerUnitModel
@@ -84,10 +86,17 @@ class Dyle(PerUnitModel):
     def reset_parameters(self, std: float = 0.02) -> None:
         init_weights(self, std)
 
-    def mix(self, hidden: torch.Tensor, unit_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden (B, U, K, D) -> marginal log-probabilities (B, K, V) and dynamic snippet weights (B, U, K)."""
+    def mix(self, hidden: torch.Tensor, unit_mask: torch.Tensor,
+            source: CopySource | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden (B, U, K, D) -> marginal log-probabilities (B, K, V) and dynamic snippet weights (B, U, K). With
+        copy, each snippet's distribution mixes in its own copy distribution before the marginalization
+        (`copy.per_unit`)."""
         scores = self.dynamic_mlp(hidden).squeeze(-1)  # (B, U, K)
-        log_probs = torch.log_softmax(self.model.lm_logits(hidden).float(), dim=-1)  # (B, U, K, V)
+        logits = self.model.lm_logits(hidden)  # (B, U, K, V)
+        if source is None:
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+        else:
+            log_probs = copy.per_unit(logits, self.model.copy_gate(hidden, source), source)
         return self.marginalize(log_probs, scores.float(), unit_mask)
 
 

@@ -97,12 +97,16 @@ class DecoderGraph(nn.Module):
         super().__init__()
         self.model = model
         self.layers = model.config.decoder_layers
+        self.copy = getattr(model.config, "copy", False)
 
-    def forward(self, input_ids, unit_mask, encoder_attention_mask, position, cache_slots, *kv):
+    def forward(self, input_ids, unit_mask, encoder_attention_mask, *rest):
+        unit_ids, rest = (rest[0], rest[1:]) if self.copy else (None, rest)  # a copying model reads unit tokens
+        position, cache_slots, kv = rest[0], rest[1], rest[2:]
         cache = [(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)]
         cross = [(kv[2 * (self.layers + i)], kv[2 * (self.layers + i) + 1]) for i in range(self.layers)]
+        copying = {"encoder_input_ids": unit_ids} if self.copy else {}
         log_probs, weights = self.model.step(input_ids, unit_mask, encoder_attention_mask, position, cache_slots,
-                                             cache, cross)
+                                             cache, cross, **copying)
         return (log_probs, weights, *[t for layer in cache for t in layer])
 
 
@@ -139,10 +143,13 @@ def decoder_spec(
     cache_slots = torch.full((batch, beams, capacity), -1)  # beams whose histories went through both slots
     cache_slots[:, :, :2] = torch.randint(0, beams, (batch, beams, 2), generator=g)
     cache_slots[:, :, 2] = torch.arange(beams)
+    unit_ids = torch.randint(3, max(4, cfg.vocab_size // 8), (rows, length), generator=g)  # ids repeat: copies add up
+    unit_ids[~unit_mask.reshape(-1)] = 0
     example = [
         torch.randint(3, cfg.vocab_size, (batch, beams), generator=g),
         unit_mask,
         encoder_attention_mask,
+        *([unit_ids] if getattr(cfg, "copy", False) else []),
         torch.tensor([2]),
         cache_slots,
     ]

@@ -6,6 +6,8 @@ each starting with `<s>`.
     decoder: one decoder per item; cross-attention = softmax over documents of the <s> scores x softmax over the
              tokens of each document (`locsum.DocScaledAttention`)
     unit weights: the softmax over documents, averaged over heads and layers        (B, D, K)
+    copy (the config's `copy`): one copy distribution over the item's tokens, from the last layer's attention on
+             each token (its document's weight x its weight inside the document, `copy.joint`)
 
 The encoder never builds a dense (D*L)^2 mask: documents run as their own sequences, and the <s> queries of an item
 score its <s> keys apart, so its memory is O(D * L^2 + D^2) per head: the exchange between documents costs D x D
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import doc_scaled_attention
+from . import copy
 from .bart import (
     Bart,
     CrossKV,
@@ -36,6 +39,7 @@ from .bart import (
     write_index,
 )
 from .config import BartConfig
+from .copy import CopySource
 
 KIND = "hierencdec"
 
@@ -145,9 +149,10 @@ class HierEncDec(nn.Module):
         return h.view(rows, length, dim)
 
     # ---- decoder ------------------------------------------------------------------------------------------------
-    def cross(self, layer, h: torch.Tensor, cross, key_mask, unit_mask, queries: int):
+    def cross(self, layer, h: torch.Tensor, cross, key_mask, unit_mask, queries: int, keep: bool = False):
         """Cross-attention block of one decoder layer: h (B*Q, D) -> (B*Q, D), and the document weights
-        (B, D, H, Q). key_mask (B, D, L) bool, unit_mask (B, D) bool."""
+        (B, D, H, Q). key_mask (B, D, L) bool, unit_mask (B, D) bool. With `keep`, also what a copy distribution
+        reads: the attention output (B*Q, D) and each token's attention averaged over heads (B, D, Q, L)."""
         attn = layer.encoder_attn
         k_t, v = cross  # (N, H, d, L), (N, H, L, d)
         batch, docs, length = key_mask.shape
@@ -158,6 +163,7 @@ class HierEncDec(nn.Module):
         value = v.view(batch, docs, *v.shape[1:])  # (B, D, H, L, d)
         if self.parts.document_scaled_attention:
             out, weights = self.attend_documents(q, key, value, key_mask, unit_mask)
+            tokens = doc_scaled_attention.token_attention(q, key, key_mask, weights) if keep else None
         else:  # one softmax over every real token of the item
             scores = torch.matmul(q.unsqueeze(1), key)  # (B, D, H, Q, L)
             scores = scores.masked_fill(~key_mask[:, :, None, None, :], torch.finfo(scores.dtype).min)
@@ -165,17 +171,35 @@ class HierEncDec(nn.Module):
             probs = probs.view(batch, attn.heads, queries, docs, length).permute(0, 3, 1, 2, 4)  # (B, D, H, Q, L)
             out = torch.matmul(probs, value).sum(dim=1)  # (B, H, Q, d)
             weights = probs.sum(-1)  # (B, D, H, Q): each document's share of the attention
-        x = layer.after_memory(h, attn.out_proj(attn.merge(out)))
-        return x, weights
+            tokens = probs.mean(dim=2) if keep else None
+        context = attn.out_proj(attn.merge(out))
+        x = layer.after_memory(h, context)
+        return (x, weights, context, tokens) if keep else (x, weights)
 
     def decode(self, x: torch.Tensor, queries: int, cross: CrossKV, key_mask, unit_mask, attend_self):
         """Every decoder layer on rows x (B*Q, D) -> hidden (B*Q, D), document weights (B, D, Q) averaged over
-        heads and layers."""
-        total = 0.0
+        heads and layers, and with copy, the last layer's attention output and token attention (see `cross`)."""
+        total, last, read = 0.0, len(self.model.decoder.layers) - 1, ()
         for i, layer in enumerate(self.model.decoder.layers):
-            x, weights = self.cross(layer, attend_self(i, layer, x), cross[i], key_mask, unit_mask, queries)
+            keep = self.config.copy and i == last
+            x, weights, *read = self.cross(layer, attend_self(i, layer, x), cross[i], key_mask, unit_mask, queries,
+                                           keep)
             total = total + weights.mean(dim=2)  # (B, D, Q)
-        return x, total / len(self.model.decoder.layers)
+        return x, total / len(self.model.decoder.layers), read
+
+    def log_probs(self, hidden: torch.Tensor, tokens: torch.Tensor, read, unit_ids) -> torch.Tensor:
+        """hidden (B, Q, D), the query rows' input tokens (B, Q) -> log-probabilities (B, Q, V); with copy, one
+        distribution with the copy distribution over the item's tokens, unit_ids (B*D, L)."""
+        logits = self.model.lm_logits(hidden)
+        if not self.config.copy:
+            return torch.log_softmax(logits, dim=-1)
+        context, attention = read
+        batch, queries = tokens.shape
+        source = CopySource(ids=unit_ids.reshape(batch, attention.shape[1], -1), attention=attention,
+                            context=context.reshape(batch, 1, queries, -1),
+                            embedded=self.model.token_embedding(tokens))
+        gate = self.model.copy_gate(hidden.unsqueeze(1), source).squeeze(1)  # (B, Q)
+        return copy.joint(logits, gate, source)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
                 decoder_input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,9 +214,8 @@ class HierEncDec(nn.Module):
         def attend_self(i, layer, h):
             return layer.attend_self(h, steps, causal)
 
-        hidden, weights = self.decode(x, steps, cross, attention_mask.bool(), unit_mask, attend_self)
-        logits = self.model.lm_logits(hidden.view(batch, steps, -1))
-        return torch.log_softmax(logits, dim=-1), weights
+        hidden, weights, read = self.decode(x, steps, cross, attention_mask.bool(), unit_mask, attend_self)
+        return self.log_probs(hidden.view(batch, steps, -1), decoder_input_ids, read, input_ids), weights
 
     def step(
         self,
@@ -203,10 +226,12 @@ class HierEncDec(nn.Module):
         cache_slots: torch.Tensor,
         cache: SlotCache,
         cross: CrossKV,
+        encoder_input_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoding step for K beams of B items of D documents: input_ids (B, K) at `position` (1,);
         encoder_attention_mask (B*D, L); cache per layer (B, H, K, C, d), written in place at `position`;
-        cache_slots (B, K, C). Returns log-probabilities (B, K, V) and document weights (B, D, K)."""
+        cache_slots (B, K, C); encoder_input_ids (B*D, L) the documents' tokens, read by a model that copies.
+        Returns log-probabilities (B, K, V) and document weights (B, D, K)."""
         batch, beams = input_ids.shape
         docs = unit_mask.shape[1]
         x = Embeddings.forward(self.model.decoder, input_ids.reshape(-1, 1), position).reshape(-1, self.config.d_model)
@@ -217,9 +242,8 @@ class HierEncDec(nn.Module):
             return layer.attend_self(h, beams, bias, cache[i], at)
 
         key_mask = encoder_attention_mask.bool().view(batch, docs, -1)  # (B, D, L)
-        hidden, weights = self.decode(x, beams, cross, key_mask, unit_mask, attend_self)
-        logits = self.model.lm_logits(hidden.view(batch, beams, -1))
-        return torch.log_softmax(logits, dim=-1), weights
+        hidden, weights, read = self.decode(x, beams, cross, key_mask, unit_mask, attend_self)
+        return self.log_probs(hidden.view(batch, beams, -1), input_ids, read, encoder_input_ids), weights
 
 
 def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:

@@ -4,7 +4,8 @@
 The paragraphs of an item lie on grid rows as the runtime lays units out (B items x U paragraphs, N = B*U rows of
 L tokens); every decoder layer's cross keys/values are stored per row, and a step's cross-attention is one softmax
 over all the item's real tokens, `(B, U, H, Q, L)` jointly over U and L. A unit's weight is the attention mass on
-its tokens, averaged over heads and layers: where in the input each step read.
+its tokens, averaged over heads and layers: where in the input each step read. With the config's `copy`, the last
+layer's attention on each token, averaged over heads, is also a copy distribution (`copy.joint`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import BundleError
+from . import copy
 from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
+from .copy import CopyGate, CopySource
 from .hiersumm_config import KIND, HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
 from .objectives import label_smoothed_nll
@@ -32,8 +35,8 @@ def item_cross_attention(attention: Attention, x: torch.Tensor, kv: tuple[torch.
     """x (B*Q, D): Q query rows of each of B items attend to all real tokens of the item's U rows.
 
     kv: key (B*U, H, d, L), value (B*U, H, L, d); bias (B*U, 1, 1, L). Returns the output (B*Q, D) and the
-    attention mass per row (B, U, H, Q). Shapes come from `bias`, which every layer shares, so the exported graph
-    computes them once per step."""
+    attention probabilities (B, U, H, Q, L), one softmax over U and L. Shapes come from `bias`, which every layer
+    shares, so the exported graph computes them once per step."""
     k_t, v = kv
     heads, dim, length = attention.heads, attention.head_dim, bias.shape[-1]
     batch = bias.shape[0] // units
@@ -46,7 +49,7 @@ def item_cross_attention(attention: Attention, x: torch.Tensor, kv: tuple[torch.
     probs = torch.softmax(flat, dim=-1).view(batch, heads, queries, units, length).permute(0, 3, 1, 2, 4)
     probs = F.dropout(probs, attention.dropout, attention.training)  # (B, U, H, Q, L)
     out = torch.matmul(probs, v.view(batch, units, heads, length, dim)).sum(1)  # (B, H, Q, d)
-    return attention.out_proj(attention.merge(out)), probs.sum(-1)
+    return attention.out_proj(attention.merge(out)), probs
 
 
 class DecoderLayer(nn.Module):
@@ -63,10 +66,11 @@ class DecoderLayer(nn.Module):
         self.dropout = config.dropout
 
     def forward(self, x, attend_self, cross, cross_bias, units: int, queries: int):
-        """x (B*Q, D) -> (B*Q, D) and this layer's attention mass per row (B, U, H, Q)."""
+        """x (B*Q, D) -> (B*Q, D), this layer's attention probabilities (B, U, H, Q, L) and its cross-attention
+        output (B*Q, D)."""
         x = x + F.dropout(attend_self(self.self_norm(x)), self.dropout, self.training)
-        h, mass = item_cross_attention(self.cross_attn, self.cross_norm(x), cross, cross_bias, units, queries)
-        return self.feed_forward(x + F.dropout(h, self.dropout, self.training)), mass
+        h, probs = item_cross_attention(self.cross_attn, self.cross_norm(x), cross, cross_bias, units, queries)
+        return self.feed_forward(x + F.dropout(h, self.dropout, self.training)), probs, h
 
 
 class HierSumm(nn.Module):
@@ -90,6 +94,8 @@ class HierSumm(nn.Module):
             self.generator_weight = nn.Parameter(torch.zeros(config.vocab_size, config.d_model))
         self.generator_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.register_buffer("positions", sinusoid(config.max_positions, config.d_model), persistent=False)
+        if config.copy:
+            self.copy_gate = CopyGate(config.d_model)
 
     @property
     def decoder_embed(self) -> nn.Embedding:
@@ -118,12 +124,22 @@ class HierSumm(nn.Module):
         x = self.decoder_embed(input_ids) * math.sqrt(self.config.d_model) + positions
         return F.dropout(x, self.config.dropout, self.training)
 
-    def generate_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Decoder states (..., D) -> log-probabilities (..., V): final LayerNorm, the generator."""
-        rows = self.final_norm(hidden).reshape(-1, hidden.shape[-1])
+    def generate_log_probs(self, hidden: torch.Tensor, tokens: torch.Tensor, last: tuple, unit_ids) -> torch.Tensor:
+        """Decoder states (B, Q, D) -> log-probabilities (B, Q, V): final LayerNorm, the generator; with copy, mixed
+        with the copy distribution read from the last layer (`last`: its probabilities and output, see
+        `DecoderLayer`) over the units' tokens unit_ids (B*U, L); tokens (B, Q) the query rows' input tokens."""
+        normed = self.final_norm(hidden)
         weight = self.decoder_embed.weight if self.config.tie_generator else self.generator_weight
-        logits = F.linear(rows, weight, self.generator_bias)
-        return torch.log_softmax(logits.float(), dim=-1).view(*hidden.shape[:-1], -1)
+        logits = F.linear(normed.reshape(-1, hidden.shape[-1]), weight, self.generator_bias)
+        logits = logits.view(*hidden.shape[:-1], -1)
+        if not self.config.copy:
+            return torch.log_softmax(logits.float(), dim=-1)
+        probs, context = last
+        batch, units, _, queries, length = probs.shape
+        source = CopySource(ids=unit_ids.reshape(batch, units, length), attention=probs.mean(dim=2),
+                            context=context.reshape(batch, 1, queries, -1),
+                            embedded=self.decoder_embed(tokens) * math.sqrt(self.config.d_model))
+        return copy.joint(logits, self.copy_gate(normed.unsqueeze(1), source).squeeze(1), source)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
                 decoder_input_ids: torch.Tensor, graph: torch.Tensor | None = None
@@ -139,17 +155,19 @@ class HierSumm(nn.Module):
         x = self.embed_targets(decoder_input_ids, 0).reshape(batch * steps, -1)
         masses = []
         for i, layer in enumerate(self.layers):
-            x, mass = layer(x, lambda h, layer=layer: layer.self_attn.self_attention(h, steps, causal), cross[i],
-                            bias, units, steps)
-            masses.append(mass)
+            x, probs, context = layer(x, lambda h, layer=layer: layer.self_attn.self_attention(h, steps, causal),
+                                      cross[i], bias, units, steps)
+            masses.append(probs.sum(-1))  # (B, U, H, T)
         weights = torch.stack(masses).mean(dim=(0, 3))  # (B, U, T): mean over layers and heads
-        return self.generate_log_probs(x.view(batch, steps, -1)), weights
+        return self.generate_log_probs(x.view(batch, steps, -1), decoder_input_ids, (probs, context),
+                                       input_ids.reshape(-1, length)), weights
 
     def step(self, input_ids: torch.Tensor, unit_mask: torch.Tensor, encoder_attention_mask: torch.Tensor,
-             position: torch.Tensor, cache_slots: torch.Tensor, cache: SlotCache, cross: CrossKV
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+             position: torch.Tensor, cache_slots: torch.Tensor, cache: SlotCache, cross: CrossKV,
+             encoder_input_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoding step of K beams of B items (one decoder per item, a cache row per item in every layer):
-        log-probabilities (B, K, V) and unit weights (B, U, K)."""
+        log-probabilities (B, K, V) and unit weights (B, U, K); encoder_input_ids (B*U, L), the paragraphs' tokens,
+        read by a model that copies."""
         batch, beams = input_ids.shape
         units = unit_mask.shape[1]
         x = self.embed_targets(input_ids.reshape(-1, 1), position).reshape(batch * beams, -1)  # (B*K, D)
@@ -158,11 +176,13 @@ class HierSumm(nn.Module):
         at = write_index(cache[0][0], position)
         masses = []
         for i, layer in enumerate(self.layers):
-            x, mass = layer(x, lambda h, i=i, layer=layer: layer.self_attn.slot_attention(h, cache[i], at, self_bias),
-                            cross[i], bias, units, beams)
-            masses.append(mass)
+            x, probs, context = layer(
+                x, lambda h, i=i, layer=layer: layer.self_attn.slot_attention(h, cache[i], at, self_bias), cross[i],
+                bias, units, beams)
+            masses.append(probs.sum(-1))  # (B, U, H, K)
         weights = torch.stack(masses).mean(dim=(0, 3))  # (B, U, K)
-        return self.generate_log_probs(x.view(batch, beams, -1)), weights
+        return self.generate_log_probs(x.view(batch, beams, -1), input_ids, (probs, context), encoder_input_ids), \
+            weights
 
 
 def ranker_tensors(model: HierSumm, paragraphs: list[list[int]], title: list[int]) -> dict[str, torch.Tensor]:

@@ -33,6 +33,7 @@ class HierSummConfig(EncoderDecoderConfig):
     dropout: float = 0.1  # training only
     share_embeddings: bool = True  # one token table for the encoder and the decoder
     tie_generator: bool = True  # the generator's weight is the decoder's token table
+    copy: bool = False  # mix a copy distribution over the paragraphs' tokens into every step's (`modeling.copy`)
     pad_token_id: int = 1
     bos_token_id: int = 0
     eos_token_id: int = 2
@@ -50,6 +51,7 @@ class HierSummConfig(EncoderDecoderConfig):
         check_bool("model.share_embeddings", self.share_embeddings, error=BundleError)
         check_bool("model.tie_generator", self.tie_generator, error=BundleError)
         check_bool("model.ranker_tfidf", self.ranker_tfidf, error=BundleError)
+        check_bool("model.copy", self.copy, error=BundleError)
         if not self.encoder_layers or any(kind not in LAYER_KINDS for kind in self.encoder_layers):
             raise BundleError(f"model.encoder_layers={self.encoder_layers!r}: a non-empty list of {LAYER_KINDS}")
         if self.d_model % self.encoder_heads or self.d_model % self.decoder_heads or self.d_model % 2:

@@ -4,6 +4,8 @@
     c[u]  = page_conf(h[u])                   (B, U, K)
     w     = softmax over real pages of c      (B, U, K)   padding pages get exactly 0
     y     = LM head(sum_u w[u] h[u])          (B, K, V)
+
+With the config's `copy`, p = sum_u w[u] (g[u] softmax(y) + (1 - g[u]) copy[u]) (`modeling.copy`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from torch import nn
 
 from ..errors import BundleNotFoundError
 from ..ops import page_combine
+from . import copy
 from .bart import Bart, init_weights
 from .config import BartConfig
+from .copy import CopySource
 from .per_unit import PerUnitModel
 
 KIND = "pagesum"
@@ -37,11 +41,16 @@ class PageSum(PerUnitModel):
     def reset_parameters(self, std: float = 0.02) -> None:
         init_weights(self, std)
 
-    def mix(self, hidden: torch.Tensor, page_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden (B, U, K, D) -> log-probabilities (B, K, V) and page weights (B, U, K)."""
+    def mix(self, hidden: torch.Tensor, page_mask: torch.Tensor,
+            source: CopySource | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden (B, U, K, D) -> log-probabilities (B, K, V) and page weights (B, U, K). With copy, each page's
+        copy distribution joins the vocabulary's under the same page weights (`copy.unit_mixture`)."""
         scores = self.page_conf(hidden).squeeze(-1)  # (B, U, K)
         mixed, weights = self.combine(hidden, scores, page_mask)  # (B, K, D), (B, U, K)
-        return torch.log_softmax(self.model.lm_logits(mixed), dim=-1), weights
+        logits = self.model.lm_logits(mixed)  # (B, K, V)
+        if source is None:
+            return torch.log_softmax(logits, dim=-1), weights
+        return copy.unit_mixture(logits, weights, self.model.copy_gate(hidden, source), source), weights
 
 
 def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:

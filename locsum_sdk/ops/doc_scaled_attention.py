@@ -51,23 +51,44 @@ def reference(query: np.ndarray, key: np.ndarray, value: np.ndarray, key_mask: n
     return out.astype(query.dtype), outer.astype(query.dtype)
 
 
+def token_reference(query: np.ndarray, key: np.ndarray, key_mask: np.ndarray, doc_mask: np.ndarray) -> np.ndarray:
+    """Numpy reference of `token_attention`."""
+    scores = np.matmul(query[:, None], key)  # (B, D, H, Q, L)
+    inner = _masked_softmax(scores, key_mask[:, :, None, None, :], axis=-1)
+    outer = _masked_softmax(scores[..., 0], doc_mask[:, :, None, None], axis=1)
+    return (outer[..., None] * inner).mean(axis=2).astype(query.dtype)
+
+
+def _torch_masked_softmax(x, mask, dim: int):
+    """Softmax over `dim` of the entries `mask` keeps; zeros where it keeps none (torch)."""
+    import torch
+
+    masked = x.masked_fill(~mask, float("-inf"))
+    top = masked.amax(dim=dim, keepdim=True).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    shifted = torch.exp(masked - top)
+    total = shifted.sum(dim=dim, keepdim=True)
+    return shifted / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def token_attention(query, key, key_mask, doc_weights):
+    """Where the attention went token by token, averaged over heads (torch, what a copy distribution reads):
+    w[n] * p[n, l] of the op's maths for each document n and token l -> (B, D, Q, L), summing to 1 over D and L
+    for an item with a real token. `doc_weights` (B, D, H, Q) is the op's second output."""
+    scores = query.unsqueeze(1).matmul(key)  # (B, D, H, Q, L)
+    inner = _torch_masked_softmax(scores, key_mask[:, :, None, None, :], dim=-1)  # (B, D, H, Q, L)
+    return (doc_weights.unsqueeze(-1) * inner).mean(dim=2)
+
+
 @functools.cache
 def torch_op():
     """Register and return the `locsum::doc_scaled_attention` torch custom op (differentiable)."""
     import torch
 
-    def masked_softmax(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
-        masked = x.masked_fill(~mask, float("-inf"))
-        top = masked.amax(dim=dim, keepdim=True).detach()
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        shifted = torch.exp(masked - top)
-        total = shifted.sum(dim=dim, keepdim=True)
-        return shifted / torch.where(total > 0, total, torch.ones_like(total))
-
     def math(query, key, value, key_mask, doc_mask):
         scores = torch.matmul(query.unsqueeze(1), key)  # (B, D, H, Q, L)
-        inner = masked_softmax(scores, key_mask[:, :, None, None, :], dim=-1)  # (B, D, H, Q, L)
-        outer = masked_softmax(scores[..., 0], doc_mask[:, :, None, None], dim=1)  # (B, D, H, Q)
+        inner = _torch_masked_softmax(scores, key_mask[:, :, None, None, :], dim=-1)  # (B, D, H, Q, L)
+        outer = _torch_masked_softmax(scores[..., 0], doc_mask[:, :, None, None], dim=1)  # (B, D, H, Q)
         context = torch.matmul(inner, value)  # (B, D, H, Q, d)
         return (outer.unsqueeze(-1) * context).sum(dim=1), outer  # (B, H, Q, d), (B, D, H, Q)
 
