@@ -10,6 +10,9 @@ Input-specific words per summary: ROUGE rewards the words every summary shares; 
 what this input was about. Lowercase the text and take its words of four or more letters; a word is specific to an
 input when the input (its documents) contains it and fewer than 15% of the evaluation set's other distinct inputs
 do. A summary's count is its distinct words specific to its own input; the references are counted the same way.
+
+Distinct summaries: the share (percent) of a system's summaries that no other example's summary repeats, compared
+lowercased with whitespace collapsed; a model that writes one summary for every input scores 0.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ logger = logging.getLogger("locsum_sdk")
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SPECIFIC = "specific_words"  # input-specific words per summary, reported beside ROUGE
-REFERENCE = "reference"  # the row of the references' own input-specific words
+DISTINCT = "distinct"  # percent of summaries that no other example's summary repeats
+REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
 RARE_SHARE = 0.15  # a word in fewer than this share of the other distinct inputs is specific to its input
 _WORD = re.compile(r"[^\W\d_]{4,}")  # four or more letters
@@ -250,21 +254,30 @@ def specific_counts(summaries: Sequence[str], examples: Sequence[EvalExample]) -
     return [len(content_words(summary) & words) for summary, words in zip(summaries, input_specific_words(examples))]
 
 
+def distinct_flags(summaries: Sequence[str]) -> list[float]:
+    """100 for each summary that no other example's summary repeats (lowercased, whitespace collapsed), else 0."""
+    keys = [" ".join(summary.lower().split()) for summary in summaries]
+    counts = Counter(keys)
+    return [100.0 if counts[key] == 1 else 0.0 for key in keys]
+
+
 def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
              samples: int = 1000) -> dict[str, dict[str, dict[str, float]]]:
-    """ROUGE and input-specific words per summary (`SPECIFIC`) with intervals for every system, and the
-    references' own input-specific words (row `REFERENCE`); per-example rows (outputs and scores) to `output` as
+    """ROUGE, input-specific words per summary (`SPECIFIC`) and distinct summaries (`DISTINCT`) with intervals for
+    every system, and the references' own (row `REFERENCE`); per-example rows (outputs and scores) to `output` as
     JSONL."""
     references = [ex.reference for ex in examples]
     report, per_example = {}, {}
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
-        for row, count in zip(rows, specific_counts(predictions, examples)):
-            row[SPECIFIC] = count
+        for row, count, flag in zip(rows, specific_counts(predictions, examples), distinct_flags(predictions)):
+            row[SPECIFIC], row[DISTINCT] = count, flag
         report[name] = {**bootstrap(rows, samples),
-                        SPECIFIC: interval([r[SPECIFIC] for r in rows], np.random.default_rng(0), samples)}
+                        **{m: interval([r[m] for r in rows], np.random.default_rng(0), samples)
+                           for m in (SPECIFIC, DISTINCT)}}
         per_example[name] = rows
-    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, examples), np.random.default_rng(0), samples)}
+    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, examples), np.random.default_rng(0), samples),
+                         DISTINCT: interval(distinct_flags(references), np.random.default_rng(0), samples)}
     if output is not None:
         with open(output, "w", encoding="utf-8") as handle:
             for i, ex in enumerate(examples):
@@ -277,7 +290,7 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
 def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
     """The report as a table: a row per system, a column per metric (blank where a row has none)."""
     width = max(14, *(len(name) + 1 for name in report))
-    columns = [*METRICS, SPECIFIC]
+    columns = [*METRICS, SPECIFIC, DISTINCT]
     lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in columns)]
     for name, metrics in report.items():
         cells = "".join(f"{metrics[m]['mean']:8.2f} [{metrics[m]['low']:5.2f},{metrics[m]['high']:6.2f}]"

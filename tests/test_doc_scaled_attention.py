@@ -35,6 +35,17 @@ def test_torch_op_matches_reference():
     assert np.all(ref_weights[1, 2:] == 0)
 
 
+def test_token_attention_matches_its_reference_and_spreads_the_document_weights_over_tokens():
+    query, key, value, key_mask, doc_mask = example(2)
+    _, weights = op.torch_op()(*map(torch.from_numpy, (query, key, value, key_mask, doc_mask)))
+    tokens = op.token_attention(torch.from_numpy(query), torch.from_numpy(key), torch.from_numpy(key_mask), weights)
+    np.testing.assert_allclose(tokens.numpy(), op.token_reference(query, key, key_mask, doc_mask), atol=ATOL)
+    np.testing.assert_allclose(tokens.sum(dim=-1).numpy(), weights.mean(dim=2).numpy(), atol=ATOL)  # (B, D, Q)
+    np.testing.assert_allclose(tokens.sum(dim=(1, 3)).numpy(), 1, atol=ATOL)
+    padding = torch.from_numpy(~key_mask)[:, :, None, :].expand_as(tokens)  # (B, D, Q, L)
+    assert torch.all(tokens[padding] == 0)
+
+
 def test_onnx_function_matches_reference():
     pytest.importorskip("onnxruntime")
     inputs = example(1)

@@ -14,6 +14,7 @@ from locsum_sdk.evaluation import (  # noqa: E402
     EvalExample,
     bootstrap,
     content_words,
+    distinct_flags,
     evaluate,
     input_specific_words,
     oracle,
@@ -65,6 +66,14 @@ def test_input_specific_words_follow_their_definition():
     assert report["reference"]["specific_words"]["mean"] == 0
 
 
+def test_distinct_summaries_count_those_no_other_example_repeats():
+    assert distinct_flags(["A cat.", "a  CAT.", "A dog.", "A bird."]) == [0.0, 0.0, 100.0, 100.0]
+    data = examples(4)
+    report = evaluate({"same": ["The same words."] * 4, "own": [f"Summary {i}." for i in range(4)]}, data)
+    assert report["same"]["distinct"]["mean"] == 0 and report["own"]["distinct"]["mean"] == 100
+    assert report["reference"]["distinct"]["mean"] == 100
+
+
 def test_oracle_beats_lead_and_random():
     data = examples()
     report = evaluate({name: run_baseline(name, data) for name in ("lead", "random", "oracle")}, data)
@@ -85,7 +94,7 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and set(rows[0]) >= {"id", "reference", "model", "lead"}
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report) == {"model", "lead", "reference"} and set(report["reference"]) == {"specific_words"}
+    assert set(report) == {"model", "lead", "reference"} and set(report["reference"]) == {"specific_words", "distinct"}
     assert {"rouge1", "specific_words"} <= set(report["model"]) and "specific_words" in rows[0]["model"]
 
 

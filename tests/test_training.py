@@ -272,6 +272,20 @@ def test_every_shipped_config_reads():
         assert TrainConfig.load(path).name == path.stem
 
 
+def test_a_config_changes_its_base_value_by_value_and_table_by_table_key(tmp_path):
+    from locsum_sdk.errors import OptionError
+
+    (tmp_path / "plain.toml").write_text('name = "plain"\nobjective = "denoise"\ntokenizer = "t.json"\n'
+                                         'train_files = ["a.jsonl"]\nmax_steps = 7\n[model]\nd_model = 64\n')
+    (tmp_path / "copy.toml").write_text('base = "plain.toml"\nname = "copy"\nmodel = { copy = true }\n')
+    config = TrainConfig.load(tmp_path / "copy.toml")
+    assert (config.name, config.max_steps, config.model) == ("copy", 7, {"d_model": 64, "copy": True})
+    assert TrainConfig.load(tmp_path / "plain.toml").model == {"d_model": 64}
+    (tmp_path / "plain.toml").write_text('base = "copy.toml"\n')
+    with pytest.raises(OptionError, match="lead back"):
+        TrainConfig.load(tmp_path / "copy.toml")
+
+
 def test_training_checkpoint_exports_and_runs(tmp_path, jsonl, tokenizer_file):
     from locsum_sdk import Summarizer
     from locsum_sdk.exporters.onnx import export_onnx
@@ -311,6 +325,33 @@ def test_hierencdec_fine_tunes_from_a_pagesum_run_resumes_and_exports(tmp_path, 
     assert summary.kind == "hierencdec" and summary.token_ids
 
 
+def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kind(tmp_path, jsonl, tokenizer_file):
+    """`model.copy` through the trainer: denoising trains the gate (its weights move), a resumed run repeats the
+    straight one, and a fine-tune of another kind from it keeps copying and exports a step graph that copies."""
+    from locsum_sdk import Summarizer
+    from locsum_sdk import constants as C
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.__main__ import build
+
+    model = {**run_config(tmp_path, jsonl, tokenizer_file, "denoise", "x").model, "copy": True}
+    straight = build(run_config(tmp_path, jsonl, tokenizer_file, "denoise", "straight", model=model), progress=False)
+    start = straight.model.model.copy_gate.proj.weight.detach().clone()
+    log = straight.train(max_steps=4)
+    assert not torch.equal(start, straight.model.model.copy_gate.proj.weight.detach())
+    build(run_config(tmp_path, jsonl, tokenizer_file, "denoise", "resumed", model=model), progress=False).train(2)
+    resumed = build(run_config(tmp_path, jsonl, tokenizer_file, "denoise", "resumed", model=model),
+                    progress=False).train(4)
+    assert [r["loss"] for r in log[2:]] == [r["loss"] for r in resumed]
+    tuned = build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "tuned", kind="hierencdec",
+                             init_from=str(straight.latest()), units={"policy": "document", "page_tokens": 64},
+                             max_steps=2), progress=False)
+    assert tuned.model.config.copy
+    tuned.train()
+    bundle = export_onnx(tuned.latest(), tmp_path / "bundle")
+    assert bundle.manifest.model["copy"] and C.ENCODER_INPUT_IDS in bundle.manifest.graphs["decoder"]["inputs"]
+    assert Summarizer.from_pretrained(bundle.path).summarize([document(random.Random(3), 4)] * 2, max_length=6)
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
 def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
     from locsum_sdk.bundle import Bundle
@@ -328,7 +369,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     card = (tmp_path / "default" / "README.md").read_text()
     assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card and "| as sections |" in card
     assert "kind `pagesum`" in card and "trained briefly." in card
-    assert "| ROUGE-Lsum | input-specific words |" in card and "| reference | - | - | - | - | " in card
+    assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
     assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
     Bundle.load(tmp_path / "default")
 

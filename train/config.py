@@ -21,6 +21,7 @@ from locsum_sdk.validation import (
 )
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+BASE = "base"  # a config file may name another one (relative to itself) whose values it changes
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,31 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> TrainConfig:
-        values = tomllib.loads(Path(path).read_text())
-        return cls.from_dict({**values, **overrides})
+        """The config of a TOML file: with `base = "other.toml"`, that file's values, which this one's replace
+        (tables, such as [model], key by key)."""
+        return cls.from_dict({**read_values(Path(path)), **overrides})
 
     def resolve(self, path: str) -> Path:
         """Paths in configs are relative to the repository; `$DATA` is ../shared/data."""
         text = path.replace("$DATA", str(DATA))
         candidate = Path(text).expanduser()
         return candidate if candidate.is_absolute() else Path(__file__).resolve().parents[1] / candidate
+
+
+def read_values(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's values over those of its `base` (and its base's, in turn)."""
+    path = path.resolve()
+    if path in seen:
+        raise OptionError(f"{path.name}: its bases lead back to it ({' -> '.join(p.name for p in (*seen, path))})")
+    values = tomllib.loads(path.read_text())
+    if BASE not in values:
+        return values
+    base = values.pop(BASE)
+    check_str(BASE, base)
+    inherited = read_values(path.parent / base, (*seen, path))
+    merged = {key: {**inherited[key], **value} if isinstance(value, dict) and isinstance(inherited.get(key), dict)
+              else value for key, value in values.items()}
+    return {**inherited, **merged}
 
 
 def _check_fields(config: TrainConfig) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer, kinds
-from locsum_sdk.evaluation import METRICS, SPECIFIC, EvalExample, evaluate, read_examples, run_baseline
+from locsum_sdk.evaluation import DISTINCT, METRICS, SPECIFIC, EvalExample, evaluate, read_examples, run_baseline
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.options import parse_assignment
 
@@ -222,17 +222,19 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "memory) keep their first units that fit. Lead = first N source words (N = reference length); random = random "
         "source sentences up to N words; oracle = greedy extractive upper bound. Input-specific words: a "
         "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
-        "other inputs do (the references' own count in the last row). QMSum and SQuALITY are in the "
+        "other inputs do (the references' own count in the last row). Distinct: the percent of summaries that no "
+        "other example's summary repeats. QMSum and SQuALITY are in the "
         "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
         "domains.",
         "",
     ]
     for dataset, report in reports.items():
-        lines += [f"### {dataset}", "", "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words |",
-                  "|---|---|---|---|---|---|"]
+        lines += [f"### {dataset}", "",
+                  "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words | distinct % |",
+                  "|---|---|---|---|---|---|---|"]
         for system, metrics in report.items():
             cells = " | ".join(f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}]" if (m := metrics.get(column))
-                               else "-" for column in (*METRICS, SPECIFIC))
+                               else "-" for column in (*METRICS, SPECIFIC, DISTINCT))
             lines.append(f"| {system} | {cells} |")
         lines.append("")
     lines += selection_lines(selection, limit)

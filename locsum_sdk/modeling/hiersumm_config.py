@@ -73,4 +73,5 @@ def from_bart_shape(bart: Any) -> HierSummConfig:
                           encoder_ffn_dim=bart.encoder_ffn_dim, decoder_ffn_dim=bart.decoder_ffn_dim,
                           decoder_layers=bart.decoder_layers, max_positions=bart.max_positions,
                           pad_token_id=bart.pad_token_id, bos_token_id=bart.bos_token_id,
-                          eos_token_id=bart.eos_token_id, decoder_start_token_id=bart.decoder_start_token_id)
+                          eos_token_id=bart.eos_token_id, decoder_start_token_id=bart.decoder_start_token_id,
+                          copy=getattr(bart, "copy", False))

@@ -15,7 +15,9 @@ real token) yields zeros, never NaN. The beams of an item share its documents' k
 query axis), so nothing is copied per beam.
 
 Three implementations of the same maths: `reference` (numpy), `torch_op()` (a `torch.library` custom op with
-autograd, used by modeling and export) and `function()` (the onnxscript body of the ONNX local function).
+autograd, used by modeling and export) and `function()` (the onnxscript body of the ONNX local function). A model
+that copies also reads where the attention went token by token, w[n] * p[n, l] averaged over heads:
+`token_attention` (torch, from the op's document weights; `token_reference` in numpy).
 """
 
 from __future__ import annotations
