@@ -374,6 +374,28 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     Bundle.load(tmp_path / "default")
 
 
+def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_path, checkpoint_dir, bundle_dir,
+                                                                            monkeypatch, capsys):
+    from train import compare
+
+    (tmp_path / "toy").mkdir()
+    write_jsonl(tmp_path / "toy" / "val.jsonl", training_rows(6))
+    monkeypatch.setattr(compare, "DATA", tmp_path)
+    out = tmp_path / "compare.md"
+    assert compare.main(["--system", f"exported={checkpoint_dir};max_length=6", "--system",
+                         f"bundle={bundle_dir};max_length=6", "--sets", "toy/val", "--work", str(tmp_path / "work"),
+                         "--markdown", str(out), "--json", str(tmp_path / "compare.json")]) == 0
+    text = out.read_text()
+    assert "| system | ROUGE-1 | ROUGE-2 | input-specific words | distinct % |" in text
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows == ["| system", "| exported", "| bundle", "| lead", "| random", "| references"]
+    assert "exported better than bundle on ROUGE-1 and input-specific words: toy/val no." in text  # the same weights
+    assert json.loads((tmp_path / "compare.json").read_text())["toy/val"]["exported"]["rouge1"]["mean"] >= 0
+    with pytest.raises(SystemExit):
+        compare.main(["--system", f"a={bundle_dir}", "--sets", "toy/test"])
+    assert "no such split" in capsys.readouterr().err
+
+
 def test_release_stops_for_a_model_that_writes_one_summary_for_every_input():
     from train.release import distinct
 

@@ -1,0 +1,100 @@
+"""Compare systems side by side on splits of ../shared/data: ROUGE-1/2, input-specific words and distinct summaries
+with 95% bootstrap intervals, next to lead, random and the references, as Markdown tables.
+
+    python -m train.compare --system copy=RUN/checkpoints/step-N --system plain=engines/default \
+        [--sets qmsum/val,qmsum/test] [--limit 40] [--markdown compare.md] [--json compare.json]
+
+A system is NAME=CHECKPOINT_OR_BUNDLE[;option=value...] (a checkpoint is exported first). The verdict compares the
+first system with the second on every set: better means a higher mean ROUGE-1 and a higher mean count of
+input-specific words, the rule for replacing a shipped bundle. Summaries are kept under --work by bundle content,
+options and data, so a comparison that was stopped picks up where it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from locsum_sdk.evaluation import DISTINCT, REFERENCE, SPECIFIC, evaluate, read_examples, run_baseline
+
+from .config import DATA
+from .release import Comparison, cached
+
+COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", SPECIFIC: "input-specific words", DISTINCT: "distinct %"}
+BASELINES = ("lead", "random")
+
+
+def cell(metrics: dict, column: str) -> str:
+    value = metrics.get(column)
+    return f"{value['mean']:.2f} [{value['low']:.2f}, {value['high']:.2f}]" if value else "-"
+
+
+def table(report: dict) -> list[str]:
+    lines = ["| system | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    return lines + [f"| {name} | " + " | ".join(cell(metrics, c) for c in COLUMNS) + " |"
+                    for name, metrics in report.items()]
+
+
+def better(report: dict, candidate: str, incumbent: str) -> bool:
+    """Whether `candidate` has the higher mean ROUGE-1 and the higher mean of input-specific words."""
+    return all(report[candidate][m]["mean"] > report[incumbent][m]["mean"] for m in ("rouge1", SPECIFIC))
+
+
+def compare(systems: list[Comparison], sets: list[str], limit: int | None, work: Path) -> dict[str, dict]:
+    """Each set's report (`evaluate`) of the systems, the baselines and the references."""
+    bundles = {system.name: (system.bundle(work), system.options) for system in systems}
+    reports = {}
+    for name in sets:
+        examples = read_examples(DATA / f"{name}.jsonl", limit)
+        texts = {system: cached(work, path, name.replace("/", "-"), examples, options)
+                 for system, (path, options) in bundles.items()}
+        reports[name] = evaluate({**texts, **{b: run_baseline(b, examples) for b in BASELINES}}, examples)
+    return reports
+
+
+def markdown(reports: dict[str, dict], names: list[str], limit: int | None) -> str:
+    count = f"first {limit}" if limit else "all"
+    lines = [f"Examples per set: {count}. ROUGE F1, input-specific words per summary and the percent of distinct "
+             "summaries, each with its 95% bootstrap interval; the references' own in the last row.", ""]
+    for name, report in reports.items():
+        lines += [f"**{name}**", "", *table({k: v for k, v in report.items() if k != REFERENCE}),
+                  f"| references | - | - | {cell(report[REFERENCE], SPECIFIC)} | {cell(report[REFERENCE], DISTINCT)} |",
+                  ""]
+    if len(names) >= 2:
+        verdicts = {name: better(report, names[0], names[1]) for name, report in reports.items()}
+        lines.append(f"{names[0]} better than {names[1]} on ROUGE-1 and input-specific words: "
+                     + ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in verdicts.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--system", action="append", required=True, type=Comparison.parse,
+                        help="NAME=CHECKPOINT_OR_BUNDLE[;option=value...]; the first is compared with the second")
+    parser.add_argument("--sets", default="qmsum/val,qmsum/test", help="comma-separated splits of ../shared/data")
+    parser.add_argument("--limit", type=int, help="first N examples of each set")
+    parser.add_argument("--work", default="~/.cache/locsum/compare")
+    parser.add_argument("--markdown", help="write the tables here")
+    parser.add_argument("--json", help="write the reports here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sets = [name for name in args.sets.split(",") if name]
+    missing = [name for name in sets if not (DATA / f"{name}.jsonl").is_file()]
+    if missing:
+        parser.error(f"--sets {missing}: no such split under {DATA} (e.g. qmsum/val)")
+    work = Path(args.work).expanduser()
+    work.mkdir(parents=True, exist_ok=True)
+    reports = compare(args.system, sets, args.limit, work)
+    text = markdown(reports, [s.name for s in args.system], args.limit)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
