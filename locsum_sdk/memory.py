@@ -109,8 +109,9 @@ def lm_head(rows: int, vocab: int) -> int:
 
 def copy_scatter(mass: int, rows: int, vocab: int) -> int:
     """A step's copy distribution (`modeling.copy`): `mass` entries of attention mass with their token ids (float32
-    and int64), scattered into the mixed distribution of `rows` rows, before its log."""
-    return mass * (FLOAT + INDEX) + rows * vocab * FLOAT
+    and int64), scattered into a vocabulary-wide row for each of `rows` rows, and the log-space sum's temporaries
+    (the copy's log, the shift, the sum: four rows in all)."""
+    return mass * (FLOAT + INDEX) + 4 * rows * vocab * FLOAT
 
 
 def arrays_bytes(arrays: dict[str, Any]) -> int:

@@ -267,7 +267,8 @@ STATE = ("cross_key.", "cross_value.", "past_key.", "past_value.", "present_key.
 def float16_graph(model: Any) -> None:
     """Rewrite a prepared graph to compute in float16, for a strongly typed TensorRT network (whose types are the
     graph's): float weights and constants become float16, casts to float cast to float16, and a LogSoftmax reads
-    float32. A constant beyond float16's range (float32's -3.4e38 mask fills, -inf) becomes -FLOAT16_FILL: far
+    float32, and so does a ScatterElements (a copy distribution's sum of attention mass onto token ids). A constant
+    beyond float16's range (float32's -3.4e38 mask fills, -inf) becomes -FLOAT16_FILL: far
     below any score, and finite where masks add up, so a row with every key masked stays uniform as in float32
     instead of turning into NaN; a nonzero constant below float16's smallest normal (an epsilon such as 1e-9 in
     `x / max(count, eps)`) becomes that normal instead of 0. The cross keys/values and the self-attention caches
@@ -316,6 +317,17 @@ def float16_graph(model: Any) -> None:
                 cast = f"{node.input[0]}.float32"
                 nodes.append(helper.make_node("Cast", [node.input[0]], [cast], name=cast, to=TensorProto.FLOAT))
                 node.input[0] = cast
+            if node.op_type == "ScatterElements":  # a copy distribution's scatter-add: summed in float32
+                for index in (0, 2):
+                    cast = f"{node.name or node.output[0]}.{index}.float32"
+                    nodes.append(helper.make_node("Cast", [node.input[index]], [cast], name=cast,
+                                                  to=TensorProto.FLOAT))
+                    node.input[index] = cast
+                summed = f"{node.output[0]}.float32"
+                nodes += [node, helper.make_node("Cast", [summed], [node.output[0]], name=f"{node.output[0]}.float16",
+                                                 to=TensorProto.FLOAT16)]
+                node.output[0] = summed
+                continue
             nodes.append(node)
             if node.op_type == "DequantizeLinear":  # float32 (its scales are), then float16
                 dequantized = f"{node.output[0]}.float32"

@@ -28,7 +28,7 @@ from torch import nn
 
 #: The gate's initial bias: g starts near 0.7, mostly the vocabulary distribution, copying learnt from there.
 GATE_BIAS = math.log(0.7 / 0.3)
-#: The smallest probability a mixture's log is taken of: a token neither generated nor copied gets log(TINY), finite.
+#: The least vocabulary share whose log is taken (a gate can round to 0 in float32 only past its range).
 TINY = 1e-30
 
 
@@ -38,7 +38,8 @@ class CopySource:
 
     ids: torch.Tensor  # (B, U, L) int64 the units' token ids (any id where a unit's attention is 0)
     attention: torch.Tensor  # (B, U, Q, L) the last layer's cross-attention probabilities, averaged over heads
-    context: torch.Tensor  # (B, U, Q, D) the last layer's cross-attention output
+    context: torch.Tensor  # (B, U, Q, D) the last layer's cross-attention output; (B, 1, Q, D) where one decoder
+    # reads every unit of an item
     embedded: torch.Tensor  # (B, Q, D) the query rows' input token embeddings
 
 
@@ -67,10 +68,16 @@ def mixture_log_probs(logits: torch.Tensor, share: torch.Tensor, mass: torch.Ten
     """log(share * softmax(logits) + copy), copy[..., w] = the sum of `mass` over the positions whose id is w.
 
     logits (..., V); share (...) the vocabulary's share; mass (..., S) the copy mass of S source positions, summing
-    to 1 - share; ids (..., S) int64. Computed in float32 whatever the logits' dtype."""
-    probs = torch.softmax(logits.float(), dim=-1) * share.float().unsqueeze(-1)
-    probs = probs.scatter_add(-1, ids, mass.float())
-    return torch.log(probs.clamp_min(TINY))
+    to 1 - share; ids (..., S) int64. Computed in float32 whatever the logits' dtype, and in log space: a token that
+    is not copied gets log(share) + log_softmax exactly, however unlikely (nothing underflows to log 0), and neither
+    the value nor its gradient is ever NaN."""
+    generated = torch.log_softmax(logits.float(), dim=-1) + torch.log(share.float().clamp_min(TINY)).unsqueeze(-1)
+    copied = torch.zeros_like(generated).scatter_add(-1, ids, mass.float())  # (..., V)
+    has_copy = copied > 0
+    log_copied = torch.log(torch.where(has_copy, copied, torch.ones_like(copied)))  # 0 where nothing is copied
+    top = torch.where(has_copy, torch.maximum(generated, log_copied), generated).detach()  # a shift, not maths
+    total = torch.exp(generated - top) + torch.where(has_copy, torch.exp(log_copied - top), torch.zeros_like(top))
+    return top + torch.log(total)
 
 
 def unit_mixture(logits: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor,

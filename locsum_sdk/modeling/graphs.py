@@ -97,7 +97,7 @@ class DecoderGraph(nn.Module):
         super().__init__()
         self.model = model
         self.layers = model.config.decoder_layers
-        self.copy = getattr(model.config, "copy", False)
+        self.copy = model.config.copy
 
     def forward(self, input_ids, unit_mask, encoder_attention_mask, *rest):
         unit_ids, rest = (rest[0], rest[1:]) if self.copy else (None, rest)  # a copying model reads unit tokens
@@ -149,7 +149,7 @@ def decoder_spec(
         torch.randint(3, cfg.vocab_size, (batch, beams), generator=g),
         unit_mask,
         encoder_attention_mask,
-        *([unit_ids] if getattr(cfg, "copy", False) else []),
+        *([unit_ids] if cfg.copy else []),
         torch.tensor([2]),
         cache_slots,
     ]

@@ -198,7 +198,7 @@ class HierEncDec(nn.Module):
         source = CopySource(ids=unit_ids.reshape(batch, attention.shape[1], -1), attention=attention,
                             context=context.reshape(batch, 1, queries, -1),
                             embedded=self.model.token_embedding(tokens))
-        gate = self.model.copy_gate(hidden.unsqueeze(1), source).squeeze(1)  # (B, Q)
+        gate = self.model.copy_gate(hidden.unsqueeze(1), source)[:, 0]  # (B, Q)
         return copy.joint(logits, gate, source)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,

@@ -139,7 +139,7 @@ class HierSumm(nn.Module):
         source = CopySource(ids=unit_ids.reshape(batch, units, length), attention=probs.mean(dim=2),
                             context=context.reshape(batch, 1, queries, -1),
                             embedded=self.decoder_embed(tokens) * math.sqrt(self.config.d_model))
-        return copy.joint(logits, self.copy_gate(normed.unsqueeze(1), source).squeeze(1), source)
+        return copy.joint(logits, self.copy_gate(normed.unsqueeze(1), source)[:, 0], source)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_mask: torch.Tensor,
                 decoder_input_ids: torch.Tensor, graph: torch.Tensor | None = None
