@@ -38,9 +38,23 @@ print(json.dumps(result))
 """
 
 
-def test_every_kind_on_cuda_with_triton_ops_matches_torch_ops(checkpoint_dir):
+@pytest.fixture(scope="module")
+def copying_checkpoint(tmp_path_factory, tokenizer, tokenizer_file):
+    """A tiny PageSum with the copy distribution: every kind it converts to copies too."""
+    from conftest import random_checkpoint, random_model, tiny_config
+
+    from locsum_sdk.modeling.pagesum import PageSum
+
+    model = random_model(lambda: PageSum(tiny_config(tokenizer.get_vocab_size(), copy=True)))
+    return random_checkpoint(model, tmp_path_factory.mktemp("copy"), tokenizer_file,
+                             {"policy": "spatial", "page_tokens": 48})
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["plain", "copy"])
+def test_every_kind_on_cuda_with_triton_ops_matches_torch_ops(checkpoint_dir, copying_checkpoint, copy):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(checkpoint_dir)], capture_output=True, text=True,
+    checkpoint = copying_checkpoint if copy else checkpoint_dir
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(checkpoint)], capture_output=True, text=True,
                           env=env, cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
