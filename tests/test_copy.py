@@ -68,6 +68,11 @@ def reference_mixture(logits, share, mass, ids):
     return np.log(probs)
 
 
+def mixture(logits, share, mass, ids):
+    """log(share * softmax(logits) + copy) through `copy.with_copy`."""
+    return copy.with_copy(torch.log_softmax(logits, -1) + copy.log_share(share), mass, ids)
+
+
 def test_the_mixture_matches_its_reference_and_repeated_ids_add_up():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 3, 50)).astype(np.float32)
@@ -75,7 +80,7 @@ def test_the_mixture_matches_its_reference_and_repeated_ids_add_up():
     attention = rng.dirichlet(np.ones(7), size=(2, 3)).astype(np.float32)
     mass = attention * (1 - share[..., None])
     ids = rng.integers(0, 5, size=(2, 3, 7))  # few ids: positions holding the same one add up
-    got = copy.mixture_log_probs(*(torch.from_numpy(x) for x in (logits, share, mass, ids))).numpy()
+    got = mixture(*(torch.from_numpy(x) for x in (logits, share, mass, ids))).numpy()
     np.testing.assert_allclose(got, reference_mixture(logits, share, mass, ids), atol=1e-5)
     np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, atol=1e-5)
     b, q, s = 1, 2, 3
@@ -87,7 +92,7 @@ def test_an_unlikely_token_keeps_its_exact_log_probability_and_gradients_stay_fi
     share = torch.tensor([0.6], requires_grad=True)
     mass = torch.tensor([[0.3, 0.1, 0.0]], requires_grad=True)  # a position with no mass: nothing is copied there
     ids = torch.tensor([[2, 0, 1]])
-    got = copy.mixture_log_probs(logits, share, mass, ids)
+    got = mixture(logits, share, mass, ids)
     expected = torch.log_softmax(logits.detach(), -1) + np.log(0.6)
     assert torch.allclose(got[0, [1, 3]], expected[0, [1, 3]])  # about -205 and -125: no copy, no underflow
     assert torch.allclose(got[0, 2].exp(), 0.6 * torch.softmax(logits.detach(), -1)[0, 2] + 0.3)

@@ -10,8 +10,9 @@ For a unit u and a query row q (a beam while decoding, a target position in trai
 The sum over a unit's positions is a scatter-add of attention mass onto token ids (ONNX `ScatterElements` with
 `reduction="add"`): O(units x tokens) per query row beside the vocabulary-sized distribution that exists anyway,
 never O(vocabulary x tokens). Kinds then mix units as they always do: `unit_mixture` for PageSum (one distribution,
-units weighed by the step's page weights), `per_unit` for DYLE (one distribution per snippet, marginalized after),
-`joint` for a decoder whose attention is one softmax over all units' tokens (the Hierarchical Transformer).
+units weighed by the step's page weights); for DYLE, sum_u p(u) [g_u p_u + (1 - g_u) copy_u]: its marginalization
+of the snippets' log(g_u p_u), then `unit_copies` under p(u), so only the vocabulary part is ever per snippet; `joint`
+for a decoder whose attention is one softmax over all units' tokens (HierEncDec, the Hierarchical Transformer).
 
 Training needs no loss of its own: the NLL of the gold token under the mixture includes the attention mass on the
 positions holding it wherever it is in the unit, so the gate and the attention learn to copy where copying pays.
@@ -63,15 +64,19 @@ class CopyGate(nn.Module):
         return torch.sigmoid((unit_part + token_part[:, None]).squeeze(-1))
 
 
-def mixture_log_probs(logits: torch.Tensor, share: torch.Tensor, mass: torch.Tensor,
-                      ids: torch.Tensor) -> torch.Tensor:
-    """log(share * softmax(logits) + copy), copy[..., w] = the sum of `mass` over the positions whose id is w.
+def log_share(share: torch.Tensor) -> torch.Tensor:
+    """log of a vocabulary share (...) -> (..., 1), float32, to add to log-probabilities over the vocabulary."""
+    return torch.log(share.float().clamp_min(TINY)).unsqueeze(-1)
 
-    logits (..., V); share (...) the vocabulary's share; mass (..., S) the copy mass of S source positions, summing
-    to 1 - share; ids (..., S) int64. Computed in float32 whatever the logits' dtype, and in log space: a token that
-    is not copied gets log(share) + log_softmax exactly, however unlikely (nothing underflows to log 0), and neither
-    the value nor its gradient is ever NaN."""
-    generated = torch.log_softmax(logits.float(), dim=-1) + torch.log(share.float().clamp_min(TINY)).unsqueeze(-1)
+
+def with_copy(generated: torch.Tensor, mass: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log(exp(generated) + copy), copy[..., w] = the sum of `mass` over the positions whose id is w.
+
+    generated (..., V): log-probabilities of the vocabulary part, already weighed by its share; mass (..., S) the
+    copy mass of S source positions; ids (..., S) int64. In float32 and in log space: a token that is not copied
+    keeps `generated` exactly, however unlikely (nothing underflows to log 0), and neither the value nor its
+    gradient is ever NaN."""
+    generated = generated.float()
     copied = torch.zeros_like(generated).scatter_add(-1, ids, mass.float())  # (..., V)
     has_copy = copied > 0
     log_copied = torch.log(torch.where(has_copy, copied, torch.ones_like(copied)))  # 0 where nothing is copied
@@ -80,31 +85,28 @@ def mixture_log_probs(logits: torch.Tensor, share: torch.Tensor, mass: torch.Ten
     return top + torch.log(total)
 
 
-def unit_mixture(logits: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor,
-                 source: CopySource) -> torch.Tensor:
-    """One distribution over the units mixed by `weights`: sum_u w_u [g_u p_vocab + (1 - g_u) copy_u].
-
-    logits (B, Q, V) of the mixed state; weights, gate (B, U, Q) -> log-probabilities (B, Q, V). The scatter
-    reads the (B, Q, U*L) mass of every unit at once."""
+def unit_copies(generated: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor,
+                source: CopySource) -> torch.Tensor:
+    """generated (B, Q, V) -> log(exp(generated) + sum_u w_u (1 - g_u) copy_u), weights and gate (B, U, Q): every
+    unit's attention mass scattered at once, (B, Q, U*L)."""
     batch, units, queries, length = source.attention.shape
-    share = (weights * gate).sum(dim=1)  # (B, Q)
     mass = ((weights * (1 - gate)).unsqueeze(-1) * source.attention).transpose(1, 2)  # (B, Q, U, L)
     ids = source.ids.reshape(batch, 1, units * length).expand(-1, queries, -1)  # (B, Q, U*L)
-    return mixture_log_probs(logits, share, mass.reshape(batch, queries, units * length), ids)
+    return with_copy(generated, mass.reshape(batch, queries, units * length), ids)
 
 
-def per_unit(logits: torch.Tensor, gate: torch.Tensor, source: CopySource) -> torch.Tensor:
-    """A distribution per unit: g_u p_vocab_u + (1 - g_u) copy_u. logits (B, U, Q, V), gate (B, U, Q)
-    -> log-probabilities (B, U, Q, V)."""
-    mass = (1 - gate).unsqueeze(-1) * source.attention  # (B, U, Q, L)
-    ids = source.ids.unsqueeze(2).expand(-1, -1, mass.shape[2], -1)  # (B, U, Q, L)
-    return mixture_log_probs(logits, gate, mass, ids)
+def unit_mixture(logits: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor,
+                 source: CopySource) -> torch.Tensor:
+    """One distribution over the units mixed by `weights`: sum_u w_u [g_u p_vocab + (1 - g_u) copy_u] (PageSum).
+
+    logits (B, Q, V) of the mixed state; weights, gate (B, U, Q) -> log-probabilities (B, Q, V)."""
+    share = (weights * gate).sum(dim=1)  # (B, Q)
+    return unit_copies(torch.log_softmax(logits.float(), dim=-1) + log_share(share), weights, gate, source)
 
 
 def joint(logits: torch.Tensor, gate: torch.Tensor, source: CopySource) -> torch.Tensor:
     """One distribution from attention that is one softmax over all units' tokens (summing to 1 over U and L):
     g p_vocab + (1 - g) copy. logits (B, Q, V), gate (B, Q) -> log-probabilities (B, Q, V)."""
-    batch, units, queries, length = source.attention.shape
-    mass = (1 - gate)[:, None, :, None] * source.attention  # (B, U, Q, L)
-    ids = source.ids.reshape(batch, 1, units * length).expand(-1, queries, -1)  # (B, Q, U*L)
-    return mixture_log_probs(logits, gate, mass.transpose(1, 2).reshape(batch, queries, units * length), ids)
+    generated = torch.log_softmax(logits.float(), dim=-1) + log_share(gate)
+    every = torch.ones_like(source.attention[..., 0])  # (B, U, Q): the attention already sums to 1 over U and L
+    return unit_copies(generated, every, gate.unsqueeze(1).expand_as(every), source)

@@ -89,15 +89,15 @@ class Dyle(PerUnitModel):
     def mix(self, hidden: torch.Tensor, unit_mask: torch.Tensor,
             source: CopySource | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (B, U, K, D) -> marginal log-probabilities (B, K, V) and dynamic snippet weights (B, U, K). With
-        copy, each snippet's distribution mixes in its own copy distribution before the marginalization
-        (`copy.per_unit`)."""
+        copy, each snippet's distribution is g p_vocab + (1 - g) copy of its own tokens, marginalized: the snippets'
+        log(g p_vocab) through SnippetMarginalize, then their copy mass under the same weights (`copy.unit_copies`)."""
         scores = self.dynamic_mlp(hidden).squeeze(-1)  # (B, U, K)
-        logits = self.model.lm_logits(hidden)  # (B, U, K, V)
+        log_probs = torch.log_softmax(self.model.lm_logits(hidden).float(), dim=-1)  # (B, U, K, V)
         if source is None:
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
-        else:
-            log_probs = copy.per_unit(logits, self.model.copy_gate(hidden, source), source)
-        return self.marginalize(log_probs, scores.float(), unit_mask)
+            return self.marginalize(log_probs, scores.float(), unit_mask)
+        gate = self.model.copy_gate(hidden, source)  # (B, U, K)
+        generated, weights = self.marginalize(log_probs + copy.log_share(gate), scores.float(), unit_mask)
+        return copy.unit_copies(generated, weights, gate, source), weights
 
 
 LOSS_WEIGHTS = {"generation": 1.0, "oracle": 1.0, "consistency": 1.0}
