@@ -11,6 +11,7 @@ import onnx
 import pytest
 import torch
 from conftest import document, random_checkpoint, random_model, tiny_config
+from test_export import compare_steps, random_units
 
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
@@ -27,9 +28,7 @@ from locsum_sdk.modeling.hierencdec import HierEncDec
 from locsum_sdk.modeling.hiersumm import HierSumm
 from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 from locsum_sdk.modeling.pagesum import PageSum
-from locsum_sdk.units import Unit
 
-STEP_ATOL = 1e-4  # ORT vs torch per step, float32 (as the other step-parity tests)
 KINDS = ("dyle", "hierencdec", "hiersumm", "pagesum")
 UNITS = {"pagesum": {"policy": "spatial", "max_pages": 64, "page_tokens": 48},
          "dyle": {"policy": "auto", "snippet_tokens": 40, "top_k": 4, "chunk_tokens": 96},
@@ -181,31 +180,16 @@ def test_the_step_graph_reads_unit_tokens_and_scatters_attention_mass(copying, b
     assert not [n for n in plain.node if n.op_type == "ScatterElements"]
 
 
-def random_units(rng, count, length, vocab):
-    units = []
-    for _ in range(count):
-        n = int(rng.integers(length // 2, length + 1))
-        units.append(Unit(0, 0, 0, "", (0, *rng.integers(5, vocab // 4, n - 2).tolist(), 2)))
-    return units
-
-
 @pytest.mark.parametrize("beams", [1, 3])
 def test_every_pagesum_step_matches_torch(copying, tokenizer, beams):
     checkpoint, bundle = copying["pagesum"]
     rng = np.random.default_rng(beams)
     vocab = tokenizer.get_vocab_size()
-    batch = UnitBatch.from_units([random_units(rng, 5, 40, vocab), random_units(rng, 2, 40, vocab)], pad=1)
+    batch = UnitBatch.from_units([random_units(rng, 5, 40, vocab, vocab // 4),
+                                  random_units(rng, 2, 40, vocab, vocab // 4)], pad=1)  # ids repeat: copies add up
     ort_session = OnnxRuntimeBackend(Bundle.load(bundle), threads=1).start(batch, beams, unit_batch_size=2)
     torch_session = TorchBackend(load_checkpoint(checkpoint).model).start(batch, beams, unit_batch_size=3)
-    tokens = np.full((2, beams), 2, dtype=np.int64)
-    beam_index = None
-    for _ in range(8):
-        a_lp, a_w = (x.copy() for x in ort_session.step(tokens, beam_index))
-        b_lp, b_w = torch_session.step(tokens, beam_index)
-        assert np.abs(a_lp - b_lp).max() <= STEP_ATOL
-        assert np.abs(a_w - b_w).max() <= STEP_ATOL
-        tokens = rng.integers(5, vocab, (2, beams))
-        beam_index = rng.integers(0, beams, (2, beams))
+    compare_steps(ort_session, torch_session, rng, vocab, beams, 8)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -252,7 +236,8 @@ def test_the_graphs_prepared_for_tensorrt_in_float16_follow_the_float32_ones(cop
     bundle = Bundle.load(copying[kind][1])
     rng = np.random.default_rng(0)
     vocab = bundle.manifest.model["vocab_size"]
-    batch = UnitBatch.from_units([random_units(rng, 4, 40, vocab), random_units(rng, 1, 40, vocab)], pad=1)
+    batch = UnitBatch.from_units([random_units(rng, 4, 40, vocab, vocab // 4),
+                                  random_units(rng, 1, 40, vocab, vocab // 4)], pad=1)
     steps = steps_in_both_precisions(bundle, batch, tmp_path)
     for full, half in zip(steps["fp32"], steps["fp16"]):
         assert np.isfinite(half).all()

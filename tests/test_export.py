@@ -51,13 +51,30 @@ def test_cross_attention_keys_are_not_copied_per_beam(bundle_dir):
     assert consumers and set(consumers) == {"MatMul"}
 
 
-def random_units(rng, count, length, vocab):
+def random_units(rng, count, length, vocab, high=None):
+    """`count` units of length//2 to `length` tokens, ids drawn below `high` (default: the vocabulary)."""
     units = []
     for _ in range(count):
         n = int(rng.integers(length // 2, length + 1))
-        ids = (0, *rng.integers(5, vocab, n - 2).tolist(), 2)
+        ids = (0, *rng.integers(5, high or vocab, n - 2).tolist(), 2)
         units.append(Unit(0, 0, 0, "", ids))
     return units
+
+
+def compare_steps(ort_session, torch_session, rng, vocab: int, beams: int, steps: int) -> list[np.ndarray]:
+    """Both sessions decode the same random tokens with the same beam reorders; every step's log-probabilities and
+    unit weights agree within STEP_ATOL. Returns ONNX Runtime's unit weights of every step."""
+    tokens = np.full((ort_session.batch.batch, beams), 2, dtype=np.int64)
+    beam_index, weights = None, []
+    for _ in range(steps):
+        a_lp, a_w = (x.copy() for x in ort_session.step(tokens, beam_index))
+        b_lp, b_w = torch_session.step(tokens, beam_index)
+        assert np.abs(a_lp - b_lp).max() <= STEP_ATOL
+        assert np.abs(a_w - b_w).max() <= STEP_ATOL
+        weights.append(a_w)
+        tokens = rng.integers(5, vocab, tokens.shape)
+        beam_index = rng.integers(0, beams, tokens.shape)
+    return weights
 
 
 def test_self_attention_cache_is_written_in_place(bundle_dir):
@@ -82,16 +99,8 @@ def test_every_step_matches_torch(bundle_dir, checkpoint_dir, tokenizer, beams, 
     batch = UnitBatch.from_units([random_units(rng, 5, 60, vocab), random_units(rng, 2, 60, vocab)], pad=1)
     ort_session = OnnxRuntimeBackend(Bundle.load(bundle_dir), threads=1).start(batch, beams, unit_batch_size=2)
     torch_session = TorchBackend(load_checkpoint(checkpoint_dir).model).start(batch, beams, unit_batch_size=3)
-    tokens = np.full((2, beams), 2, dtype=np.int64)
-    beam_index = None
-    for _ in range(12):
-        a_lp, a_w = (x.copy() for x in ort_session.step(tokens, beam_index))
-        b_lp, b_w = torch_session.step(tokens, beam_index)
-        assert np.abs(a_lp - b_lp).max() <= STEP_ATOL
-        assert np.abs(a_w - b_w).max() <= STEP_ATOL
-        assert np.all(a_w[1, 2:] == 0)  # the second item's padding pages
-        tokens = rng.integers(5, vocab, (2, beams))
-        beam_index = rng.integers(0, beams, (2, beams))
+    for weights in compare_steps(ort_session, torch_session, rng, vocab, beams, 12):
+        assert np.all(weights[1, 2:] == 0)  # the second item's padding pages
     assert ort_session.slots.capacity == 15
     for buffer in ort_session.cache.values():  # the bound buffers hold what ORT wrote, position by position
         written = np.abs(buffer).sum(axis=(0, 1, 2, 4))  # (C,)

@@ -20,15 +20,10 @@ from pathlib import Path
 from locsum_sdk.evaluation import DISTINCT, REFERENCE, SPECIFIC, evaluate, read_examples, run_baseline
 
 from .config import DATA
-from .release import Comparison, cached
+from .release import Comparison, cached, cell
 
 COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", SPECIFIC: "input-specific words", DISTINCT: "distinct %"}
 BASELINES = ("lead", "random")
-
-
-def cell(metrics: dict, column: str) -> str:
-    value = metrics.get(column)
-    return f"{value['mean']:.2f} [{value['low']:.2f}, {value['high']:.2f}]" if value else "-"
 
 
 def table(report: dict) -> list[str]:

@@ -46,6 +46,12 @@ TEST_SETS = {
 }
 
 
+def cell(metrics: dict, column: str) -> str:
+    """A table cell: the metric's mean and 95% interval, or "-" where the row has none."""
+    value = metrics.get(column)
+    return f"{value['mean']:.2f} [{value['low']:.2f}, {value['high']:.2f}]" if value else "-"
+
+
 def summary(summarizer: Summarizer, example: EvalExample, **options):
     """One test example summarized as the card reports it: its query; an input over the bundle's limits (tokens,
     memory) keeps its first pages that fit."""
@@ -233,8 +239,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
                   "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words | distinct % |",
                   "|---|---|---|---|---|---|---|"]
         for system, metrics in report.items():
-            cells = " | ".join(f"{m['mean']:.2f} [{m['low']:.2f}, {m['high']:.2f}]" if (m := metrics.get(column))
-                               else "-" for column in (*METRICS, SPECIFIC, DISTINCT))
+            cells = " | ".join(cell(metrics, column) for column in (*METRICS, SPECIFIC, DISTINCT))
             lines.append(f"| {system} | {cells} |")
         lines.append("")
     lines += selection_lines(selection, limit)
