@@ -118,7 +118,7 @@ def select_snippets(scores: torch.Tensor, oracle: list[int], top_k: int, hybrid:
 def oracle_cross_entropy(scores: torch.Tensor, oracle: Sequence[int]) -> torch.Tensor:
     """The extractor's oracle loss on one input: cross-entropy of its snippet scores (n,) over all snippets,
     averaged over the oracle snippets."""
-    return -torch.log_softmax(scores, 0)[torch.tensor(list(oracle))].mean()
+    return -torch.log_softmax(scores, 0)[torch.tensor(list(oracle), device=scores.device)].mean()
 
 
 def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -151,6 +151,8 @@ def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch
             ids = batch.snippets[b][i]
             input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
         unit_mask[b, : len(indices)] = True
+    device = batch.decoder_input_ids.device  # the grid is filled on the host, then moved once
+    input_ids, attention_mask, unit_mask = input_ids.to(device), attention_mask.to(device), unit_mask.to(device)
     log_probs, dynamic = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids)  # (B,T,V), (B,U,T)
     generation, nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
     steps = (batch.labels != IGNORE).float()  # (B, T)
@@ -158,7 +160,7 @@ def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch
     for b, indices in enumerate(chosen):
         target = (dynamic[b, : len(indices)].float() * steps[b]).sum(-1) / steps[b].sum().clamp_min(1)  # (K,)
         target = target.detach().clamp_min(1e-12)
-        log_extracted = torch.log_softmax(scores[b][torch.tensor(indices)], 0)
+        log_extracted = torch.log_softmax(scores[b][torch.tensor(indices, device=scores[b].device)], 0)
         consistency.append((target * (target.log() - log_extracted)).sum())
     terms = {"generation": generation, "oracle": oracle_loss, "consistency": torch.stack(consistency).mean()}
     loss = sum(weights[name] * value for name, value in terms.items())

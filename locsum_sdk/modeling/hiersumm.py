@@ -147,7 +147,7 @@ class HierSumm(nn.Module):
         """Teacher forcing. input_ids, attention_mask (B, U, L), unit_mask (B, U), decoder_input_ids (B, T),
         graph (B, U, U) or None -> log-probabilities (B, T, V) and unit weights (B, U, T)."""
         batch, units, length = input_ids.shape
-        graph = graph if graph is not None else torch.zeros(batch, units, units)
+        graph = graph if graph is not None else torch.zeros(batch, units, units, device=input_ids.device)
         _, cross = self.encode(input_ids.reshape(-1, length), attention_mask.reshape(-1, length), unit_mask, graph)
         steps = decoder_input_ids.shape[1]
         bias = attention_bias(attention_mask.reshape(-1, length), cross[0][1].dtype)
@@ -197,7 +197,8 @@ def ranker_tensors(model: HierSumm, paragraphs: list[list[int]], title: list[int
     arrays = ranker_arrays(texts, title)
     if model.config.ranker_tfidf:
         arrays[TFIDF] = tfidf_feature(texts, title)
-    return {name: torch.from_numpy(value) for name, value in arrays.items()}
+    device = next(model.parameters()).device
+    return {name: torch.from_numpy(value).to(device) for name, value in arrays.items()}
 
 
 @torch.no_grad()
@@ -220,14 +221,15 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
     if not batch.ranked and stage != "summarizer":
         raise ValueError(f"objective_options.stage={stage!r}: paragraphs in input order (denoising) have no ranker "
                          "targets; use 'summarizer'")
+    device = batch.decoder_input_ids.device
     terms: dict[str, torch.Tensor] = {}
     if stage in ("ranker", "both"):
         listwise = float(config.objective_options.get("ranker_listwise", 1.0))
         errors = [ranker_loss(model.ranker.logits(**ranker_tensors(model, p, t)).float(),
-                              torch.tensor(r, dtype=torch.float32), listwise)
+                              torch.tensor(r, dtype=torch.float32, device=device), listwise)
                   for p, t, r in zip(batch.paragraphs, batch.titles, batch.recall)]
         terms["ranker"] = torch.stack(errors).mean()
-    nll = torch.zeros(())
+    nll = torch.zeros((), device=device)
     if stage in ("summarizer", "both"):
         chosen = ([[p[i] for i in rank_paragraphs(model, p, t, batch.top_paragraphs)]
                    for p, t in zip(batch.paragraphs, batch.titles)] if batch.ranked
@@ -243,6 +245,8 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
             unit_mask[b, : len(paragraphs)] = True
             size = len(paragraphs)
             graph[b, :size, :size] = torch.from_numpy(tfidf_graph([ids[1:-1] for ids in paragraphs]))
+        input_ids, attention_mask, unit_mask, graph = (t.to(device) for t in (input_ids, attention_mask, unit_mask,
+                                                                              graph))  # filled on the host, moved once
         log_probs, _ = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids, graph)
         terms["summarizer"], nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
     if not terms:
