@@ -367,7 +367,8 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
              "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly.",
              "--min-distinct", "0"])  # two steps of training may write one summary for both inputs
     card = (tmp_path / "default" / "README.md").read_text()
-    assert "### qmsum" in card and "| lead |" in card and "| card | 2 |" in card and "| as sections |" in card
+    assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
+    assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
     assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
     assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
@@ -448,8 +449,15 @@ def test_the_release_budget_counts_a_resumed_step_once_and_stops_at_the_released
     assert whole["steps"] == 6 and whole["hours_logged"] == 6.0
     assert released["steps"] == 5 and released["hours_logged"] == 5.0
     assert released["final_loss"] == pytest.approx(10.0 - 5 - 0.6)
+    assert whole["device"] == "not recorded"
     with pytest.raises(SystemExit, match="no step logged"):
         budget([f"{run}@0"])
+    checkpoint = run / "checkpoints" / "step-0000006"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text(json.dumps({"training": {"device": "cuda"}}))
+    assert budget([str(run)])["run"]["device"] == "cuda"
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "device": "NVIDIA H200"}) + "\n")
+    assert budget([str(run)])["run"]["device"] == "NVIDIA H200"
 
 
 def test_the_base_configs_are_bart_base_shaped_and_start_from_its_pretraining():

@@ -178,8 +178,19 @@ def budget(runs: list[str]) -> dict[str, dict[str, float]]:
             raise SystemExit(f"{entry}: no step logged in {run / 'metrics.jsonl'}" + (f" up to {step}" if step else ""))
         speeds = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
         out[run.name] = {"steps": rows[-1]["step"], "hours_logged": sum(r.get("seconds", 0.0) for r in rows) / 3600,
-                         "tokens_per_s": sum(speeds) / max(1, len(speeds)), "final_loss": rows[-1]["loss"]}
+                         "tokens_per_s": sum(speeds) / max(1, len(speeds)), "final_loss": rows[-1]["loss"],
+                         "device": run_device(run, rows)}
     return out
+
+
+def run_device(run: Path, rows: list[dict]) -> str:
+    """Where a run trained: the devices its steps logged, else the device its checkpoints' configs name."""
+    logged = sorted({r["device"] for r in rows if "device" in r})
+    if logged:
+        return "; ".join(logged)
+    named = {json.loads(p.read_text()).get("training", {}).get("device")
+             for p in (run / "checkpoints").glob("step-*/config.json")} - {None}
+    return "; ".join(sorted(named)) or "not recorded"
 
 
 def size_mb(directory: Path) -> float:
@@ -257,12 +268,12 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         *([f"- Distinct summaries on QMSum test (float32): {distinct_summaries} of {parity_result['examples']}; a "
            "model that ignores its input writes one summary for all."] if distinct_summaries is not None else []),
         "",
-        "## Training budget (this machine: 2 CPU cores, bf16 autocast)",
+        "## Training budget (bf16 autocast)",
         "",
-        "| run | steps | hours (logged step time) | mean tokens/s | final loss |",
-        "|---|---|---|---|---|",
-        *[f"| {run} | {v['steps']} | {v['hours_logged']:.2f} | {v['tokens_per_s']:.0f} | {v['final_loss']:.3f} |"
-          for run, v in training.items()],
+        "| run | device | steps | hours (logged step time) | mean tokens/s | final loss |",
+        "|---|---|---|---|---|---|",
+        *[f"| {run} | {v['device']} | {v['steps']} | {v['hours_logged']:.2f} | {v['tokens_per_s']:.0f} | "
+          f"{v['final_loss']:.3f} |" for run, v in training.items()],
         "",
         "## Good for, not good for",
         "",

@@ -191,6 +191,8 @@ class Trainer:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.step_module = DistributedDataParallel(self.objective, device_ids=ids, find_unused_parameters=True)
+        self.hardware = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
+                         else f"cpu, {torch.get_num_threads()} threads")  # logged with every step
         self.position = Position()
         self.run_dir = config.run_dir()
         self.checkpoints = self.run_dir / "checkpoints"
@@ -281,7 +283,7 @@ class Trainer:
             self.position = Position(step + 1, epoch, cursor)
             record = {"step": step + 1, "epoch": epoch, "loss": self._mean(losses), "nll": self._mean(nlls),
                       "lr": learning_rate(config, step), "grad_norm": float(grad_norm),
-                      "seconds": time.perf_counter() - started,
+                      "seconds": time.perf_counter() - started, "device": self.hardware,
                       **{f"loss_{name}": self._mean(values) for name, values in sorted(parts.items())}}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
