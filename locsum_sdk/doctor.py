@@ -132,7 +132,12 @@ def _onnxruntime(bundle: Path) -> str:
     from .bundle import Bundle
 
     try:
-        backend = OnnxRuntimeBackend(Bundle.load(bundle), device="cuda")
+        loaded = Bundle.load(bundle)
+    except LocsumError as err:
+        raise Failed(str(err), "name a bundle that loads with --bundle; a shipped bundle that does not is damaged "
+                               "or missing: reinstall locsum") from None
+    try:
+        backend = OnnxRuntimeBackend(loaded, device="cuda")
     except LocsumError as err:
         raise Failed(str(err), "pip uninstall onnxruntime, then pip install 'locsum[gpu]' (onnxruntime-gpu with "
                                "CUDA 12 and cuDNN 9)") from None

@@ -46,6 +46,14 @@ def test_a_stage_that_breaks_is_a_finding(monkeypatch):
     assert kernels.status == "fail" and "RuntimeError: device-side assert" in kernels.detail and kernels.fix
 
 
+def test_a_bundle_that_does_not_load_is_named_with_its_own_fix(tmp_path):
+    """A folder that is not a bundle fails the ONNX Runtime stage on the bundle, not on the onnxruntime package."""
+    report = doctor.run([tmp_path])
+    check = next(c for c in report.checks if c.stage == "onnxruntime-cuda")
+    assert check.status == "fail" and "manifest.json" in check.detail
+    assert "--bundle" in check.fix and "onnxruntime" not in check.fix
+
+
 def test_doctor_on_a_stood_in_gpu(monkeypatch):
     """Over the stand-ins for TensorRT and cuda-python (tests/gpu_standin.py), the stages they provide pass for
     every shipped bundle: the driver, TensorRT, the plugins, engines built with the doctor's profiles, and their
