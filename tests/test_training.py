@@ -452,9 +452,9 @@ def test_the_release_budget_counts_a_resumed_step_once_and_stops_at_the_released
     assert whole["device"] == "not recorded"
     with pytest.raises(SystemExit, match="no step logged"):
         budget([f"{run}@0"])
-    checkpoint = run / "checkpoints" / "step-0000006"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "config.json").write_text(json.dumps({"training": {"device": "cuda"}}))
+    for step, device in (("step-0000003", "auto"), ("step-0000006", "cuda")):  # "auto" names no device
+        (run / "checkpoints" / step).mkdir(parents=True)
+        (run / "checkpoints" / step / "config.json").write_text(json.dumps({"training": {"device": device}}))
     assert budget([str(run)])["run"]["device"] == "cuda"
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "device": "NVIDIA H200"}) + "\n")
     assert budget([str(run)])["run"]["device"] == "NVIDIA H200"

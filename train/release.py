@@ -184,12 +184,13 @@ def budget(runs: list[str]) -> dict[str, dict[str, float]]:
 
 
 def run_device(run: Path, rows: list[dict]) -> str:
-    """Where a run trained: the devices its steps logged, else the device its checkpoints' configs name."""
+    """Where a run trained: the devices its steps logged, else the device its checkpoints' configs name (not
+    "auto", which names none)."""
     logged = sorted({r["device"] for r in rows if "device" in r})
     if logged:
         return "; ".join(logged)
     named = {json.loads(p.read_text()).get("training", {}).get("device")
-             for p in (run / "checkpoints").glob("step-*/config.json")} - {None}
+             for p in (run / "checkpoints").glob("step-*/config.json")} - {None, "auto"}
     return "; ".join(sorted(named)) or "not recorded"
 
 
