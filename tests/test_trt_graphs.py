@@ -7,6 +7,8 @@ is the stricter side if later releases relaxed any of it), and from its plugin i
 plugin by its op type and its `plugin_namespace` string attribute, and the attributes the plugin declares become
 plugin fields (int, float, string and their lists only). UINT8 is allowed only as a network input
 or output; INT8 only through quantization, which the parser takes symmetric (`x_zero_point` must be zero).
+ScatterElements (the copy distribution's scatter) is in the table; with `reduction` add the parser builds it
+through TensorRT's own scatterElements plugin, which no machine here has run.
 """
 
 from pathlib import Path
@@ -33,7 +35,7 @@ OPERATORS = {
     "Identity": F | N | B, "IsInf": F, "IsNaN": F | N, "LayerNormalization": F, "Less": F | N, "Log": F,
     "LogSoftmax": F, "LSTM": F, "MatMul": F, "Max": F | N, "Min": F | N, "Mul": F | N, "Neg": F | N, "Not": B,
     "Or": B, "Pow": F, "Range": F | N, "ReduceMax": F | N, "ReduceMean": F | N, "ReduceSum": F | N, "Relu": F | N,
-    "Reshape": F | N | B, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F, "Slice": F | N | B, "Softmax": F,
+    "Reshape": F | N | B, "ScatterElements": F | N, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F, "Slice": F | N | B, "Softmax": F,
     "Sqrt": F, "Squeeze": F | N | B, "Sub": F | N, "Tanh": F, "TopK": F | N, "Transpose": F | N | B,
     "Unsqueeze": F | N | B, "Where": B,
 }
