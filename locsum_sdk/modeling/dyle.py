@@ -27,7 +27,7 @@ from .bert import BertEncoder
 from .config import BartConfig
 from .copy import CopySource
 from .dyle_config import DyleConfig, ExtractorConfig
-from .objectives import IGNORE, label_smoothed_nll
+from .objectives import IGNORE, label_smoothed_nll, unit_grid
 from .per_unit import PerUnitModel
 
 KIND = "dyle"
@@ -141,18 +141,8 @@ def objective(model: Dyle, batch: Any, config: Any) -> tuple[torch.Tensor, torch
     if weights["generation"] == 0 and weights["consistency"] == 0:  # the extractor alone: no generator pass
         return weights["oracle"] * oracle_loss, oracle_loss.new_zeros(()), {"oracle": oracle_loss.detach()}
     chosen = [select_snippets(s, o, top_k, hybrid) for s, o in zip(scores, batch.oracle)]
-    units = max(len(c) for c in chosen)
-    length = max(len(batch.snippets[b][i]) for b, c in enumerate(chosen) for i in c)
-    input_ids = torch.full((len(chosen), units, length), pad, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    unit_mask = torch.zeros((len(chosen), units), dtype=torch.bool)
-    for b, indices in enumerate(chosen):
-        for u, i in enumerate(indices):
-            ids = batch.snippets[b][i]
-            input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
-        unit_mask[b, : len(indices)] = True
-    device = batch.decoder_input_ids.device  # the grid is filled on the host, then moved once
-    input_ids, attention_mask, unit_mask = input_ids.to(device), attention_mask.to(device), unit_mask.to(device)
+    input_ids, attention_mask, unit_mask = unit_grid([[batch.snippets[b][i] for i in c] for b, c in enumerate(chosen)],
+                                                     pad, batch.decoder_input_ids.device)
     log_probs, dynamic = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids)  # (B,T,V), (B,U,T)
     generation, nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
     steps = (batch.labels != IGNORE).float()  # (B, T)

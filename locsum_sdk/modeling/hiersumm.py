@@ -24,7 +24,7 @@ from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, in
 from .copy import CopyGate, CopySource
 from .hiersumm_config import KIND, HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
-from .objectives import label_smoothed_nll
+from .objectives import label_smoothed_nll, unit_grid
 from .paragraph_ranker import ParagraphRanker, RankerConfig, ranker_loss
 
 logger = logging.getLogger("locsum_sdk")
@@ -234,19 +234,12 @@ def objective(model: HierSumm, batch: Any, config: Any) -> tuple[torch.Tensor, t
         chosen = ([[p[i] for i in rank_paragraphs(model, p, t, batch.top_paragraphs)]
                    for p, t in zip(batch.paragraphs, batch.titles)] if batch.ranked
                   else [p[: batch.top_paragraphs] for p in batch.paragraphs])
-        units, length = max(len(c) for c in chosen), max(len(ids) for c in chosen for ids in c)
-        input_ids = torch.full((len(chosen), units, length), model.config.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        unit_mask = torch.zeros(len(chosen), units, dtype=torch.bool)
-        graph = torch.zeros(len(chosen), units, units)
+        input_ids, attention_mask, unit_mask = unit_grid(chosen, model.config.pad_token_id, device)
+        graph = torch.zeros(len(chosen), unit_mask.shape[1], unit_mask.shape[1])
         for b, paragraphs in enumerate(chosen):
-            for u, ids in enumerate(paragraphs):
-                input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
-            unit_mask[b, : len(paragraphs)] = True
             size = len(paragraphs)
             graph[b, :size, :size] = torch.from_numpy(tfidf_graph([ids[1:-1] for ids in paragraphs]))
-        input_ids, attention_mask, unit_mask, graph = (t.to(device) for t in (input_ids, attention_mask, unit_mask,
-                                                                              graph))  # filled on the host, moved once
+        graph = graph.to(device)
         log_probs, _ = model(input_ids, attention_mask, unit_mask, batch.decoder_input_ids, graph)
         terms["summarizer"], nll = label_smoothed_nll(log_probs.float(), batch.labels, config.label_smoothing)
     if not terms:

@@ -10,6 +10,21 @@ from torch import nn
 IGNORE = -100  # label of padding positions
 
 
+def unit_grid(items: list[list[list[int]]], pad: int,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chosen units' ids of each item as a padded grid, filled on the host and moved to `device` once:
+    input_ids, attention_mask (B, U, L) and unit_mask (B, U)."""
+    units, length = max(len(c) for c in items), max(len(ids) for c in items for ids in c)
+    input_ids = torch.full((len(items), units, length), pad, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    unit_mask = torch.zeros((len(items), units), dtype=torch.bool)
+    for b, chosen in enumerate(items):
+        for u, ids in enumerate(chosen):
+            input_ids[b, u, : len(ids)], attention_mask[b, u, : len(ids)] = torch.tensor(ids), 1
+        unit_mask[b, : len(chosen)] = True
+    return input_ids.to(device), attention_mask.to(device), unit_mask.to(device)
+
+
 def label_smoothed_nll(log_probs: torch.Tensor, labels: torch.Tensor,
                        epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """log_probs (B, T, V), labels (B, T) -> (smoothed loss, plain NLL), both averaged over real tokens."""
