@@ -35,9 +35,9 @@ OPERATORS = {
     "Identity": F | N | B, "IsInf": F, "IsNaN": F | N, "LayerNormalization": F, "Less": F | N, "Log": F,
     "LogSoftmax": F, "LSTM": F, "MatMul": F, "Max": F | N, "Min": F | N, "Mul": F | N, "Neg": F | N, "Not": B,
     "Or": B, "Pow": F, "Range": F | N, "ReduceMax": F | N, "ReduceMean": F | N, "ReduceSum": F | N, "Relu": F | N,
-    "Reshape": F | N | B, "ScatterElements": F | N, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F, "Slice": F | N | B, "Softmax": F,
-    "Sqrt": F, "Squeeze": F | N | B, "Sub": F | N, "Tanh": F, "TopK": F | N, "Transpose": F | N | B,
-    "Unsqueeze": F | N | B, "Where": B,
+    "Reshape": F | N | B, "ScatterElements": F | N, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F,
+    "Slice": F | N | B, "Softmax": F, "Sqrt": F, "Squeeze": F | N | B, "Sub": F | N, "Tanh": F, "TopK": F | N,
+    "Transpose": F | N | B, "Unsqueeze": F | N | B, "Where": B,
 }
 AXES_CONSTANT = {"ReduceMax": 1, "ReduceMean": 1, "ReduceSum": 1, "Slice": 3, "Squeeze": 1, "Unsqueeze": 1}
 # inputs whose values set an output's shape: a graph input reaching one would have to be a TensorRT shape input
