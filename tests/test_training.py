@@ -372,6 +372,8 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "kind `pagesum`" in card and "trained briefly." in card
     assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
     assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
+    assert "), input-specific words " in card and "% vs " in card  # int8 against float32 on the measures of the table
+    assert "the int8 graphs it ships" not in card  # float32 ships: the table's rows are the bundle's own graphs
     Bundle.load(tmp_path / "default")
 
 
