@@ -243,3 +243,14 @@ def test_the_graphs_prepared_for_tensorrt_in_float16_follow_the_float32_ones(cop
         assert np.isfinite(half).all()
         assert np.abs(full - half).max() <= 0.05
         assert (full.argmax(-1) == half.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_copying_graphs_prepared_for_tensorrt_are_within_its_parser(copying, kind, fp16, tmp_path):
+    """Every kind's copying graphs, not only the shipped bundles that copy, hold only what TensorRT's ONNX parser
+    builds (no float64 cast from an exported isfinite, for one)."""
+    from test_trt_graphs import parser_problems, prepared_graphs
+
+    for graph, model in prepared_graphs(copying[kind][1], tmp_path, fp16):
+        assert parser_problems(model) == [], f"{kind} {graph}"

@@ -67,7 +67,7 @@ def _torch_masked_softmax(x, mask, dim: int):
 
     masked = x.masked_fill(~mask, float("-inf"))
     top = masked.amax(dim=dim, keepdim=True).detach()
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    top = torch.where(top > float("-inf"), top, torch.zeros_like(top))  # not isfinite: ONNX casts it to float64
     shifted = torch.exp(masked - top)
     total = shifted.sum(dim=dim, keepdim=True)
     return shifted / torch.where(total > 0, total, torch.ones_like(total))
