@@ -365,7 +365,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
              "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work"),
              "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly.",
-             "--min-distinct", "0"])  # two steps of training may write one summary for both inputs
+             "--min-distinct", "0", "--default", "min_length=3"])  # two steps may write one summary for both inputs
     card = (tmp_path / "default" / "README.md").read_text()
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
@@ -374,7 +374,8 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
     assert "), input-specific words " in card and "% vs " in card  # int8 against float32 on the measures of the table
     assert "the int8 graphs it ships" not in card  # float32 ships: the table's rows are the bundle's own graphs
-    Bundle.load(tmp_path / "default")
+    assert "set at release over the checkpoint's own: min_length=3." in card
+    assert Bundle.load(tmp_path / "default").manifest.generation["min_length"] == 3
 
 
 def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_path, checkpoint_dir, bundle_dir,
@@ -503,3 +504,11 @@ def test_each_warm_start_run_has_a_random_twin_that_differs_only_in_its_start(wa
     assert {k: v for k, v in shape.to_dict().items() if k in twin.model} == twin.model
     assert set(twin.model) >= {"vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_heads",
                                "encoder_ffn_dim", "max_positions", "bos_token_id", "eos_token_id", "pad_token_id"}
+
+
+def test_release_refuses_a_default_that_is_not_name_equals_value(capsys):
+    from train.release import main as release
+
+    with pytest.raises(SystemExit):
+        release(["--checkpoint", "c", "--output", "o", "--default", "min_length"])
+    assert "'min_length' is not NAME=VALUE" in capsys.readouterr().err

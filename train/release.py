@@ -2,7 +2,7 @@
 
     python -m train.release --checkpoint RUN/checkpoints/step-N --output engines/default \
         [--compare "NAME=CHECKPOINT_OR_BUNDLE[;option=value...]" ...] [--runs pretrain-small,pagesum-small] \
-        [--about TEXT] [--limit 40]
+        [--about TEXT] [--limit 40] [--default min_length=60 ...]
 
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
 to the lead / random / oracle baselines and every --compare system (another checkpoint, exported here, or a
@@ -194,6 +194,15 @@ def run_device(run: Path, rows: list[dict]) -> str:
     return "; ".join(sorted(named)) or "not recorded"
 
 
+def default_option(text: str) -> tuple[str, object]:
+    """'NAME=VALUE' of --default: a bundle default option (paging, limits, decoding); VALUE is JSON when it parses
+    as JSON (60, true), else a string."""
+    assignment = parse_assignment(text)
+    if assignment is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. min_length=60)")
+    return assignment
+
+
 def size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 2**20
 
@@ -220,7 +229,8 @@ def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
 
 
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
-         about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None) -> str:
+         about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
+         defaults: dict | None = None) -> str:
     manifest = json.loads((bundle / "manifest.json").read_text())
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
@@ -232,7 +242,9 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"{about}",
         "",
         f"**Bundle.** {manifest['dtype']}, {size_mb(bundle):.1f} MB; units: {manifest['units']}; limits: "
-        f"{manifest['limits']}; decoding: {manifest['generation']}.",
+        f"{manifest['limits']}; decoding: {manifest['generation']}"
+        + (f"; set at release over the checkpoint's own: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}."
+           if defaults else "."),
         "",
         "## ROUGE F1 on the test splits (95% bootstrap intervals)",
         "",
@@ -306,14 +318,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
     parser.add_argument("--sets", default=",".join(TEST_SETS))
     parser.add_argument("--work", default="~/.cache/locsum/release")
+    parser.add_argument("--default", action="append", default=[], type=default_option, dest="defaults",
+                        help="NAME=VALUE: a default option of the bundle (e.g. min_length=60, chosen on val), "
+                        "replacing the checkpoint's; repeatable")
     parser.add_argument("--min-distinct", type=float, default=0.5,
                         help="the least share of distinct summaries on QMSum test that a release accepts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     work = Path(args.work).expanduser()
     work.mkdir(parents=True, exist_ok=True)
-    fp32 = export_onnx(args.checkpoint, work / "float32", force=True).path
-    int8 = export_onnx(args.checkpoint, work / "int8", quantize="int8", force=True).path
+    defaults = dict(args.defaults)
+    fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True).path
+    int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     qmsum = read_examples(DATA / TEST_SETS["qmsum"], args.limit)
     both = content_key(bundle_files(fp32), bundle_files(int8))
@@ -354,10 +370,10 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training,
-                                            args.limit, args.about, selection, distinct_summaries))
+                                            args.limit, args.about, selection, distinct_summaries, defaults))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training,
-         "selection": selection, "distinct_summaries": distinct_summaries}, indent=2))
+         "selection": selection, "distinct_summaries": distinct_summaries, "defaults": defaults}, indent=2))
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
