@@ -4,6 +4,7 @@ import dataclasses
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -426,6 +427,16 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     assert calls == [{}] and not list((tmp_path / "summaries").glob("*.partial"))
     assert release.cached(tmp_path, bundle_dir, "set", examples, {"policy": "document"}) == ["summary"]
     assert calls == [{}, {"policy": "document"}]  # other options, other summaries
+
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    for name, change in {"other-producer": {"producer": {"locsum": "other"}},
+                         "other-defaults": {"generation": {**manifest["generation"], "min_length": 7}}}.items():
+        shutil.copytree(bundle_dir, tmp_path / name)
+        (tmp_path / name / "manifest.json").write_text(json.dumps({**manifest, **change}))
+    release.cached(tmp_path, tmp_path / "other-producer", "set", examples, {})
+    assert len(calls) == 2  # the same files and settings: the same summaries
+    release.cached(tmp_path, tmp_path / "other-defaults", "set", examples, {})
+    assert len(calls) == 3  # the same files with other decoding defaults: other summaries
 
 
 def test_compared_systems_are_parsed_with_their_options(tmp_path):

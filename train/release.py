@@ -97,9 +97,12 @@ def content_key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def bundle_files(bundle: Path) -> dict[str, str]:
-    """The bundle's files by checksum, as its manifest lists them: its content."""
-    return json.loads((bundle / "manifest.json").read_text())["files"]
+def bundle_content(bundle: Path) -> dict:
+    """What decides the bundle's summaries, its content for caching: the manifest's file checksums and settings
+    (decoding defaults, units, limits, model), less the record of the export (producer, graph checks). Two exports
+    of one checkpoint with other defaults differ here though their files are the same."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    return {key: value for key, value in manifest.items() if key not in ("producer", "graphs")}
 
 
 def stored(path: Path, make):
@@ -116,7 +119,7 @@ def stored(path: Path, make):
 
 def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict) -> list[str]:
     """The bundle's summaries of `examples` with `options`, kept under `work` by bundle content, options and data."""
-    key = content_key(bundle_files(bundle), options)
+    key = content_key(bundle_content(bundle), options)
     return stored(work / "summaries" / f"{dataset}-{len(examples)}-{key}.json",
                   lambda: summaries(Summarizer.from_pretrained(bundle), examples, **options))
 
@@ -332,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     qmsum = read_examples(DATA / TEST_SETS["qmsum"], args.limit)
-    both = content_key(bundle_files(fp32), bundle_files(int8))
+    both = content_key(bundle_content(fp32), bundle_content(int8))
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
     distinct_summaries = distinct(texts["float32"], args.min_distinct)
@@ -358,11 +361,11 @@ def main(argv: list[str] | None = None) -> None:
                          f"{size_mb(int8):.1f} MB and moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (at most 0.5 "
                          "ships); train a smaller model or raise --max-mb")
     weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
-    parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_files(fp32), weights)}.json",
+    parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_content(fp32), weights)}.json",
                            lambda: parity(fp32, Path(args.checkpoint), qmsum))
     training = budget([r for r in args.runs.split(",") if r])
     kind = json.loads((ship / "manifest.json").read_text())["kind"]
-    selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_files(ship))}.json",
+    selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_content(ship))}.json",
                        lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
                                                 args.limit))
     output = Path(args.output)
