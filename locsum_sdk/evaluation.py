@@ -11,8 +11,10 @@ what this input was about. Lowercase the text and take its words of four or more
 input when the input (its documents) contains it and fewer than 15% of the evaluation set's other distinct inputs
 do. A summary's count is its distinct words specific to its own input; the references are counted the same way.
 
-Distinct summaries: the share (percent) of a system's summaries that no other example's summary repeats, compared
-lowercased with whitespace collapsed; a model that writes one summary for every input scores 0.
+Distinct summaries: the share (percent) of a system's summaries that no example with another input or query
+repeats, compared lowercased with whitespace collapsed; a model that writes one summary for every input scores 0.
+Examples that repeat one input and query (L-Eval holds 30 such repeats in 218 examples) may share their summary:
+a deterministic summarizer cannot do otherwise, and the references do the same.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ logger = logging.getLogger("locsum_sdk")
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SPECIFIC = "specific_words"  # input-specific words per summary, reported beside ROUGE
-DISTINCT = "distinct"  # percent of summaries that no other example's summary repeats
+DISTINCT = "distinct"  # percent of summaries that no example with another input or query repeats
 REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
 RARE_SHARE = 0.15  # a word in fewer than this share of the other distinct inputs is specific to its input
@@ -254,11 +256,14 @@ def specific_counts(summaries: Sequence[str], examples: Sequence[EvalExample]) -
     return [len(content_words(summary) & words) for summary, words in zip(summaries, input_specific_words(examples))]
 
 
-def distinct_flags(summaries: Sequence[str]) -> list[float]:
-    """100 for each summary that no other example's summary repeats (lowercased, whitespace collapsed), else 0."""
+def distinct_flags(summaries: Sequence[str], examples: Sequence[EvalExample]) -> list[float]:
+    """100 for each summary that no example with another input or query repeats (lowercased, whitespace
+    collapsed), else 0."""
     keys = [" ".join(summary.lower().split()) for summary in summaries]
-    counts = Counter(keys)
-    return [100.0 if counts[key] == 1 else 0.0 for key in keys]
+    tasks: dict[str, set[tuple]] = {}
+    for key, ex in zip(keys, examples):
+        tasks.setdefault(key, set()).add((tuple(ex.documents), ex.query))
+    return [100.0 if len(tasks[key]) == 1 else 0.0 for key in keys]
 
 
 def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
@@ -270,14 +275,15 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
     report, per_example = {}, {}
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
-        for row, count, flag in zip(rows, specific_counts(predictions, examples), distinct_flags(predictions)):
+        counts, flags = specific_counts(predictions, examples), distinct_flags(predictions, examples)
+        for row, count, flag in zip(rows, counts, flags):
             row[SPECIFIC], row[DISTINCT] = count, flag
         report[name] = {**bootstrap(rows, samples),
                         **{m: interval([r[m] for r in rows], np.random.default_rng(0), samples)
                            for m in (SPECIFIC, DISTINCT)}}
         per_example[name] = rows
     report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, examples), np.random.default_rng(0), samples),
-                         DISTINCT: interval(distinct_flags(references), np.random.default_rng(0), samples)}
+                         DISTINCT: interval(distinct_flags(references, examples), np.random.default_rng(0), samples)}
     if output is not None:
         with open(output, "w", encoding="utf-8") as handle:
             for i, ex in enumerate(examples):

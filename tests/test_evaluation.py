@@ -1,5 +1,6 @@
 """ROUGE, bootstrap intervals, baselines and `locsum eval`."""
 
+import dataclasses
 import json
 import random
 
@@ -66,9 +67,12 @@ def test_input_specific_words_follow_their_definition():
     assert report["reference"]["specific_words"]["mean"] == 0
 
 
-def test_distinct_summaries_count_those_no_other_example_repeats():
-    assert distinct_flags(["A cat.", "a  CAT.", "A dog.", "A bird."]) == [0.0, 0.0, 100.0, 100.0]
+def test_distinct_summaries_count_those_no_example_with_another_input_or_query_repeats():
     data = examples(4)
+    assert distinct_flags(["A cat.", "a  CAT.", "A dog.", "A bird."], data) == [0.0, 0.0, 100.0, 100.0]
+    asked = [data[0], dataclasses.replace(data[0], id="again"), dataclasses.replace(data[0], query="Who?"), data[1]]
+    assert distinct_flags(["A cat."] * 2 + ["A dog."] * 2, asked) == [100.0, 100.0, 0.0, 0.0]  # a repeated example
+    assert distinct_flags(["A cat."] * 3 + ["A dog."], asked) == [0.0, 0.0, 0.0, 100.0]  # another query: not
     report = evaluate({"same": ["The same words."] * 4, "own": [f"Summary {i}." for i in range(4)]}, data)
     assert report["same"]["distinct"]["mean"] == 0 and report["own"]["distinct"]["mean"] == 100
     assert report["reference"]["distinct"]["mean"] == 100

@@ -256,7 +256,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "source sentences up to N words; oracle = greedy extractive upper bound. Input-specific words: a "
         "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
         "other inputs do (the references' own count in the last row). Distinct: the percent of summaries that no "
-        "other example's summary repeats. "
+        "example with another input or query repeats (repeated examples may share one). "
         + ("The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on QMSum "
            "test under Checks. " if manifest["dtype"] == "int8" else "")
         + "QMSum and SQuALITY are in the "
