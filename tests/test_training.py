@@ -366,16 +366,18 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
              "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work"),
              "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly.",
-             "--min-distinct", "0", "--default", "min_length=3"])  # two steps may write one summary for both inputs
+             "--min-distinct", "0", "--default", "min_length=3", "--default", "max_length=7"])
+    # (--min-distinct 0: two steps may write one summary for both inputs)
     card = (tmp_path / "default" / "README.md").read_text()
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
     assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
-    assert "of 2 summaries identical" in card and "Distinct summaries on QMSum test (float32): " in card
+    assert "2 of 2 summaries identical" in card  # torch decodes with the defaults set at release as well
+    assert "Distinct summaries on QMSum test (float32): " in card
     assert "), input-specific words " in card and "% vs " in card  # int8 against float32 on the measures of the table
     assert "the int8 graphs it ships" not in card  # float32 ships: the table's rows are the bundle's own graphs
-    assert "set at release over the checkpoint's own: min_length=3." in card
+    assert "set at release over the checkpoint's own: min_length=3, max_length=7." in card
     assert Bundle.load(tmp_path / "default").manifest.generation["min_length"] == 3
 
 

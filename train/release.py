@@ -139,13 +139,15 @@ def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
 
 
 def parity(bundle: Path, checkpoint: Path, examples: list[EvalExample]) -> dict:
-    """Greedy summaries (the bundle's other decoding defaults) of ONNX Runtime and of the torch checkpoint,
-    compared token for token; `differing` names each example that differs and the first step where it does."""
+    """Greedy summaries of ONNX Runtime and of the torch checkpoint, both with the bundle's other defaults (which
+    `--default` may have set over the checkpoint's), compared token for token; `differing` names each example that
+    differs and the first step where it does."""
     ort = Summarizer.from_pretrained(bundle)
     ref = Summarizer.from_pretrained(checkpoint, backend="torch")
     differing = {}
     for ex in tqdm(examples, desc="parity", leave=False):
-        ours, theirs = summary(ort, ex, num_beams=1).token_ids, summary(ref, ex, num_beams=1).token_ids
+        ours = summary(ort, ex, num_beams=1).token_ids
+        theirs = summary(ref, ex, options=ort.defaults, num_beams=1).token_ids
         if ours != theirs:
             first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
             differing[ex.id] = min(len(ours), len(theirs)) if first is None else first
