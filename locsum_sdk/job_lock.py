@@ -40,7 +40,7 @@ def output_lock(output: Path) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise JobLockedError(f"{output} is being written by another job ({_describe(_holder(descriptor))}); "
+            raise JobLockedError(f"{output} is being written by another job ({_describe(_recorded(descriptor))}); "
                                  "wait for it to finish or stop it, or write another output") from None
         left = _holder(descriptor)
         if left:
@@ -64,6 +64,17 @@ def _holder(descriptor: int) -> dict | None:
     except (UnicodeDecodeError, json.JSONDecodeError):
         return {"record": "unreadable"}
     return holder if isinstance(holder, dict) else {"record": "unreadable"}
+
+
+def _recorded(descriptor: int, wait: float = 1.0) -> dict | None:
+    """The record of the process holding the lock. It records itself right after taking the lock, so a record that
+    is still empty or half written is read again, for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        holder = _holder(descriptor)
+        if (holder and "pid" in holder) or time.monotonic() >= deadline:
+            return holder
+        time.sleep(0.01)
 
 
 def _record(descriptor: int, holder: dict | None) -> None:

@@ -212,3 +212,21 @@ def test_a_lock_left_by_a_killed_job_is_taken_over(tmp_path, bundle_dir, corpus,
     taken = subprocess.run(loud, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert taken.returncode == 0 and f"stopped without releasing it (process {holder.pid}" in taken.stderr
     assert [json.loads(line) for line in output.read_text().splitlines()] == straight
+
+
+def test_a_refused_job_names_a_holder_that_records_itself_a_moment_after_taking_the_lock(tmp_path):
+    import fcntl
+    import threading
+
+    from locsum_sdk.errors import JobLockedError
+    from locsum_sdk.job_lock import lock_path, output_lock
+
+    output = tmp_path / "out.jsonl"
+    holder = os.open(lock_path(output), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # taken, not yet recorded: what a refused job can meet when both start at once
+    record = json.dumps({"pid": 4321, "host": "h", "started": "s"}).encode()
+    threading.Timer(0.2, os.write, (holder, record)).start()
+    with pytest.raises(JobLockedError, match=r"another job \(process 4321 on h, started s\)"):
+        with output_lock(output):
+            pass
+    os.close(holder)
