@@ -251,9 +251,9 @@ def input_specific_words(examples: Sequence[EvalExample]) -> list[set[str]]:
     return [specific[text] for text in inputs]
 
 
-def specific_counts(summaries: Sequence[str], examples: Sequence[EvalExample]) -> list[int]:
-    """Input-specific words of each summary: its distinct words specific to its own example's input."""
-    return [len(content_words(summary) & words) for summary, words in zip(summaries, input_specific_words(examples))]
+def specific_counts(summaries: Sequence[str], specific: Sequence[set[str]]) -> list[int]:
+    """Input-specific words of each summary: its distinct words in its own example's `input_specific_words`."""
+    return [len(content_words(summary) & words) for summary, words in zip(summaries, specific)]
 
 
 def distinct_flags(summaries: Sequence[str], examples: Sequence[EvalExample]) -> list[float]:
@@ -273,16 +273,17 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
     JSONL."""
     references = [ex.reference for ex in examples]
     report, per_example = {}, {}
+    specific = input_specific_words(examples)  # once: it reads every input
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
-        counts, flags = specific_counts(predictions, examples), distinct_flags(predictions, examples)
+        counts, flags = specific_counts(predictions, specific), distinct_flags(predictions, examples)
         for row, count, flag in zip(rows, counts, flags):
             row[SPECIFIC], row[DISTINCT] = count, flag
         report[name] = {**bootstrap(rows, samples),
                         **{m: interval([r[m] for r in rows], np.random.default_rng(0), samples)
                            for m in (SPECIFIC, DISTINCT)}}
         per_example[name] = rows
-    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, examples), np.random.default_rng(0), samples),
+    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, specific), np.random.default_rng(0), samples),
                          DISTINCT: interval(distinct_flags(references, examples), np.random.default_rng(0), samples)}
     if output is not None:
         with open(output, "w", encoding="utf-8") as handle:

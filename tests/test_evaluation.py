@@ -61,7 +61,7 @@ def test_input_specific_words_follow_their_definition():
     assert specific[3] == {"library"} and specific[8] == specific[0]
     assert content_words("The Roof's roof, a budget of 2024 élan!") == {"roof", "budget", "élan"}
     assert specific_counts(["The budget for the roof, and the budget again.", "Library hours.", "Nothing here."],
-                           data[:3]) == [1, 0, 0]
+                           input_specific_words(data[:3])) == [1, 0, 0]
     report = evaluate({"lead": ["roof budget"] * len(data)}, data)
     assert report["lead"]["specific_words"]["mean"] == pytest.approx(2 / 9)  # input 0 and its second query
     assert report["reference"]["specific_words"]["mean"] == 0
