@@ -357,10 +357,11 @@ def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kin
 def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
     from locsum_sdk.bundle import Bundle
     from train.__main__ import build
+    from train.release import COPY_CAVEAT
     from train.release import main as release
 
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
-    config = dataclasses.replace(config, units={**TINY_UNITS, "page_tokens": 128})
+    config = dataclasses.replace(config, units={**TINY_UNITS, "page_tokens": 128}, model={**config.model, "copy": True})
     trainer = build(config, progress=False)
     trainer.train(max_steps=2)
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
@@ -372,6 +373,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
+    assert COPY_CAVEAT in card  # a copying model's card warns of the words it makes up
     assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
     assert "2 of 2 summaries identical" in card  # torch decodes with the defaults set at release as well
     assert "Distinct summaries on QMSum test (float32): " in card
@@ -385,22 +387,42 @@ def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_
                                                                             monkeypatch, capsys):
     from train import compare
 
-    (tmp_path / "toy").mkdir()
-    write_jsonl(tmp_path / "toy" / "val.jsonl", training_rows(6))
+    for name, rows in (("toy", 6), ("more", 2)):
+        (tmp_path / name).mkdir()
+        write_jsonl(tmp_path / name / "val.jsonl", training_rows(rows))
     monkeypatch.setattr(compare, "DATA", tmp_path)
     out = tmp_path / "compare.md"
     assert compare.main(["--system", f"exported={checkpoint_dir};max_length=6", "--system",
-                         f"bundle={bundle_dir};max_length=6", "--sets", "toy/val", "--work", str(tmp_path / "work"),
-                         "--markdown", str(out), "--json", str(tmp_path / "compare.json")]) == 0
+                         f"bundle={bundle_dir};max_length=6", "--sets", "toy/val,more/val", "--work",
+                         str(tmp_path / "work"), "--markdown", str(out), "--json", str(tmp_path / "compare.json")]) == 0
     text = out.read_text()
     assert "| system | ROUGE-1 | ROUGE-2 | input-specific words | distinct % |" in text
     rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows == ["| system", "| exported", "| bundle", "| lead", "| random", "| references"]
-    assert "exported better than bundle on ROUGE-1 and input-specific words: toy/val no." in text  # the same weights
+    assert rows == ["| system", "| exported", "| bundle", "| lead", "| random", "| references"] * 2
+    assert "exported better than bundle on ROUGE-1 and input-specific words: toy/val no, more/val no." in text
+    assert "Over all 8 examples (toy/val 6, more/val 2): ROUGE-1 " in text and "on both: no." in text
     assert json.loads((tmp_path / "compare.json").read_text())["toy/val"]["exported"]["rouge1"]["mean"] >= 0
     with pytest.raises(SystemExit):
         compare.main(["--system", f"a={bundle_dir}", "--sets", "toy/test"])
     assert "no such split" in capsys.readouterr().err
+
+
+def test_the_pooled_verdict_weighs_each_set_by_its_examples():
+    from locsum_sdk.evaluation import SPECIFIC
+    from train.compare import pooled, pooled_verdict
+
+    def scores(rouge1, specific):
+        return {"rouge1": {"mean": rouge1}, SPECIFIC: {"mean": specific}}
+
+    reports = {"a/val": {"new": scores(30, 2), "old": scores(20, 1)},
+               "b/val": {"new": scores(10, 0), "old": scores(25, 3)}}
+    sizes = {"a/val": 3, "b/val": 1}
+    assert pooled(reports, sizes, "new", "rouge1") == 25 and pooled(reports, sizes, "old", "rouge1") == 21.25
+    assert pooled_verdict(reports, sizes, ["new", "old"]) == (
+        "Over all 4 examples (a/val 3, b/val 1): ROUGE-1 25.00 against 21.25, input-specific words 1.50 against "
+        "1.50; new better than old on both: no.")
+    sizes["b/val"] = 0
+    assert pooled_verdict(reports, sizes, ["new", "old"]).endswith("on both: yes.")
 
 
 def test_release_stops_for_a_model_that_writes_one_summary_for_every_input():

@@ -5,9 +5,11 @@ with 95% bootstrap intervals, next to lead, random and the references, as Markdo
         [--sets qmsum/val,qmsum/test] [--limit 40] [--markdown compare.md] [--json compare.json]
 
 A system is NAME=CHECKPOINT_OR_BUNDLE[;option=value...] (a checkpoint is exported first). The verdict compares the
-first system with the second on every set: better means a higher mean ROUGE-1 and a higher mean count of
-input-specific words, the rule for replacing a shipped bundle. Summaries are kept under --work by bundle content,
-options and data, so a comparison that was stopped picks up where it was.
+first system with the second on every set and, given several sets, on all their examples together (each set's mean
+weighted by its examples; input-specific words stay defined within each set): better means a higher mean ROUGE-1
+and a higher mean count of input-specific words. A shipped bundle is replaced where the new one is better over all
+the val splits of its training data (qmsum/val,squality/val,fewsum/val). Summaries are kept under --work by bundle
+content, options and data, so a comparison that was stopped picks up where it was.
 """
 
 from __future__ import annotations
@@ -37,19 +39,37 @@ def better(report: dict, candidate: str, incumbent: str) -> bool:
     return all(report[candidate][m]["mean"] > report[incumbent][m]["mean"] for m in ("rouge1", SPECIFIC))
 
 
-def compare(systems: list[Comparison], sets: list[str], limit: int | None, work: Path) -> dict[str, dict]:
-    """Each set's report (`evaluate`) of the systems, the baselines and the references."""
+def pooled(reports: dict[str, dict], sizes: dict[str, int], system: str, metric: str) -> float:
+    """The mean of `metric` over every set's examples together: each set's mean weighted by its examples."""
+    return sum(sizes[name] * report[system][metric]["mean"] for name, report in reports.items()) / sum(sizes.values())
+
+
+def compare(systems: list[Comparison], sets: list[str], limit: int | None,
+            work: Path) -> tuple[dict[str, dict], dict[str, int]]:
+    """Each set's report (`evaluate`) of the systems, the baselines and the references, and its count of examples."""
     bundles = {system.name: (system.bundle(work), system.options) for system in systems}
-    reports = {}
+    reports, sizes = {}, {}
     for name in sets:
         examples = read_examples(DATA / f"{name}.jsonl", limit)
         texts = {system: cached(work, path, name.replace("/", "-"), examples, options)
                  for system, (path, options) in bundles.items()}
         reports[name] = evaluate({**texts, **{b: run_baseline(b, examples) for b in BASELINES}}, examples)
-    return reports
+        sizes[name] = len(examples)
+    return reports, sizes
 
 
-def markdown(reports: dict[str, dict], names: list[str], limit: int | None) -> str:
+def pooled_verdict(reports: dict[str, dict], sizes: dict[str, int], names: list[str]) -> str:
+    """The first system against the second over all the sets' examples together, as one sentence."""
+    first, second = names[:2]
+    means = {name: {m: {"mean": pooled(reports, sizes, name, m)} for m in ("rouge1", SPECIFIC)} for name in names[:2]}
+    counts = ", ".join(f"{name} {count}" for name, count in sizes.items())
+    return (f"Over all {sum(sizes.values())} examples ({counts}): ROUGE-1 {means[first]['rouge1']['mean']:.2f} "
+            f"against {means[second]['rouge1']['mean']:.2f}, input-specific words {means[first][SPECIFIC]['mean']:.2f} "
+            f"against {means[second][SPECIFIC]['mean']:.2f}; {first} better than {second} on both: "
+            f"{'yes' if better(means, first, second) else 'no'}.")
+
+
+def markdown(reports: dict[str, dict], sizes: dict[str, int], names: list[str], limit: int | None) -> str:
     count = f"first {limit}" if limit else "all"
     lines = [f"Examples per set: {count}. ROUGE F1, input-specific words per summary and the percent of distinct "
              "summaries, each with its 95% bootstrap interval; the references' own in the last row.", ""]
@@ -61,6 +81,8 @@ def markdown(reports: dict[str, dict], names: list[str], limit: int | None) -> s
         verdicts = {name: better(report, names[0], names[1]) for name, report in reports.items()}
         lines.append(f"{names[0]} better than {names[1]} on ROUGE-1 and input-specific words: "
                      + ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in verdicts.items()) + ".")
+        if len(reports) > 1:
+            lines += ["", pooled_verdict(reports, sizes, names)]
     return "\n".join(lines) + "\n"
 
 
@@ -81,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sets {missing}: no such split under {DATA} (e.g. qmsum/val)")
     work = Path(args.work).expanduser()
     work.mkdir(parents=True, exist_ok=True)
-    reports = compare(args.system, sets, args.limit, work)
-    text = markdown(reports, [s.name for s in args.system], args.limit)
+    reports, sizes = compare(args.system, sets, args.limit, work)
+    text = markdown(reports, sizes, [s.name for s in args.system], args.limit)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)

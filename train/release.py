@@ -233,6 +233,11 @@ def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
     return [*lines, ""]
 
 
+COPY_CAVEAT = (" It copies from its input and also strings copied word pieces into words that exist nowhere (a "
+               "name's first pieces run on into pieces of other words), most often on stories and reviews: check the "
+               "names in a summary against the input.")
+
+
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
          defaults: dict | None = None) -> str:
@@ -303,7 +308,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "Good for: trying the SDK end to end offline, meeting-style and story-style inputs like its training data, "
         "seeing which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
         "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
-        "repetitive sentences, and weak results outside meetings, stories and product reviews.",
+        "repetitive sentences, and weak results outside meetings, stories and product reviews." + COPY_CAVEAT * bool(
+            model.get("copy")),
         "",
     ]
     return "\n".join(lines)
