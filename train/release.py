@@ -308,8 +308,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "Good for: trying the SDK end to end offline, meeting-style and story-style inputs like its training data, "
         "seeing which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
         "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
-        "repetitive sentences, and weak results outside meetings, stories and product reviews." + COPY_CAVEAT * bool(
-            model.get("copy")),
+        "repetitive sentences, and weak results outside meetings, stories and product reviews."
+        + (COPY_CAVEAT if model.get("copy") else ""),
         "",
     ]
     return "\n".join(lines)
