@@ -84,6 +84,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline
     from .summarizer import Summarizer
+    from .words import WordList
 
     if args.limit is not None and args.limit < 1:
         raise OptionError(f"--limit {args.limit}: give a number of examples of at least 1 (omit it for all)")
@@ -94,6 +95,7 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.bundle and not baselines:
         raise OptionError("nothing to evaluate: give --bundle, or baselines other than none")
     examples = read_examples(args.data, args.limit)
+    real = WordList.read(args.real_words).words if args.real_words else ()
     systems: dict[str, list[str]] = {}
     if args.bundle:
         summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
@@ -105,7 +107,7 @@ def _eval(args: argparse.Namespace) -> int:
         ]
     for name in baselines:
         systems[name] = run_baseline(name, examples)
-    report = evaluate(systems, examples, args.output)
+    report = evaluate(systems, examples, args.output, known=real)
     print(f"{len(examples)} examples of {args.data} (F1, 95% bootstrap interval)")
     print(format_report(report))
     if args.report:
@@ -407,8 +409,8 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select",
-                 "memory_limit")
+                 "no_repeat_ngram_size", "known_words", "policy", "page_tokens", "num_pages", "max_tokens", "truncate",
+                 "select", "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
@@ -425,6 +427,8 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--length-normalization", dest="length_normalization", choices=LENGTH_NORMALIZATIONS,
                         help="beam scores over length (hf) or GNMT's (5 + length) / 6, to the length penalty")
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
+    parser.add_argument("--known-words", dest="known_words", action=argparse.BooleanOptionalAction, default=None,
+                        help="a word of several pieces must be a word of the input or of the bundle's words.txt")
     parser.add_argument("--policy", help=f"how text becomes units (PageSum: {', '.join(POLICIES)}; DYLE: auto, "
                         "sentence, turn)")
     parser.add_argument("--unit", action="append", metavar="NAME=VALUE",
@@ -474,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated: lead, random, oracle ('' for none)")
     v.add_argument("--output", help="per-example outputs and scores (JSONL)")
     v.add_argument("--report", help="write the ROUGE table as JSON")
+    v.add_argument("--real-words", dest="real_words", help="a word list (one a line, e.g. a bundle's words.txt) "
+                   "whose words are not counted as made up, beside the data's own")
     _add_options(v)
     v.set_defaults(run=_eval)
 

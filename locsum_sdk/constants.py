@@ -7,6 +7,7 @@ CHECKPOINT_CONFIG_FILE = "config.json"  # what marks a checkpoint directory (our
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 TOKENIZER_FILE = "tokenizer.json"
+WORDS_FILE = "words.txt"  # known words beside the input's (`locsum_sdk.words`); optional
 
 # encoder.onnx
 INPUT_IDS = "input_ids"  # (N, L) int64 unit tokens; in decoder.onnx: (B, K) last token of each beam

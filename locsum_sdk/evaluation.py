@@ -11,6 +11,11 @@ what this input was about. Lowercase the text and take its words of four or more
 input when the input (its documents) contains it and fewer than 15% of the evaluation set's other distinct inputs
 do. A summary's count is its distinct words specific to its own input; the references are counted the same way.
 
+Made-up words per summary: its distinct words of four or more letters that no input, query or reference of the
+evaluation set holds, nor the `known` words given (e.g. the words of every split of the training data). A model
+that strings copied subword pieces into words no text holds ("Ganymedriveration") shows here, where neither ROUGE
+nor input-specific words sees it; extractive baselines score 0 by construction.
+
 Distinct summaries: the share (percent) of a system's summaries that no example with another input or query
 repeats, compared lowercased with whitespace collapsed; a model that writes one summary for every input scores 0.
 Examples that repeat one input and query (L-Eval holds 30 such repeats in 218 examples) may share their summary:
@@ -38,6 +43,7 @@ logger = logging.getLogger("locsum_sdk")
 
 METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SPECIFIC = "specific_words"  # input-specific words per summary, reported beside ROUGE
+MADE_UP = "made_up_words"  # words per summary that no text of the set (nor the known words) holds
 DISTINCT = "distinct"  # percent of summaries that no example with another input or query repeats
 REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
@@ -256,6 +262,19 @@ def specific_counts(summaries: Sequence[str], specific: Sequence[set[str]]) -> l
     return [len(content_words(summary) & words) for summary, words in zip(summaries, specific)]
 
 
+def set_words(examples: Sequence[EvalExample]) -> set[str]:
+    """The words (as `content_words`) of every input, query and reference of `examples`."""
+    words: set[str] = set()
+    for ex in examples:
+        words |= content_words("\n".join([*ex.documents, ex.query or "", ex.reference]))
+    return words
+
+
+def made_up_counts(summaries: Sequence[str], real: set[str]) -> list[int]:
+    """Made-up words of each summary: its distinct words (as `content_words`) outside `real`."""
+    return [len(content_words(summary) - real) for summary in summaries]
+
+
 def distinct_flags(summaries: Sequence[str], examples: Sequence[EvalExample]) -> list[float]:
     """100 for each summary that no example with another input or query repeats (lowercased, whitespace
     collapsed), else 0."""
@@ -267,21 +286,23 @@ def distinct_flags(summaries: Sequence[str], examples: Sequence[EvalExample]) ->
 
 
 def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
-             samples: int = 1000) -> dict[str, dict[str, dict[str, float]]]:
-    """ROUGE, input-specific words per summary (`SPECIFIC`) and distinct summaries (`DISTINCT`) with intervals for
-    every system, and the references' own (row `REFERENCE`); per-example rows (outputs and scores) to `output` as
-    JSONL."""
+             samples: int = 1000, known: Iterable[str] = ()) -> dict[str, dict[str, dict[str, float]]]:
+    """ROUGE, input-specific words (`SPECIFIC`), made-up words (`MADE_UP`; `known`: words beside the set's own that
+    are real) and distinct summaries (`DISTINCT`) with intervals for every system, and the references' own
+    input-specific words and distinct share (row `REFERENCE`); per-example rows (outputs and scores) to `output`
+    as JSONL."""
     references = [ex.reference for ex in examples]
     report, per_example = {}, {}
-    specific = input_specific_words(examples)  # once: it reads every input
+    specific = input_specific_words(examples)  # once each: they read every input
+    real = set_words(examples) | set(known)
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
         counts, flags = specific_counts(predictions, specific), distinct_flags(predictions, examples)
-        for row, count, flag in zip(rows, counts, flags):
-            row[SPECIFIC], row[DISTINCT] = count, flag
+        for row, count, made_up, flag in zip(rows, counts, made_up_counts(predictions, real), flags):
+            row[SPECIFIC], row[MADE_UP], row[DISTINCT] = count, made_up, flag
         report[name] = {**bootstrap(rows, samples),
                         **{m: interval([r[m] for r in rows], np.random.default_rng(0), samples)
-                           for m in (SPECIFIC, DISTINCT)}}
+                           for m in (SPECIFIC, MADE_UP, DISTINCT)}}
         per_example[name] = rows
     report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, specific), np.random.default_rng(0), samples),
                          DISTINCT: interval(distinct_flags(references, examples), np.random.default_rng(0), samples)}
@@ -297,7 +318,7 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
 def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
     """The report as a table: a row per system, a column per metric (blank where a row has none)."""
     width = max(14, *(len(name) + 1 for name in report))
-    columns = [*METRICS, SPECIFIC, DISTINCT]
+    columns = [*METRICS, SPECIFIC, MADE_UP, DISTINCT]
     lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in columns)]
     for name, metrics in report.items():
         cells = "".join(f"{metrics[m]['mean']:8.2f} [{metrics[m]['low']:5.2f},{metrics[m]['high']:6.2f}]"

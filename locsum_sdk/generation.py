@@ -14,7 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
+from .errors import OptionError
 from .validation import check_bool, check_choice, check_float, check_int, is_int
+from .words import WordGuard
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -41,6 +43,7 @@ class GenerationOptions:
     length_normalization: str = "hf"  # normalizer: "hf" generated length n; "gnmt" (5 + n) / 6 (Wu et al. 2016)
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
+    known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -50,6 +53,7 @@ class GenerationOptions:
         check_choice("length_normalization", self.length_normalization, LENGTH_NORMALIZATIONS)
         check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         check_bool("early_stopping", self.early_stopping)
+        check_bool("known_words", self.known_words)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -220,14 +224,27 @@ class BeamSearch:
         return [Hypothesis(tokens, score, weights) for score, tokens, weights in (h[0] for h in self.hypotheses)]
 
 
+def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
+            guard: WordGuard | None, needed: int, complete: bool) -> None:
+    """Every logit filter, in place: min_length, no_repeat_ngram_size, then known words."""
+    min_length_filter(log_probs, length, options, eos)
+    no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size)
+    if guard is not None:
+        guard.apply(log_probs, sequences, needed, complete)
+
+
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
-             on_step: StepCallback | None = None) -> list[Hypothesis]:
+             on_step: StepCallback | None = None, guard: WordGuard | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
-    after every step with where each item stands; an exception it raises stops the loop and propagates.
+    after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
+    the `known_words` filter of this batch (None: off).
 
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
     unless the filters leave a beam fewer than that: then the step reads the full log-probabilities."""
+    if options.known_words and guard is None:
+        raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
+                          "Summarizer, or turn known_words off")
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
@@ -238,12 +255,11 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
-        min_length_filter(log_probs, length, options, eos)
-        no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
-        if session.partial_log_probs and (np.isfinite(log_probs).sum(-1) < needed).any():
+        partial = session.partial_log_probs
+        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial)
+        if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
-            min_length_filter(log_probs, length, options, eos)
-            no_repeat_ngram_filter(log_probs, search.sequences, options.no_repeat_ngram_size)
+            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True)
             full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
         steps = length

@@ -34,6 +34,7 @@ from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
+from .words import Pieces, WordGuard, WordList, words_of
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -115,12 +116,15 @@ class Summarizer:
     """
 
     def __init__(self, backend: Backend, tokenizer, special: SpecialTokens, defaults: Options, model: dict[str, Any],
-                 unit_batch_size: int = 4, selection_tokenizer=None, unit_cache: UnitCache | None = None):
+                 unit_batch_size: int = 4, selection_tokenizer=None, unit_cache: UnitCache | None = None,
+                 words: WordList | None = None):
         """defaults: the options of a call that overrides none; model: the model config (`manifest.model`), whose
         shapes bound the options and size the memory estimate; selection_tokenizer: the tokenizer of a selection
-        stage that reads ids of its own (the kind's `Selection.own_tokenizer`); unit_cache: see `unit_cache`."""
+        stage that reads ids of its own (the kind's `Selection.own_tokenizer`); unit_cache: see `unit_cache`;
+        words: the known words beside each input's for the `known_words` option (the bundle's `words.txt`)."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
+        self.words, self._pieces = words, None
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
@@ -237,8 +241,10 @@ class Summarizer:
             defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
+        listed = C.WORDS_FILE in settings.get("files", {}) if is_bundle else (path / C.WORDS_FILE).is_file()
+        words = WordList.read(path / C.WORDS_FILE) if listed else None
         return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer,
-                   unit_cache)
+                   unit_cache, words)
 
     def options(self, options: Options | None = None, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
@@ -253,6 +259,12 @@ class Summarizer:
         options = base.replace(**overrides)
         options.check_model(self.model)
         return options
+
+    def _guard(self, inputs: list[WordList]) -> WordGuard:
+        """The `known_words` filter of one decoding batch: each input's words, and the bundle's."""
+        if self._pieces is None:
+            self._pieces = Pieces.from_tokenizer(self.tokenizer, self.model["vocab_size"])
+        return WordGuard(self._pieces, [[words, self.words] if self.words else [words] for words in inputs])
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions,
                         selection: int = 0) -> MemoryEstimate:
@@ -417,6 +429,9 @@ class Summarizer:
         paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
         query_ids, items = self._paged(inputs, queries, chosen)
+        known = ([WordList(words_of([*(u.text for u in units), self.tokenizer.decode(ids)]))
+                  for units, ids in zip(items, query_ids)]
+                 if generation.known_words else None)  # the query's and every unit's, before selection or limits
         paged = time.perf_counter()
         logger.info("paging: %d input(s) into %s units of at most %d tokens (%s tokens) in %.2f s",
                     len(items), "+".join(str(len(units)) for units in items),
@@ -458,7 +473,7 @@ class Summarizer:
             try:
                 hypotheses = generate(
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
-                    _by_input(on_step, group),
+                    _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
                 )
             finally:
                 session.close()

@@ -16,7 +16,7 @@ def test_summarize_files_as_documents_json(bundle_dir, tmp_path, capsys):
         files.append(tmp_path / f"doc{i}.txt")
         files[-1].write_text(document(rng, 8))
     code = main(["summarize", *map(str, files), "--bundle", str(bundle_dir), "--json", "--num-beams", "2",
-                 "--policy", "document", "--query", "What was decided?"])
+                 "--policy", "document", "--query", "What was decided?", "--known-words"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert {u["document"] for u in out["units"]} == {0, 1}

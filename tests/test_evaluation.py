@@ -18,10 +18,12 @@ from locsum_sdk.evaluation import (  # noqa: E402
     distinct_flags,
     evaluate,
     input_specific_words,
+    made_up_counts,
     oracle,
     read_examples,
     rouge_scores,
     run_baseline,
+    set_words,
     specific_counts,
 )
 
@@ -67,6 +69,21 @@ def test_input_specific_words_follow_their_definition():
     assert report["reference"]["specific_words"]["mean"] == 0
 
 
+def test_made_up_words_are_those_no_text_of_the_set_holds():
+    data = [EvalExample("a", ["The crew reached Ganymede."], "Where did the crew go?", "They went to Ganymede."),
+            EvalExample("b", ["A sandwich shop opened."], None, "A shop opened downtown.")]
+    real = set_words(data)
+    assert {"ganymede", "crew", "where", "downtown", "sandwich"} <= real and "went" in real
+    assert made_up_counts(["The crew reached Ganymedriveration and Ganymedriveration.", "A sandwichier shop, "
+                           "a cat."], real) == [1, 1]  # distinct words of four or more letters: not "cat"
+    assert made_up_counts(["The sandwichier cafe."], real) == [2]
+    report = evaluate({"model": ["Ganymedriveration.", "A sandwich shop."], "lead": ["The crew.", "A shop."]}, data,
+                      known=["ganymedriveration"])
+    assert report["model"]["made_up_words"]["mean"] == 0 and report["lead"]["made_up_words"]["mean"] == 0
+    report = evaluate({"model": ["Ganymedriveration.", "A sandwich shop."]}, data)
+    assert report["model"]["made_up_words"]["mean"] == 0.5 and "made_up_words" not in report["reference"]
+
+
 def test_distinct_summaries_count_those_no_example_with_another_input_or_query_repeats():
     data = examples(4)
     assert distinct_flags(["A cat.", "a  CAT.", "A dog.", "A bird."], data) == [0.0, 0.0, 100.0, 100.0]
@@ -95,11 +112,26 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
                  "--max-length", "8"])
     assert code == 0
     assert "rougeLsum" in (printed := capsys.readouterr().out) and "specific_words" in printed
+    assert "made_up_words" in printed
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and set(rows[0]) >= {"id", "reference", "model", "lead"}
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report) == {"model", "lead", "reference"} and set(report["reference"]) == {"specific_words", "distinct"}
-    assert {"rouge1", "specific_words"} <= set(report["model"]) and "specific_words" in rows[0]["model"]
+    assert {"rouge1", "specific_words", "made_up_words"} <= set(report["model"])
+    assert "specific_words" in rows[0]["model"] and "made_up_words" in rows[0]["model"]
+
+
+def test_locsum_eval_counts_a_word_list_as_real(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"documents": ["The crew reached Ganymede."], "summary": "The crew."}) + "\n")
+    words = tmp_path / "words.txt"
+    words.write_text("crew\nreached\n")
+    assert main(["eval", "--data", str(data), "--quiet", "--baselines", "lead", "--real-words", str(words),
+                 "--report", str(tmp_path / "report.json")]) == 0
+    assert json.loads((tmp_path / "report.json").read_text())["lead"]["made_up_words"]["mean"] == 0
+    words.write_bytes(b"\xff")
+    assert main(["eval", "--data", str(data), "--quiet", "--baselines", "lead", "--real-words", str(words)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

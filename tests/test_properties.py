@@ -68,6 +68,7 @@ def option_values():
         "length_penalty": mostly(st.floats(-10, 10), st.floats(10.5, 1e300)),
         "no_repeat_ngram_size": mostly(st.integers(0, 4), st.just(-1)),
         "early_stopping": mostly(st.booleans(), st.integers(0, 1)),
+        "known_words": mostly(st.booleans(), st.sampled_from(["yes", 1])),
         "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn", "blocks",
                                           "turns"]),
                          st.just("chapters")),

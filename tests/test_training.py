@@ -374,13 +374,17 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
     assert COPY_CAVEAT in card  # a copying model's card warns of the words it makes up
-    assert "| ROUGE-Lsum | input-specific words | distinct % |" in card and "| reference | - | - | - | - | " in card
+    assert "| ROUGE-Lsum | input-specific words | made-up words | distinct % |" in card
+    assert "| reference | - | - | - | - | " in card
+    assert re.search(r"made-up words \d+\.\d\d vs \d+\.\d\d, distinct", card)  # int8 against float32
     assert "2 of 2 summaries identical" in card  # torch decodes with the defaults set at release as well
     assert "Distinct summaries on QMSum test (float32): " in card
     assert "), input-specific words " in card and "% vs " in card  # int8 against float32 on the measures of the table
     assert "the int8 graphs it ships" not in card  # float32 ships: the table's rows are the bundle's own graphs
     assert "set at release over the checkpoint's own: min_length=3, max_length=7." in card
     assert Bundle.load(tmp_path / "default").manifest.generation["min_length"] == 3
+    words = (trainer.latest() / "words.txt").read_text().split()  # the train splits' words, beside each checkpoint
+    assert "words.txt" in Bundle.load(tmp_path / "default").manifest.files and len(words) > 20
 
 
 def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_path, checkpoint_dir, bundle_dir,
@@ -396,7 +400,7 @@ def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_
                          f"bundle={bundle_dir};max_length=6", "--sets", "toy/val,more/val", "--work",
                          str(tmp_path / "work"), "--markdown", str(out), "--json", str(tmp_path / "compare.json")]) == 0
     text = out.read_text()
-    assert "| system | ROUGE-1 | ROUGE-2 | input-specific words | distinct % |" in text
+    assert "| system | ROUGE-1 | ROUGE-2 | input-specific words | made-up words | distinct % |" in text
     rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows == ["| system", "| exported", "| bundle", "| lead", "| random", "| references"] * 2
     assert "exported better than bundle on ROUGE-1 and input-specific words: toy/val no, more/val no." in text

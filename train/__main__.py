@@ -13,11 +13,13 @@ from pathlib import Path
 import torch
 
 from locsum_sdk import kinds
+from locsum_sdk.constants import WORDS_FILE
 from locsum_sdk.errors import LocsumError
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
+from locsum_sdk.words import WordList, words_of
 
 from .config import TrainConfig
 from .data import check_data, read_jsonl, segments, unique_documents
@@ -45,6 +47,18 @@ def prepare_tokenizer(config: TrainConfig, files: list[Path]):
         logger.info("training a %d-token tokenizer on %s", config.vocab_size, [f.name for f in files])
         save_tokenizer(train_tokenizer(tokenizer_texts(files), config.vocab_size), path)
     return path, read_tokenizer(path)
+
+
+def training_words(config: TrainConfig, files: list[Path]) -> Path:
+    """The words of the train splits' text (`tokenizer_texts`), written once to the run's `words.txt`: the word list
+    checkpoints and bundles carry for the `known_words` option."""
+    path = config.run_dir() / WORDS_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        WordList(words_of(tokenizer_texts(files))).write(partial)
+        partial.replace(path)
+    return path
 
 
 def starting_model(config: TrainConfig, tokenizer):
@@ -84,6 +98,8 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         pager = training_pager(config, tokenizer, model)
         train_set = training_set(config.kind, files, pager, tokenizer, config, "train")
         val_set = training_set(config.kind, val_files, pager, tokenizer, config, "val") if val_files else None
+        return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer,
+                       training_words(config, files))
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 

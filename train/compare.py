@@ -19,12 +19,13 @@ import json
 import logging
 from pathlib import Path
 
-from locsum_sdk.evaluation import DISTINCT, REFERENCE, SPECIFIC, evaluate, read_examples, run_baseline
+from locsum_sdk.evaluation import DISTINCT, MADE_UP, REFERENCE, SPECIFIC, evaluate, read_examples, run_baseline
 
 from .config import DATA
-from .release import Comparison, cached, cell
+from .release import Comparison, cached, cell, real_words
 
-COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", SPECIFIC: "input-specific words", DISTINCT: "distinct %"}
+COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", SPECIFIC: "input-specific words", MADE_UP: "made-up words",
+           DISTINCT: "distinct %"}
 BASELINES = ("lead", "random")
 
 
@@ -53,7 +54,8 @@ def compare(systems: list[Comparison], sets: list[str], limit: int | None,
         examples = read_examples(DATA / f"{name}.jsonl", limit)
         texts = {system: cached(work, path, name.replace("/", "-"), examples, options)
                  for system, (path, options) in bundles.items()}
-        reports[name] = evaluate({**texts, **{b: run_baseline(b, examples) for b in BASELINES}}, examples)
+        reports[name] = evaluate({**texts, **{b: run_baseline(b, examples) for b in BASELINES}}, examples,
+                                 known=real_words(DATA))
         sizes[name] = len(examples)
     return reports, sizes
 
@@ -71,12 +73,13 @@ def pooled_verdict(reports: dict[str, dict], sizes: dict[str, int], names: list[
 
 def markdown(reports: dict[str, dict], sizes: dict[str, int], names: list[str], limit: int | None) -> str:
     count = f"first {limit}" if limit else "all"
-    lines = [f"Examples per set: {count}. ROUGE F1, input-specific words per summary and the percent of distinct "
-             "summaries, each with its 95% bootstrap interval; the references' own in the last row.", ""]
+    lines = [f"Examples per set: {count}. ROUGE F1, input-specific words and made-up words per summary (words in no "
+             "text of any split of the training datasets nor of the set) and the percent of distinct summaries, each "
+             "with its 95% bootstrap interval; the references' own in the last row.", ""]
     for name, report in reports.items():
+        references = report[REFERENCE]
         lines += [f"**{name}**", "", *table({k: v for k, v in report.items() if k != REFERENCE}),
-                  f"| references | - | - | {cell(report[REFERENCE], SPECIFIC)} | {cell(report[REFERENCE], DISTINCT)} |",
-                  ""]
+                  f"| references | - | - | {cell(references, SPECIFIC)} | - | {cell(references, DISTINCT)} |", ""]
     if len(names) >= 2:
         verdicts = {name: better(report, names[0], names[1]) for name, report in reports.items()}
         lines.append(f"{names[0]} better than {names[1]} on ROUGE-1 and input-specific words: "

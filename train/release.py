@@ -17,6 +17,7 @@ content and data set, so a release that was stopped picks up where it was.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -28,7 +29,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer, kinds
-from locsum_sdk.evaluation import DISTINCT, METRICS, SPECIFIC, EvalExample, evaluate, read_examples, run_baseline
+from locsum_sdk.evaluation import (
+    DISTINCT,
+    MADE_UP,
+    METRICS,
+    SPECIFIC,
+    EvalExample,
+    evaluate,
+    read_examples,
+    run_baseline,
+    set_words,
+)
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.options import parse_assignment
 
@@ -44,6 +55,15 @@ TEST_SETS = {
     "multinews": "multinews/test.jsonl",
     "leval": "leval/test.jsonl",
 }
+TRAINING_DATA = ("qmsum", "squality", "fewsum")  # the datasets the bundles are trained on (their train splits)
+
+
+@functools.cache
+def real_words(data: Path = DATA) -> frozenset[str]:
+    """The words of every split of the training datasets under `data` (those there): a summary's word in none of
+    them, nor in its evaluation set, counts as made up (`MADE_UP`)."""
+    files = [data / name / f"{split}.jsonl" for name in TRAINING_DATA for split in ("train", "val", "test")]
+    return frozenset(set_words([ex for file in files if file.is_file() for ex in read_examples(file)]))
 
 
 def cell(metrics: dict, column: str) -> str:
@@ -262,7 +282,9 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "memory) keep their first units that fit. Lead = first N source words (N = reference length); random = random "
         "source sentences up to N words; oracle = greedy extractive upper bound. Input-specific words: a "
         "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
-        "other inputs do (the references' own count in the last row). Distinct: the percent of summaries that no "
+        "other inputs do (the references' own count in the last row). Made-up words: a summary's distinct words of "
+        "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
+        "set. Distinct: the percent of summaries that no "
         "example with another input or query repeats (repeated examples may share one). "
         + ("The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on QMSum "
            "test under Checks. " if manifest["dtype"] == "int8" else "")
@@ -273,10 +295,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     ]
     for dataset, report in reports.items():
         lines += [f"### {dataset}", "",
-                  "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words | distinct % |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words | made-up words | "
+                  "distinct % |",
+                  "|---|---|---|---|---|---|---|---|"]
         for system, metrics in report.items():
-            cells = " | ".join(cell(metrics, column) for column in (*METRICS, SPECIFIC, DISTINCT))
+            cells = " | ".join(cell(metrics, column) for column in (*METRICS, SPECIFIC, MADE_UP, DISTINCT))
             lines.append(f"| {system} | {cells} |")
         lines.append("")
     lines += selection_lines(selection, limit)
@@ -290,7 +313,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"- int8 (dynamic quantization of the linear layers and embedding tables) vs float32 on QMSum test, the same "
         f"examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs {int8['rouge1_float32']:.2f} "
         f"({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), input-specific words "
-        f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, distinct "
+        f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, made-up words "
+        f"{int8[MADE_UP + '_int8']:.2f} vs {int8[MADE_UP + '_float32']:.2f}, distinct "
         f"{int8[DISTINCT + '_int8']:.1f}% vs {int8[DISTINCT + '_float32']:.1f}%; int8 summarized "
         f"{int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle {int8['size_mb']:.1f} MB.",
         *([f"- Distinct summaries on QMSum test (float32): {distinct_summaries} of {parity_result['examples']}; a "
@@ -347,11 +371,11 @@ def main(argv: list[str] | None = None) -> None:
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
     distinct_summaries = distinct(texts["float32"], args.min_distinct)
-    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum)
+    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum, known=real_words())
     float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
     int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
                    **{f"{measure}_{dtype}": round(quantized[dtype][measure]["mean"], 2)
-                      for measure in (SPECIFIC, DISTINCT) for dtype in ("float32", "int8")},
+                      for measure in (SPECIFIC, MADE_UP, DISTINCT) for dtype in ("float32", "int8")},
                    "speedup": round(seconds["float32"] / seconds["int8"], 2), "size_mb": round(size_mb(int8), 1)}
     reports = {}
     for dataset in filter(None, args.sets.split(",")):
@@ -362,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             systems[system] = cached(work, path, dataset, examples, options)
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
-        reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl")
+        reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=real_words())
     ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
     if size_mb(ship) > args.max_mb:
         raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB, int8 is "

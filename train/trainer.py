@@ -166,7 +166,8 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 
 class Trainer:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, train_set, val_set=None,
-                 tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None):
+                 tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None,
+                 words_file: Path | None = None):
         kind = device_type(config)
         self.processes = join_processes(kind)
         self.device = torch.device(f"cuda:{self.processes.local_rank}" if kind == "cuda" else "cpu")  # a GPU each
@@ -175,7 +176,7 @@ class Trainer:
             torch.backends.cuda.matmul.allow_tf32 = config.tf32
             torch.backends.cudnn.allow_tf32 = config.tf32
         self.config, self.model, self.train_set, self.val_set = config, model.to(self.device), train_set, val_set
-        self.tokenizer_file, self.tokenizer = tokenizer_file, tokenizer
+        self.tokenizer_file, self.tokenizer, self.words_file = tokenizer_file, tokenizer, words_file
         self.progress = progress and self.processes.main
         if config.gradient_checkpointing:
             for module in model.modules():
@@ -355,7 +356,7 @@ class Trainer:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         work = self.checkpoints / f".{final.name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
-        save_checkpoint(self.model, work, self.tokenizer_file, units=self.config.paging(),
+        save_checkpoint(self.model, work, self.tokenizer_file, self.words_file, units=self.config.paging(),
                         generation=self.config.generation, training=self.config.to_dict())
         for name, source in getattr(self.train_set, "checkpoint_files", {}).items():
             shutil.copyfile(source, work / name)

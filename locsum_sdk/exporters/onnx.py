@@ -22,6 +22,7 @@ from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import Options
+from ..words import WordList
 from .staging import staged
 
 logger = logging.getLogger("locsum_sdk")
@@ -108,6 +109,16 @@ def validate(path: Path, spec, expected: list[np.ndarray], atol: float) -> float
     return worst
 
 
+def _directory(checkpoint: str | os.PathLike) -> Path:
+    return Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent
+
+
+def _beside(checkpoint: str | os.PathLike, name: str) -> Path | None:
+    """The file `name` in the checkpoint's directory, if there is one."""
+    path = _directory(checkpoint) / name
+    return path if path.is_file() else None
+
+
 def export_onnx(
     checkpoint: str | os.PathLike,
     output: str | os.PathLike,
@@ -118,6 +129,7 @@ def export_onnx(
     atol: float = ATOL,
     quantize: str | None = None,
     kind: str | None = None,
+    words: str | os.PathLike | None = None,
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -135,6 +147,8 @@ def export_onnx(
         kind: the kind to export as (`locsum_sdk.kinds`); None: the kind our checkpoint was saved as, pagesum for
             foreign ones (HF BART, research state dicts). Another kind converts the weights where it can
             (a PageSum's BART as hierencdec) or is refused.
+        words: a word list (`words.txt`, one lowercase word a line: the words of the training text) that the
+            `known_words` option accepts beside each input's; defaults to the one beside the checkpoint, if any.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
@@ -150,6 +164,9 @@ def export_onnx(
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
+    words_file = Path(words) if words else _beside(checkpoint, C.WORDS_FILE)
+    if words_file is not None:
+        WordList.read(words_file)  # a damaged list is refused before any work
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
     defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
@@ -163,7 +180,7 @@ def export_onnx(
     defaults.check_model(model.config.to_dict())
     own = declared.own_tokenizer(model.config.to_dict())
     if own is not None:
-        own_file = (Path(checkpoint) if Path(checkpoint).is_dir() else Path(checkpoint).parent) / own.file
+        own_file = _directory(checkpoint) / own.file
         if not own_file.is_file():
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
@@ -186,6 +203,8 @@ def export_onnx(
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         if own is not None:
             shutil.copyfile(own_file, work / own.file)
+        if words_file is not None:
+            shutil.copyfile(words_file, work / C.WORDS_FILE)
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,

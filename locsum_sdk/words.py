@@ -1,0 +1,216 @@
+"""Known words: decoding that never joins subword pieces into a word no text holds.
+
+A small model that copies pieces of its input can string them into words that are in no input and no
+dictionary ("Ganymedriveration" for a story set on Ganymede). With the `known_words` option a word built of
+several pieces may only grow as a prefix of a known word, and end only as a whole one: a word of the input, of
+the query or of the bundle's word list (`words.txt`: the words of its training text). A word of one piece is a
+word of the tokenizer's own vocabulary and always allowed. Words are runs of letters, lowercased.
+
+The lists are sorted distinct words searched by bisection: an input's list holds its distinct words, so building
+it reads the input once and it grows with the input's vocabulary, never faster than the input.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError, OptionError
+
+logger = logging.getLogger("locsum_sdk")
+
+_WORD = re.compile(r"[^\W\d_]+")  # a run of letters
+
+
+def words_of(texts: Iterable[str]) -> set[str]:
+    """The distinct lowercased runs of letters of `texts`."""
+    found: set[str] = set()
+    for text in texts:
+        found.update(_WORD.findall(text.lower()))
+    return found
+
+
+class WordList:
+    """Sorted distinct words: whether a string is a word of the list, or the start of one."""
+
+    def __init__(self, words: Iterable[str]):
+        self.words: list[str] = sorted(set(words))
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def has_prefix(self, text: str) -> bool:
+        """Whether some word of the list starts with `text` (the word itself included)."""
+        i = bisect.bisect_left(self.words, text)
+        return i < len(self.words) and self.words[i].startswith(text)
+
+    def has_word(self, text: str) -> bool:
+        i = bisect.bisect_left(self.words, text)
+        return i < len(self.words) and self.words[i] == text
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """One word a line, UTF-8: a bundle's `words.txt`."""
+        path = Path(path)
+        path.write_text("".join(word + "\n" for word in self.words), encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> WordList:
+        """A list as `write` writes it; a file that cannot be read or is not one raises `DataError`."""
+        try:
+            lines = Path(path).read_bytes().decode("utf-8").splitlines()
+        except OSError as err:
+            raise DataError(f"cannot read the word list {path}: {err.strerror or err}") from None
+        except UnicodeDecodeError:
+            raise DataError(f"the word list {path} is not UTF-8 text; write one lowercase word a line") from None
+        bad = [line for line in lines if not _WORD.fullmatch(line) or line != line.lower()]
+        if bad:
+            raise DataError(f"the word list {path} holds {len(bad)} line(s) that are not one lowercase word, e.g. "
+                            f"{bad[0][:40]!r}; write one lowercase word a line")
+        return cls(lines)
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the others
+    for the code points from 256 up, in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    alphabet, extra = {}, 0
+    for byte in range(256):
+        if byte in kept:
+            alphabet[chr(byte)] = byte
+        else:
+            alphabet[chr(256 + extra)] = byte
+            extra += 1
+    return alphabet
+
+
+def _components(config: dict | None) -> list[dict]:
+    if not config:
+        return []
+    inner = config.get("pretokenizers") or config.get("decoders") or []
+    return [config, *(part for item in inner for part in _components(item))]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """What each token id is as part of a word: its letters (lowercased; None when it holds anything but letters)
+    and whether it opens a word (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##")."""
+
+    letters: list[str | None]
+    opens: np.ndarray  # (V,) bool
+    continues: np.ndarray  # (V,) bool: letters only and not opening a word
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
+        """The pieces of a `tokenizers.Tokenizer` (byte-level BPE, SentencePiece-style or WordPiece), for a model
+        of `size` token ids (None: the tokenizer's count); ids past the tokenizer's are no letters."""
+        config = json.loads(tokenizer.to_str())
+        model = config.get("model") or {}
+        parts = {part.get("type"): part for key in ("pre_tokenizer", "decoder")
+                 for part in _components(config.get(key))}
+        vocab = tokenizer.get_vocab_size(with_added_tokens=True) if size is None else size
+        tokens = [tokenizer.id_to_token(i) or "" for i in range(vocab)]
+        special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
+        if model.get("type") == "WordPiece":
+            prefix = model.get("continuing_subword_prefix") or "##"
+            marked = [not t.startswith(prefix) for t in tokens]
+            texts = [t[len(prefix):] if t.startswith(prefix) else t for t in tokens]
+        elif "ByteLevel" in parts:
+            alphabet = _byte_alphabet()
+            marked = [t.startswith("Ġ") for t in tokens]
+            texts = [_from_bytes(t[1:] if m else t, alphabet) for t, m in zip(tokens, marked)]
+        elif "Metaspace" in parts:
+            marker = parts["Metaspace"].get("replacement") or "▁"
+            marked = [t.startswith(marker) for t in tokens]
+            texts = [t[len(marker):] if m else t for t, m in zip(tokens, marked)]
+        else:
+            raise OptionError("known_words needs a tokenizer that marks where words start (byte-level BPE, "
+                              "SentencePiece or WordPiece); this bundle's does not: turn known_words off")
+        letters = [None if i in special or not text or not text.isalpha() else text.lower()
+                   for i, text in enumerate(texts)]
+        opens = np.array(marked, dtype=bool)
+        continues = np.array([text is not None for text in letters]) & ~opens
+        return cls(letters, opens, continues)
+
+
+def _from_bytes(text: str, alphabet: dict[str, int]) -> str:
+    """A byte-level piece's text; "" where its bytes are not whole UTF-8 characters."""
+    try:
+        return bytes(alphabet[char] for char in text).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
+        return ""
+
+
+class WordGuard:
+    """The `known_words` filter of one decoding batch: for each batch item, the lists its words may come from."""
+
+    def __init__(self, pieces: Pieces, known: Sequence[Sequence[WordList]]):
+        self.pieces, self.known = pieces, known
+
+    def current_word(self, sequence: Sequence[int]) -> tuple[str, int]:
+        """The word the sequence ends in and how many pieces it has ("" and 0 after a space, punctuation or a
+        special token)."""
+        letters, opens = self.pieces.letters, self.pieces.opens
+        parts: list[str] = []
+        for token in reversed(sequence):
+            text = letters[token] if 0 <= token < len(letters) else None
+            if text is None:
+                break
+            parts.append(text)
+            if opens[token]:
+                break
+        return "".join(reversed(parts)), len(parts)
+
+    def _prefix(self, item: int, text: str) -> bool:
+        return any(words.has_prefix(text) for words in self.known[item])
+
+    def _word(self, item: int, text: str) -> bool:
+        return any(words.has_word(text) for words in self.known[item])
+
+    def apply(self, log_probs: np.ndarray, sequences: np.ndarray, needed: int, complete: bool) -> None:
+        """Forbid, in place, the tokens that would leave a word of several pieces unknown. log_probs (B, K, V),
+        sequences (B, K, T). Each beam's tokens are checked best first until `needed` are allowed: a step chooses
+        among those alone. Rows of only some tokens (`complete` False) may be left with fewer, for the caller to
+        read the full distribution; a full row whose every token is forbidden (a word no piece can finish) is
+        left as it was."""
+        continues = self.pieces.continues
+        for b, k in np.ndindex(*sequences.shape[:2]):
+            word, parts = self.current_word(sequences[b, k].tolist())
+            if parts == 0:
+                continue
+            row = log_probs[b, k]
+            before = row.copy()
+            if parts > 1 and not self._word(b, word):
+                row[~continues[: len(row)]] = -np.inf  # the word cannot end before it is a known one
+            allowed = 0
+            for token in _best_first(row):
+                if continues[token] and not self._prefix(b, word + self.pieces.letters[token]):
+                    row[token] = -np.inf
+                    continue
+                allowed += 1
+                if allowed == needed:
+                    break
+            if complete and allowed == 0:
+                row[:] = before
+                logger.debug("known_words: no piece finishes %r as a known word; left unfiltered", word)
+
+
+def _best_first(row: np.ndarray, first: int = 64) -> Iterable[int]:
+    """The indices of `row`'s finite entries, highest first: the best `first` by a partial sort, then the rest."""
+    finite = np.flatnonzero(np.isfinite(row))
+    if len(finite) > first:
+        head = finite[np.argpartition(-row[finite], first - 1)[:first]]
+        head = head[np.argsort(-row[head], kind="stable")]
+        yield from head.tolist()
+        rest = np.setdiff1d(finite, head)
+        yield from rest[np.argsort(-row[rest], kind="stable")].tolist()
+    else:
+        yield from finite[np.argsort(-row[finite], kind="stable")].tolist()

@@ -1,0 +1,222 @@
+"""Known words: the word lists, the tokenizer's pieces, the decoding filter, and the option end to end."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import WORDS, document
+from hypothesis import given
+from hypothesis import strategies as st
+from test_generation import TableSession
+
+from locsum_sdk import Summarizer
+from locsum_sdk.constants import WORDS_FILE
+from locsum_sdk.errors import DataError, OptionError
+from locsum_sdk.generation import GenerationOptions, generate
+from locsum_sdk.words import Pieces, WordGuard, WordList, words_of
+
+# A toy vocabulary: 0-2 special, 3 "Ġgan", 4 "y", 5 "med", 6 "e", 7 "Ġthe", 8 ".", 9 "rive", 10 "Ġsh", 11 "ip".
+TOY = [None, None, None, "gan", "y", "med", "e", "the", None, "rive", "sh", "ip"]
+TOY_OPENS = [False, False, False, True, False, False, False, True, False, False, True, False]
+
+
+def toy_pieces(letters=TOY, opens=TOY_OPENS) -> Pieces:
+    opens = np.array(opens, dtype=bool)
+    return Pieces(list(letters), opens, np.array([t is not None for t in letters]) & ~opens)
+
+
+def allowed(guard: WordGuard, sequence: list[int], needed: int = 12, complete: bool = True) -> set[int]:
+    vocab = len(guard.pieces.letters)
+    log_probs = np.log(np.full((1, 1, vocab), 1 / vocab, dtype=np.float32))
+    guard.apply(log_probs, np.array([[sequence]]), needed, complete)
+    return set(np.flatnonzero(np.isfinite(log_probs[0, 0])).tolist())
+
+
+def test_word_list_finds_words_and_their_starts(tmp_path):
+    words = WordList(["ganymede", "ship", "shipment", "ship"])
+    assert len(words) == 3
+    assert words.has_prefix("gany") and words.has_prefix("ganymede") and not words.has_prefix("ganyx")
+    assert words.has_word("ship") and not words.has_word("shi") and not words.has_word("zzz")
+    assert WordList.read(words.write(tmp_path / "words.txt")).words == words.words
+    assert words_of(["Ganymede's 2 ships, naïve_Ship"]) == {"ganymede", "s", "ships", "naïve", "ship"}
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"ship\nTwo words\n", b"ship\n\nboat\n", b"Ship\n"])
+def test_a_damaged_word_list_is_refused(tmp_path, content):
+    path = tmp_path / "words.txt"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match="word list"):
+        WordList.read(path)
+    with pytest.raises(DataError, match="cannot read"):
+        WordList.read(tmp_path / "missing.txt")
+
+
+def test_pieces_of_a_byte_level_tokenizer(tokenizer):
+    pieces = Pieces.from_tokenizer(tokenizer, tokenizer.get_vocab_size() + 5)
+    assert len(pieces.letters) == tokenizer.get_vocab_size() + 5 and pieces.letters[-1] is None
+    for token in ("<s>", "</s>", "<pad>"):
+        assert pieces.letters[tokenizer.token_to_id(token)] is None
+    ids = tokenizer.encode(" The committee.", add_special_tokens=False).ids
+    assert [word for word, _ in finished_words(pieces, ids)] == ["the", "committee"]
+    assert pieces.opens[ids[0]] and not pieces.continues[ids[0]]
+
+
+def test_pieces_of_wordpiece_and_sentencepiece_tokenizers_and_a_refusal():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "gan": 1, "##y": 2, "##1": 3, ".": 4}
+    wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    pieces = Pieces.from_tokenizer(wordpiece)
+    assert pieces.letters == [None, "gan", "y", None, None] and pieces.opens.tolist()[:3] == [True, True, False]
+    metaspace = Tokenizer(models.BPE({"▁Gan": 0, "y": 1, "▁": 2, "ga": 3}, [], unk_token=None))
+    metaspace.pre_tokenizer = pre_tokenizers.Metaspace()
+    pieces = Pieces.from_tokenizer(metaspace)
+    assert pieces.letters == ["gan", "y", None, "ga"] and pieces.opens.tolist() == [True, False, True, False]
+    plain = Tokenizer(models.WordLevel({"gan": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(OptionError, match="known_words"):
+        Pieces.from_tokenizer(plain)
+
+
+def test_a_word_of_several_pieces_grows_only_into_a_known_word():
+    guard = WordGuard(toy_pieces(), [[WordList(["ganymede"]), WordList(["ship"])]])
+    assert guard.current_word([2, 3, 4]) == ("gany", 2) and guard.current_word([2, 3, 8]) == ("", 0)
+    assert allowed(guard, [2]) == set(range(12))  # no word started: anything
+    assert allowed(guard, [2, 3]) == set(range(12)) - {5, 6, 9, 11}  # "gan" + y; or the one-piece "gan" ends
+    assert allowed(guard, [2, 3, 4]) == {5}  # "gany" is no word: only "ganymed" continues it
+    assert allowed(guard, [2, 3, 4, 5]) == {6}
+    assert allowed(guard, [2, 3, 4, 5, 6]) == set(range(12)) - {4, 5, 6, 9, 11}  # "ganymede" is whole: it may end
+    assert allowed(guard, [2, 10]) == set(range(12)) - {4, 5, 6, 9}  # "sh" + "ip" from the second list
+
+
+def test_the_filter_checks_the_best_tokens_until_enough_are_allowed():
+    guard = WordGuard(toy_pieces(), [[WordList(["ganymede"])]])
+    log_probs = np.log(np.array([[[1, 1, 1, 1, 60, 1, 1, 1, 1, 90, 1, 50]]], dtype=np.float32) / 210)
+    guard.apply(log_probs, np.array([[[2, 3]]]), 1, True)
+    assert np.isneginf(log_probs[0, 0, 9]) and np.isfinite(log_probs[0, 0, 4])  # "rive" out, "y" kept
+    assert np.isfinite(log_probs[0, 0, 11])  # below the first allowed token: never chosen, never checked
+
+
+def test_a_row_the_filter_would_empty():
+    letters = [None, None, None, "ca", "f", "e"]  # no piece holds "é"
+    guard = WordGuard(toy_pieces(letters, [False, False, False, True, False, False]), [[WordList(["café"])]])
+    assert allowed(guard, [2, 3, 4], complete=False) == set()  # the caller reads the full row next
+    assert allowed(guard, [2, 3, 4]) == set(range(6))  # no piece finishes "caf": left as it was
+
+
+def test_generate_needs_a_guard_for_known_words():
+    with pytest.raises(OptionError, match="known_words"):
+        generate(TableSession(12), 1, GenerationOptions(num_beams=1, known_words=True), 0, 2, 1)
+
+
+def random_pieces(vocab: int, rng: random.Random) -> Pieces:
+    """Special 0-2, one-letter continuations of a-d at 3-6, then random pieces (some opening, some punctuation)."""
+    letters: list[str | None] = [None, None, None, "a", "b", "c", "d"]
+    opens = [False] * 7
+    for _ in range(vocab - 7):
+        roll = rng.random()
+        letters.append(None if roll < 0.15 else "".join(rng.choices("abcd", k=rng.randint(1, 3))))
+        opens.append(roll < 0.15 or roll > 0.55)
+    return toy_pieces(letters, opens)
+
+
+def finished_words(pieces: Pieces, token_ids: list[int]) -> list[tuple[str, int]]:
+    """The words of a sequence that a later token ends, with their piece counts."""
+    words, word, parts = [], "", 0
+    for token in token_ids:
+        if pieces.continues[token] and parts:
+            word, parts = word + pieces.letters[token], parts + 1
+            continue
+        if parts:
+            words.append((word, parts))
+        word, parts = pieces.letters[token] or "", int(pieces.letters[token] is not None)
+    return words
+
+
+@given(vocab=st.integers(12, 40), beams=st.integers(1, 4), top=st.integers(1, 40), max_length=st.integers(2, 24),
+       min_length=st.integers(0, 24), batch=st.integers(1, 3), seed=st.integers(0, 999))
+def test_known_words_never_end_a_made_up_word_and_best_tokens_decide_the_same(vocab, beams, top, max_length,
+                                                                                min_length, batch, seed):
+    """Random pieces, lists and tables: every finished word of several pieces is a known one, and a session giving
+    only each beam's best tokens decides exactly as one giving full rows."""
+    rng = random.Random(seed)
+    pieces = random_pieces(vocab, rng)
+    known = [[WordList("".join(rng.choices("abcd", k=rng.randint(2, 7))) for _ in range(rng.randint(1, 6)))]
+             for _ in range(batch)]
+    options = GenerationOptions(num_beams=beams, max_length=max_length, min_length=min(min_length, max_length),
+                                known_words=True)
+    want = generate(TableSession(vocab, seed=seed), batch, options, 0, 2, 1, guard=WordGuard(pieces, known))
+    got = generate(TableSession(vocab, min(top, vocab), seed=seed), batch, options, 0, 2, 1,
+                   guard=WordGuard(pieces, known))
+    assert [h.token_ids for h in got] == [h.token_ids for h in want]
+    for item, hypothesis in enumerate(want):
+        for word, parts in finished_words(pieces, hypothesis.token_ids):
+            assert parts <= 1 or known[item][0].has_word(word), (word, hypothesis.token_ids)
+
+
+@pytest.fixture(scope="module")
+def word_checkpoint(tmp_path_factory, tokenizer, tokenizer_file):
+    """A tiny random PageSum pushed towards letter pieces (so that it strings them into made-up words), with the
+    words of the test documents as its list."""
+    import torch
+    from conftest import TINY_GENERATION, TINY_UNITS, WORDS, random_pagesum
+
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    model = random_pagesum(tokenizer.get_vocab_size(), seed=3)
+    pieces = Pieces.from_tokenizer(tokenizer, model.config.vocab_size)
+    bias = dict(model.named_buffers())[next(n for n, _ in model.named_buffers() if n.endswith("final_logits_bias"))]
+    with torch.no_grad():
+        bias[0, torch.from_numpy(pieces.continues)] += 4.0
+        bias[0, torch.from_numpy(pieces.opens & np.array([t is not None for t in pieces.letters]))] += 2.0
+    directory = tmp_path_factory.mktemp("words-ckpt")
+    words = WordList(WORDS).write(directory / "list.txt")
+    return save_checkpoint(model, directory / "checkpoint", tokenizer_file, words, units=TINY_UNITS,
+                           generation=TINY_GENERATION)
+
+
+@pytest.fixture(scope="module")
+def word_bundle(tmp_path_factory, word_checkpoint):
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    return export_onnx(word_checkpoint, tmp_path_factory.mktemp("wb") / "bundle").path
+
+
+def test_a_bundle_carries_its_word_list(word_bundle, word_checkpoint, tmp_path, checkpoint_dir):
+    """The list beside the checkpoint goes into the bundle and its checksums; a damaged one stops the export."""
+    manifest = json.loads((word_bundle / "manifest.json").read_text())
+    assert WORDS_FILE in manifest["files"]
+    summarizer = Summarizer.from_pretrained(word_bundle, threads=1)
+    assert summarizer.words is not None and summarizer.words.words == sorted(WORDS)
+    assert Summarizer.from_pretrained(word_checkpoint, backend="torch").words.words == sorted(WORDS)
+    assert Summarizer.from_pretrained(checkpoint_dir, backend="torch").words is None  # that one has none
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Two Words\n")
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    with pytest.raises(DataError, match="word list"):
+        export_onnx(checkpoint_dir, tmp_path / "out", words=bad)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_known_words_on_onnxruntime_and_torch_give_the_same_tokens(word_bundle, word_checkpoint, num_beams):
+    """The filter runs in the shared loop: token-exact on both backends, and no finished word of several pieces
+    outside the input's words and the bundle's list."""
+    ort = Summarizer.from_pretrained(word_bundle, threads=1)
+    ref = Summarizer.from_pretrained(word_checkpoint, backend="torch", threads=1)
+    rng = random.Random(num_beams)
+    pieces = Pieces.from_tokenizer(ort.tokenizer, ort.model["vocab_size"])
+    options = dict(num_beams=num_beams, max_length=24, min_length=6, known_words=True)
+    changed = 0
+    for case in range(6):
+        text = document(rng, rng.randint(1, 20))
+        a, b = ort.summarize(text, **options), ref.summarize(text, **options)
+        assert a.token_ids == b.token_ids, f"case {case}"
+        real = words_of([text]) | set(ort.words.words)
+        for word, parts in finished_words(pieces, a.token_ids):
+            assert parts <= 1 or word in real, word
+        changed += a.token_ids != ort.summarize(text, **{**options, "known_words": False}).token_ids
+    assert changed > 0  # a random model makes words up: the filter had something to do
