@@ -357,7 +357,7 @@ def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kin
 def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
     from locsum_sdk.bundle import Bundle
     from train.__main__ import build
-    from train.release import COPY_CAVEAT
+    from train.release import KNOWN_WORDS_NOTE
     from train.release import main as release
 
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
@@ -373,7 +373,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
-    assert COPY_CAVEAT in card  # a copying model's card warns of the words it makes up
+    assert KNOWN_WORDS_NOTE in card  # a copying model decodes with known_words unless told otherwise
     assert "| ROUGE-Lsum | input-specific words | made-up words | distinct % |" in card
     assert "| reference | - | - | - | - | " in card
     assert re.search(r"made-up words \d+\.\d\d vs \d+\.\d\d, distinct", card)  # int8 against float32
@@ -381,8 +381,9 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "Distinct summaries on QMSum test (float32): " in card
     assert "), input-specific words " in card and "% vs " in card  # int8 against float32 on the measures of the table
     assert "the int8 graphs it ships" not in card  # float32 ships: the table's rows are the bundle's own graphs
-    assert "set at release over the checkpoint's own: min_length=3, max_length=7." in card
+    assert "set at release over the checkpoint's own: min_length=3, max_length=7, known_words=True." in card
     assert Bundle.load(tmp_path / "default").manifest.generation["min_length"] == 3
+    assert Bundle.load(tmp_path / "default").manifest.generation["known_words"] is True
     words = (trainer.latest() / "words.txt").read_text().split()  # the train splits' words, beside each checkpoint
     assert "words.txt" in Bundle.load(tmp_path / "default").manifest.files and len(words) > 20
 

@@ -10,7 +10,8 @@ bundle, each with its own summarize options: e.g. a single-page model of the sam
 per document via `policy=document`), float32 against int8,
 ONNX Runtime against the torch checkpoint (greedy, token for token), and the training budget read from the
 runs' metrics.jsonl. A model that writes (nearly) the same summary for every input is not released
-(`--min-distinct`). Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
+(`--min-distinct`). A model with copy decodes with `known_words` unless `--default known_words=false` says
+otherwise. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
 content and data set, so a release that was stopped picks up where it was.
 """
 
@@ -29,6 +30,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer, kinds
+from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
 from locsum_sdk.evaluation import (
     DISTINCT,
     MADE_UP,
@@ -256,6 +258,15 @@ def selection_lines(selection: dict | None, limit: int | None) -> list[str]:
 COPY_CAVEAT = (" It copies from its input and also strings copied word pieces into words that exist nowhere (a "
                "name's first pieces run on into pieces of other words), most often on stories and reviews: check the "
                "names in a summary against the input.")
+KNOWN_WORDS_NOTE = (" It copies from its input; its decoding keeps every word of several pieces to the words of the "
+                    "input and of its training text (`known_words`), so it makes up no words, but it may put a copied "
+                    "name in the wrong sentence: check the names in a summary against the input.")
+
+
+def copies(checkpoint: Path) -> bool:
+    """Whether a checkpoint of ours is a model with the copy distribution."""
+    config = checkpoint / CHECKPOINT_CONFIG_FILE
+    return config.is_file() and bool(json.loads(config.read_text()).get("model", {}).get("copy"))
 
 
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
@@ -333,7 +344,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "seeing which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
         "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
         "repetitive sentences, and weak results outside meetings, stories and product reviews."
-        + (COPY_CAVEAT if model.get("copy") else ""),
+        + ("" if not model.get("copy") else KNOWN_WORDS_NOTE if manifest["generation"].get("known_words")
+           else COPY_CAVEAT),
         "",
     ]
     return "\n".join(lines)
@@ -363,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.work).expanduser()
     work.mkdir(parents=True, exist_ok=True)
     defaults = dict(args.defaults)
+    if copies(Path(args.checkpoint)):
+        defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
     fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True).path
     int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
