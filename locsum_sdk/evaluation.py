@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import numpy as np
 
 from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
+from .words import words_of
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -48,7 +48,7 @@ DISTINCT = "distinct"  # percent of summaries that no example with another input
 REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
 RARE_SHARE = 0.15  # a word in fewer than this share of the other distinct inputs is specific to its input
-_WORD = re.compile(r"[^\W\d_]{4,}")  # four or more letters
+CONTENT_LETTERS = 4  # a content word has at least this many letters
 
 
 @dataclass(frozen=True)
@@ -241,8 +241,8 @@ def run_baseline(name: str, examples: Iterable[EvalExample], seed: int = 0) -> l
 
 
 def content_words(text: str) -> set[str]:
-    """The distinct lowercased words of four or more letters of `text`."""
-    return set(_WORD.findall(text.lower()))
+    """The distinct lowercased words (runs of letters, as `words_of` reads them) of four or more letters of `text`."""
+    return {word for word in words_of([text]) if len(word) >= CONTENT_LETTERS}
 
 
 def input_specific_words(examples: Sequence[EvalExample]) -> list[set[str]]:

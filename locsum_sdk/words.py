@@ -187,7 +187,7 @@ class WordGuard:
             if parts == 0:
                 continue
             row = log_probs[b, k]
-            before = row.copy()
+            before = row.copy() if complete else None  # to leave a full row as it was, should it be emptied
             if parts > 1 and not self._word(b, word):
                 row[~continues[: len(row)]] = -np.inf  # the word cannot end before it is a known one
             allowed = 0
@@ -198,7 +198,7 @@ class WordGuard:
                 allowed += 1
                 if allowed == needed:
                     break
-            if complete and allowed == 0:
+            if before is not None and allowed == 0:
                 row[:] = before
                 logger.debug("known_words: no piece finishes %r as a known word; left unfiltered", word)
 
