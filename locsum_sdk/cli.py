@@ -125,13 +125,16 @@ def _summarize_example(summarizer, example, data: str, overrides: dict) -> str:
 def _export(args: argparse.Namespace) -> int:
     if args.trt:
         return _export_trt(args)
-    trt_only = [flag for flag, value in (("--bundle", args.bundle), ("--fp16", args.fp16),
-                                         ("--dry-run", args.dry_run), ("--dim", args.dim)) if value]
+    trt_only = [flag for flag, value in (("--fp16", args.fp16), ("--dry-run", args.dry_run), ("--dim", args.dim))
+                if value]
     trt_only += [f"--{name.replace('_', '-')}" for name in TRT_SHAPES if getattr(args, name) is not None]
     if trt_only:
         raise OptionError(f"{', '.join(trt_only)}: options of TensorRT engines; add --trt")
-    if not args.checkpoint or not args.output:
-        raise OptionError("export needs --checkpoint and --output (or --trt --bundle DIR to build TensorRT engines)")
+    if args.bundle and not args.checkpoint:
+        return _export_defaults(args)
+    if args.bundle or not args.checkpoint or not args.output:
+        raise OptionError("export needs --checkpoint and --output; or --bundle DIR --output DIR with options to "
+                          "copy a bundle with other defaults; or --trt --bundle DIR to build TensorRT engines")
     from .exporters.onnx import export_onnx
 
     bundle = export_onnx(
@@ -140,6 +143,25 @@ def _export(args: argparse.Namespace) -> int:
         force=args.force, quantize=args.quantize, kind=args.kind,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
+    return 0
+
+
+def _export_defaults(args: argparse.Namespace) -> int:
+    """--bundle copied to --output with the options given as its defaults (its graphs unchanged; no torch)."""
+    from .bundle import Bundle
+    from .exporters.defaults import set_defaults
+
+    if not args.output:
+        raise OptionError("export --bundle DIR needs --output: the directory of the copy with the new defaults")
+    if args.tokenizer or args.config or args.quantize or args.kind:
+        raise OptionError("--tokenizer, --config, --quantize and --kind are options of exporting a checkpoint; a "
+                          "bundle copied with other defaults keeps its graphs and files")
+    options = _overrides(args, kinds.get(Bundle.load(args.bundle, verify=False).manifest.kind))
+    if not options:
+        raise OptionError("export --bundle DIR --output DIR copies the bundle with other default options; give "
+                          "some, e.g. --min-length 60 --known-words")
+    bundle = set_defaults(args.bundle, args.output, options, force=args.force)
+    print(f"wrote {bundle.path}: {args.bundle} with defaults {options}")
     return 0
 
 
@@ -291,7 +313,9 @@ def _needs(args: argparse.Namespace) -> list[extras.Need]:
     """The extras a command line needs, checked before it does any work."""
     command = args.command
     if command == "export":
-        return [extras.TRT_PREPARE if args.trt else extras.ONNX_EXPORT]  # building imports TensorRT first
+        if args.trt:
+            return [extras.TRT_PREPARE]  # building imports TensorRT first
+        return [] if args.bundle and not args.checkpoint else [extras.ONNX_EXPORT]  # new defaults need no torch
     if command == "doctor":
         return []  # it reports what is missing, stage by stage
     needs = []
@@ -484,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_eval)
 
     e = commands.add_parser("export", parents=flags,
-                            help="export a checkpoint to an ONNX bundle, or a bundle to TensorRT engines")
+                            help="export a checkpoint to an ONNX bundle, a bundle to TensorRT engines, or a "
+                                 "bundle to a copy with other default options (--bundle, --output, options)")
     e.add_argument("--kind", choices=kinds.names(),
                    help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files)")
     e.add_argument("--checkpoint", help="our checkpoint, an HF BART directory or a research state dict")
@@ -496,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")
-    t.add_argument("--bundle", help="the exported bundle to build engines for")
+    t.add_argument("--bundle", help="the exported bundle to build engines for (without --trt: to copy with the "
+                   "options given as its defaults)")
     t.add_argument("--fp16", action="store_true", help="float16 engines")
     t.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="write the prepared graphs and plan.json, print the plan, build nothing (any machine)")

@@ -501,3 +501,15 @@ def test_dry_run_without_onnx_names_the_extra(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2 and "pip install 'locsum[gpu]'" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_new_defaults_keep_engines_only_where_their_profiles_hold(tmp_path):
+    from locsum_sdk.exporters.defaults import set_defaults
+
+    source = bundle_with_engines(tmp_path)
+    copy = set_defaults(source, tmp_path / "copy", {"known_words": True})
+    assert copy.manifest.tensorrt == Bundle.load(source).manifest.tensorrt
+    assert (copy.path / "decoder.plan").read_bytes() == b"decoder plan"
+    with pytest.raises(OptionError, match="build the engines again"):
+        set_defaults(source, tmp_path / "paged", {"page_tokens": 256})
+    assert not (tmp_path / "paged").exists()

@@ -357,7 +357,7 @@ def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kin
 def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
     from locsum_sdk.bundle import Bundle
     from train.__main__ import build
-    from train.release import KNOWN_WORDS_NOTE
+    from train.release import EARLIER_MARK, KNOWN_WORDS_NOTE
     from train.release import main as release
 
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
@@ -386,6 +386,28 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert Bundle.load(tmp_path / "default").manifest.generation["known_words"] is True
     words = (trainer.latest() / "words.txt").read_text().split()  # the train splits' words, beside each checkpoint
     assert "words.txt" in Bundle.load(tmp_path / "default").manifest.files and len(words) > 20
+
+    again = ["--bundle", str(tmp_path / "default"), "--output", str(tmp_path / "again"), "--sets", "qmsum",
+             "--work", str(tmp_path / "work-again"), "--min-distinct", "0", "--default", "min_length=4"]
+    with pytest.raises(SystemExit, match="--limit of its release"):
+        release(again)  # the carried checks were measured on 2 examples
+    release([*again, "--limit", "2"])
+    card = (tmp_path / "again" / "README.md").read_text()
+    first, second = Bundle.load(tmp_path / "default").manifest, Bundle.load(tmp_path / "again").manifest
+    assert second.files == first.files and second.generation == {**first.generation, "min_length": 4}
+    assert "set at release over the checkpoint's own: min_length=4, max_length=7, known_words=True." in card
+    assert "Released again from the earlier release's bundle" in card
+    assert f"| as sections {EARLIER_MARK} |" in card  # not measured again: its row is the earlier release's
+    assert "- At its earlier release (decoding {" in card and "2 of 2 summaries identical" in card
+    assert "| card | cpu, " in card  # the budget, carried
+    record = json.loads((tmp_path / "again" / "evaluation.json").read_text())
+    assert record["released_from"]["generation"] == first.generation
+    release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "third")])
+    third = (tmp_path / "third" / "README.md").read_text()
+    assert third.count(EARLIER_MARK) == card.count(EARLIER_MARK)  # a carried row is marked once
+    (tmp_path / "again" / "evaluation.json").unlink()
+    with pytest.raises(SystemExit, match="no evaluation.json"):
+        release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "fourth")])
 
 
 def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_path, checkpoint_dir, bundle_dir,
@@ -552,3 +574,14 @@ def test_release_refuses_a_default_that_is_not_name_equals_value(capsys):
     with pytest.raises(SystemExit):
         release(["--checkpoint", "c", "--output", "o", "--default", "min_length"])
     assert "'min_length' is not NAME=VALUE" in capsys.readouterr().err
+
+
+def test_release_takes_a_checkpoint_or_a_bundle_and_a_bundle_keeps_its_budget(capsys):
+    from train.release import main as release
+
+    for argv, message in ((["--output", "o"], "one of the arguments --checkpoint --bundle is required"),
+                          (["--checkpoint", "c", "--bundle", "b", "--output", "o"], "not allowed with"),
+                          (["--bundle", "b", "--runs", "r", "--output", "o"], "keeps its budget")):
+        with pytest.raises(SystemExit):
+            release(argv)
+        assert message in capsys.readouterr().err

@@ -13,6 +13,14 @@ runs' metrics.jsonl. A model that writes (nearly) the same summary for every inp
 (`--min-distinct`). A model with copy decodes with `known_words` unless `--default known_words=false` says
 otherwise. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
 content and data set, so a release that was stopped picks up where it was.
+
+    python -m train.release --bundle engines/default --output engines/default --default known_words=true
+
+releases a bundle again with other defaults (`--default`) where its checkpoint is not at hand: the graphs stay,
+every test set and the selection stage are measured again with the new defaults, and what needs the checkpoint
+(the float32/int8 comparison, the parity check) and the training budget are carried from the bundle's
+evaluation.json, as are the rows of the systems it was compared with (each marked as measured at the earlier
+release); the card says which figures are which.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from locsum_sdk.evaluation import (
     run_baseline,
     set_words,
 )
+from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.options import parse_assignment
 
@@ -269,10 +278,16 @@ def copies(checkpoint: Path) -> bool:
     return config.is_file() and bool(json.loads(config.read_text()).get("model", {}).get("copy"))
 
 
+EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluation of a bundle released again
+
+
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
-         defaults: dict | None = None) -> str:
+         defaults: dict | None = None, earlier: dict | None = None) -> str:
+    """The model card; `earlier` (a bundle released again) names the decoding of the release whose checks and
+    carried rows it repeats."""
     manifest = json.loads((bundle / "manifest.json").read_text())
+    then = f"At its earlier release (decoding {earlier['generation']}): " if earlier else ""
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
              "FFN {encoder_ffn_dim}, vocabulary {vocab_size}, {max_positions} positions".format(**model)
@@ -285,7 +300,10 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"**Bundle.** {manifest['dtype']}, {size_mb(bundle):.1f} MB; units: {manifest['units']}; limits: "
         f"{manifest['limits']}; decoding: {manifest['generation']}"
         + (f"; set at release over the checkpoint's own: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}."
-           if defaults else "."),
+           if defaults else ".")
+        + (" Released again from the earlier release's bundle with these defaults: the same graphs and files, every "
+           "test set measured again; the checks that need the checkpoint and the training budget are the earlier "
+           "release's." if earlier else ""),
         "",
         "## ROUGE F1 on the test splits (95% bootstrap intervals)",
         "",
@@ -297,8 +315,10 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
         "set. Distinct: the percent of summaries that no "
         "example with another input or query repeats (repeated examples may share one). "
-        + ("The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on QMSum "
-           "test under Checks. " if manifest["dtype"] == "int8" else "")
+        + (f"The bundle's rows are the {manifest['dtype']} graphs it ships; rows marked {EARLIER_MARK} are as "
+           "measured then, with that release's decoding. " if earlier
+           else "The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on "
+           "QMSum test under Checks. " if manifest["dtype"] == "int8" else "")
         + "QMSum and SQuALITY are in the "
         "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
         "domains.",
@@ -317,19 +337,21 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     lines += [
         "## Checks",
         "",
-        f"- ONNX Runtime vs the torch checkpoint, greedy (other options as the bundle's defaults), QMSum test: "
+        f"- {then}ONNX Runtime vs the torch checkpoint, greedy (other options as the bundle's defaults), QMSum test: "
         f"{parity_result['identical']} of {parity_result['examples']} summaries identical token for token"
         + (f"; first differing step per differing example: {parity_result['differing']}." if parity_result["differing"]
            else "."),
-        f"- int8 (dynamic quantization of the linear layers and embedding tables) vs float32 on QMSum test, the same "
-        f"examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs {int8['rouge1_float32']:.2f} "
-        f"({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), input-specific words "
-        f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, made-up words "
-        f"{int8[MADE_UP + '_int8']:.2f} vs {int8[MADE_UP + '_float32']:.2f}, distinct "
-        f"{int8[DISTINCT + '_int8']:.1f}% vs {int8[DISTINCT + '_float32']:.1f}%; int8 summarized "
+        f"- {then}int8 (dynamic quantization of the linear layers and embedding tables) vs float32 on QMSum test, "
+        f"the same examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs "
+        f"{int8['rouge1_float32']:.2f} ({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), input-specific words "
+        f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, "
+        + (f"made-up words {int8[MADE_UP + '_int8']:.2f} vs {int8[MADE_UP + '_float32']:.2f}, "
+           if MADE_UP + "_int8" in int8 else "")  # a release before the made-up count has none
+        + f"distinct {int8[DISTINCT + '_int8']:.1f}% vs {int8[DISTINCT + '_float32']:.1f}%; int8 summarized "
         f"{int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle {int8['size_mb']:.1f} MB.",
-        *([f"- Distinct summaries on QMSum test (float32): {distinct_summaries} of {parity_result['examples']}; a "
-           "model that ignores its input writes one summary for all."] if distinct_summaries is not None else []),
+        *([f"- Distinct summaries on QMSum test ({manifest['dtype'] if earlier else 'float32'}): "
+           f"{distinct_summaries} of {parity_result['examples']}; a model that ignores its input writes one summary "
+           "for all."] if distinct_summaries is not None else []),
         "",
         "## Training budget (bf16 autocast)",
         "",
@@ -351,9 +373,85 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     return "\n".join(lines)
 
 
+@dataclass
+class Measured:
+    """What a release measures of its bundle, or carries: the bundle it ships, its QMSum test summaries, and the
+    checks that need its weights."""
+
+    ship: Path
+    qmsum_texts: list[str]
+    int8: dict
+    parity: dict
+    training: dict
+    defaults: dict
+    earlier: dict | None = None  # for a bundle released again: its earlier release (`released_from`)
+    carried: dict | None = None  # rows of systems compared at the earlier release, by set
+
+
+def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) -> Measured:
+    """Export float32 and int8, set them side by side on QMSum test, check parity with torch, read the budget."""
+    defaults = dict(args.defaults)
+    if copies(Path(args.checkpoint)):
+        defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
+    fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True).path
+    int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
+    both = content_key(bundle_content(fp32), bundle_content(int8))
+    texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
+                            lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
+    distinct(texts["float32"], args.min_distinct)
+    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum, known=real_words())
+    float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
+    int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
+                   **{f"{measure}_{dtype}": round(quantized[dtype][measure]["mean"], 2)
+                      for measure in (SPECIFIC, MADE_UP, DISTINCT) for dtype in ("float32", "int8")},
+                   "speedup": round(seconds["float32"] / seconds["int8"], 2), "size_mb": round(size_mb(int8), 1)}
+    ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
+    if size_mb(ship) > args.max_mb:
+        raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB, int8 is "
+                         f"{size_mb(int8):.1f} MB and moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (at most 0.5 "
+                         "ships); train a smaller model or raise --max-mb")
+    weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
+    parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_content(fp32), weights)}.json",
+                           lambda: parity(fp32, Path(args.checkpoint), qmsum))
+    return Measured(ship, texts["float32"], int8_result, parity_result, budget([r for r in args.runs.split(",") if r]),
+                    defaults)
+
+
+def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) -> Measured:
+    """The bundle again with `--default` over its defaults; what needs its weights comes from its evaluation.json."""
+    source = Path(args.bundle)
+    record = source / "evaluation.json"
+    if not record.is_file():
+        raise SystemExit(f"{source} has no evaluation.json: only a bundle that train.release wrote can be released "
+                         "again from the bundle; release it from its checkpoint (--checkpoint)")
+    earlier = json.loads(record.read_text())
+    if earlier["parity"]["examples"] != len(qmsum):
+        raise SystemExit(f"{source} was measured on {earlier['parity']['examples']} QMSum test examples, this run "
+                         f"reads {len(qmsum)}: give the --limit of its release (none for all)")
+    manifest = json.loads((source / "manifest.json").read_text())
+    defaults = {**earlier.get("defaults", {}), **dict(args.defaults)}
+    if manifest["model"].get("copy"):
+        defaults.setdefault("known_words", True)
+    ship = set_defaults(source, work / "bundle", defaults, force=True).path
+    texts = cached(work, ship, "qmsum", qmsum, {})
+    distinct(texts, args.min_distinct)
+    ours = ("locsum (this bundle)", "lead", "random", "oracle", "reference", *(c.name for c in args.compare))
+    carried = {dataset: {system: metrics for system, metrics in
+                         ((name.removesuffix(f" {EARLIER_MARK}"), row) for name, row in report.items())
+                         if system not in ours}
+               for dataset, report in earlier["rouge"].items()}
+    released_from = {"generation": manifest["generation"], "files": manifest["files"],
+                     **({"released_from": earlier["released_from"]} if "released_from" in earlier else {})}
+    return Measured(ship, texts, earlier["int8"], earlier["parity"], earlier["training"], defaults, released_from,
+                    carried)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="the trained checkpoint to export and release")
+    source.add_argument("--bundle", help="a bundle train.release wrote, to release again with other --default "
+                        "options (its checkpoint not at hand)")
     parser.add_argument("--output", required=True)
     parser.add_argument("--compare", action="append", default=[], type=Comparison.parse,
                         help="NAME=CHECKPOINT_OR_BUNDLE[;option=value...]: a system reported beside this one")
@@ -371,58 +469,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-distinct", type=float, default=0.5,
                         help="the least share of distinct summaries on QMSum test that a release accepts")
     args = parser.parse_args(argv)
+    if args.bundle and args.runs:
+        parser.error("--runs is read from the checkpoint's runs; a bundle released again keeps its budget")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     work = Path(args.work).expanduser()
     work.mkdir(parents=True, exist_ok=True)
-    defaults = dict(args.defaults)
-    if copies(Path(args.checkpoint)):
-        defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
-    fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True).path
-    int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
-    compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     qmsum = read_examples(DATA / TEST_SETS["qmsum"], args.limit)
-    both = content_key(bundle_content(fp32), bundle_content(int8))
-    texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
-                            lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
-    distinct_summaries = distinct(texts["float32"], args.min_distinct)
-    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum, known=real_words())
-    float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
-    int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
-                   **{f"{measure}_{dtype}": round(quantized[dtype][measure]["mean"], 2)
-                      for measure in (SPECIFIC, MADE_UP, DISTINCT) for dtype in ("float32", "int8")},
-                   "speedup": round(seconds["float32"] / seconds["int8"], 2), "size_mb": round(size_mb(int8), 1)}
+    measured = (from_bundle if args.bundle else from_checkpoint)(args, work, qmsum)
+    ship = measured.ship
+    compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     reports = {}
     for dataset in filter(None, args.sets.split(",")):
         examples = qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
-        ours = texts["float32"] if dataset == "qmsum" else cached(work, fp32, dataset, examples, {})
+        ours = measured.qmsum_texts if dataset == "qmsum" else cached(work, ship, dataset, examples, {})
         systems = {"locsum (this bundle)": ours}
         for system, (path, options) in compared.items():
             systems[system] = cached(work, path, dataset, examples, options)
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
-        reports[dataset] = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=real_words())
-    ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
-    if size_mb(ship) > args.max_mb:
-        raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB, int8 is "
-                         f"{size_mb(int8):.1f} MB and moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (at most 0.5 "
-                         "ships); train a smaller model or raise --max-mb")
-    weights = hashlib.sha256((Path(args.checkpoint) / "model.safetensors").read_bytes()).hexdigest()
-    parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_content(fp32), weights)}.json",
-                           lambda: parity(fp32, Path(args.checkpoint), qmsum))
-    training = budget([r for r in args.runs.split(",") if r])
+        report = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=real_words())
+        earlier = {f"{system} {EARLIER_MARK}": metrics for system, metrics in (measured.carried or {}).get(
+            dataset, {}).items()}
+        reports[dataset] = {"locsum (this bundle)": report.pop("locsum (this bundle)"), **earlier, **report}
     kind = json.loads((ship / "manifest.json").read_text())["kind"]
     selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_content(ship))}.json",
                        lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
                                                 args.limit))
+    distinct_summaries = len(set(measured.qmsum_texts))
     output = Path(args.output)
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
-    (staging / "README.md").write_text(card(output.name, staging, reports, int8_result, parity_result, training,
-                                            args.limit, args.about, selection, distinct_summaries, defaults))
+    (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
+                                            measured.training, args.limit, args.about, selection, distinct_summaries,
+                                            measured.defaults, measured.earlier))
     (staging / "evaluation.json").write_text(json.dumps(
-        {"rouge": reports, "int8": int8_result, "parity": parity_result, "training": training,
-         "selection": selection, "distinct_summaries": distinct_summaries, "defaults": defaults}, indent=2))
+        {"rouge": reports, "int8": measured.int8, "parity": measured.parity, "training": measured.training,
+         "selection": selection, "distinct_summaries": distinct_summaries, "defaults": measured.defaults,
+         **({"released_from": measured.earlier} if measured.earlier else {})}, indent=2))
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
