@@ -341,7 +341,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"{parity_result['identical']} of {parity_result['examples']} summaries identical token for token"
         + (f"; first differing step per differing example: {parity_result['differing']}." if parity_result["differing"]
            else "."),
-        f"- {then}int8 (dynamic quantization of the linear layers and embedding tables) vs float32 on QMSum test, "
+        f"- {'At its earlier release as well: ' if earlier else ''}int8 (dynamic quantization of the linear layers "
+        "and embedding tables) vs float32 on QMSum test, "
         f"the same examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs "
         f"{int8['rouge1_float32']:.2f} ({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), input-specific words "
         f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, "
