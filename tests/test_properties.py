@@ -392,6 +392,38 @@ def test_cli_export(checkpoint_dir, tmp_path_factory, data):
     assert not [p for p in root.iterdir() if ".staging-" in p.name]  # no partial export left behind
 
 
+
+@given(data=st.data())
+def test_set_defaults(bundle_dir, tmp_path_factory, data):
+    from locsum_sdk.exporters.defaults import set_defaults
+
+    root = tmp_path_factory.mktemp("defaults")
+    output = root / "copy"
+    if data.draw(st.booleans()):
+        argv = ["export", "--bundle", str(bundle_dir), "--output", str(output)]
+        argv += draw_flags(data, [f for f in data.draw(cli_options()) if f[0] != "--threads"])
+        code = run_cli(argv)
+        assert code in (0, 2)
+        written = code == 0
+    else:
+        chosen = data.draw(options())
+        try:
+            set_defaults(bundle_dir, output, chosen)
+            written = True
+        except LocsumError:
+            written = False
+    event(f"set_defaults written {written}")
+    if written:
+        summarizer = Summarizer.from_pretrained(output)  # what it wrote loads
+        try:
+            check_summary(summarizer.summarize("The board met.", max_length=3), "The board met.",
+                          summarizer.options(max_length=3))
+        except LocsumError:  # the new defaults may refuse this input (a tiny max_tokens)
+            pass
+    else:
+        assert not output.exists()
+    assert not [p for p in root.iterdir() if ".staging-" in p.name]
+
 @pytest.mark.slow
 def test_wheel_carries_the_default_bundle(tmp_path):
     import subprocess
