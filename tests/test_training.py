@@ -402,9 +402,12 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "| card | cpu, " in card  # the budget, carried
     record = json.loads((tmp_path / "again" / "evaluation.json").read_text())
     assert record["released_from"]["generation"] == first.generation
+    assert record["about"] == "trained briefly." and "trained briefly." in card  # the earlier release's, kept
     release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "third")])
     third = (tmp_path / "third" / "README.md").read_text()
     assert third.count(EARLIER_MARK) == card.count(EARLIER_MARK)  # a carried row is marked once
+    assert json.loads((tmp_path / "third" / "evaluation.json").read_text())["released_from"]["generation"] == (
+        first.generation)  # the checks are still those of the first release, at its decoding
     (tmp_path / "again" / "evaluation.json").unlink()
     with pytest.raises(SystemExit, match="no evaluation.json"):
         release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "fourth")])

@@ -385,6 +385,7 @@ class Measured:
     parity: dict
     training: dict
     defaults: dict
+    about: str  # how the model was trained, for the card
     earlier: dict | None = None  # for a bundle released again: its earlier release (`released_from`)
     carried: dict | None = None  # rows of systems compared at the earlier release, by set
 
@@ -415,7 +416,7 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
     parity_result = stored(work / "parity" / f"qmsum-{len(qmsum)}-{content_key(bundle_content(fp32), weights)}.json",
                            lambda: parity(fp32, Path(args.checkpoint), qmsum))
     return Measured(ship, texts["float32"], int8_result, parity_result, budget([r for r in args.runs.split(",") if r]),
-                    defaults)
+                    defaults, args.about or DEFAULT_ABOUT)
 
 
 def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) -> Measured:
@@ -441,10 +442,14 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
                          ((name.removesuffix(f" {EARLIER_MARK}"), row) for name, row in report.items())
                          if system not in ours}
                for dataset, report in earlier["rouge"].items()}
-    released_from = {"generation": manifest["generation"], "files": manifest["files"],
-                     **({"released_from": earlier["released_from"]} if "released_from" in earlier else {})}
-    return Measured(ship, texts, earlier["int8"], earlier["parity"], earlier["training"], defaults, released_from,
-                    carried)
+    # the decoding the carried checks were measured at: the first release's, however often it was released again
+    released_from = {"generation": earlier.get("released_from", {}).get("generation", manifest["generation"]),
+                     "files": manifest["files"]}
+    about = args.about or earlier.get("about")
+    if not about:
+        raise SystemExit(f"{record} does not record how the model was trained; give it with --about")
+    return Measured(ship, texts, earlier["int8"], earlier["parity"], earlier["training"], defaults, about,
+                    released_from, carried)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -458,7 +463,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=CHECKPOINT_OR_BUNDLE[;option=value...]: a system reported beside this one")
     parser.add_argument("--max-mb", type=float, default=30.0,
                         help="a float32 bundle over this size ships int8, when int8 keeps ROUGE-1 within 0.5")
-    parser.add_argument("--about", default=DEFAULT_ABOUT, help="how the model was trained, for the card")
+    parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
+                        "release's; for a checkpoint, pretraining and fine-tuning on the train splits)")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
                         "DIR@STEP counts a run up to STEP")
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
@@ -502,11 +508,12 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
-                                            measured.training, args.limit, args.about, selection, distinct_summaries,
-                                            measured.defaults, measured.earlier))
+                                            measured.training, args.limit, measured.about, selection,
+                                            distinct_summaries, measured.defaults, measured.earlier))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": measured.int8, "parity": measured.parity, "training": measured.training,
          "selection": selection, "distinct_summaries": distinct_summaries, "defaults": measured.defaults,
+         "about": measured.about,
          **({"released_from": measured.earlier} if measured.earlier else {})}, indent=2))
     if output.exists():
         shutil.rmtree(output)
