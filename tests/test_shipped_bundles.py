@@ -9,6 +9,7 @@ import pytest
 
 from locsum_sdk import Summarizer
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.evaluation import MADE_UP
 
 ROOT = Path(__file__).resolve().parents[1]
 MEETING = ROOT / "examples" / "meeting.txt"
@@ -38,3 +39,18 @@ def test_a_shipped_bundle_summarizes_documents_and_a_meeting(bundle):
         assert summary.text.strip() and summary.kind == bundle.name and summary.units
         assert summary.unit_weights.shape[1] == len(summary.units)
         assert np.allclose(summary.unit_weights.sum(axis=1), 1.0, atol=1e-4)
+
+
+EVERY = sorted(p.parent for p in (ROOT / "engines").glob("*/manifest.json"))
+
+
+@pytest.mark.parametrize("bundle", EVERY, ids=[p.name for p in EVERY])
+def test_a_copying_bundle_decodes_with_known_words_and_its_card_says_what_it_measured(bundle):
+    manifest = Bundle.load(bundle, verify=False).manifest
+    evaluation = json.loads((bundle / "evaluation.json").read_text())
+    assert "words.txt" in manifest.files  # the training text's words, for known_words
+    if manifest.model.get("copy"):
+        assert manifest.generation["known_words"] is True  # else copied pieces run on into words no text holds
+        assert evaluation["defaults"]["known_words"] is True  # the card was measured with it
+        made_up = [report["locsum (this bundle)"][MADE_UP]["mean"] for report in evaluation["rouge"].values()]
+        assert max(made_up) < 0.1
