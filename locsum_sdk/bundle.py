@@ -53,6 +53,11 @@ class Manifest:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
+    def options(self) -> Options:
+        """Its default options (paging, limits, decoding) as one value of its kind's options."""
+        return Options.from_settings({key: getattr(self, key) for key in ("units", "limits", "generation")},
+                                     kinds.get(self.kind))
+
     @classmethod
     def from_json(cls, data: bytes | str, where: Path) -> Manifest:
         """Parse and check `manifest.json`; a format-3 manifest is upgraded in memory."""
@@ -134,7 +139,7 @@ def _check_schema(manifest: Manifest) -> None:
     if missing:  # a default would not be what the graphs were exported with
         raise error(f"the model config lacks {missing}, settings of the exported graphs")
     try:
-        defaults = Options.from_settings({k: getattr(manifest, k) for k in ("units", "limits", "generation")}, kind)
+        defaults = manifest.options()
     except OptionError as err:
         raise error(f"default options: {err}") from None
     defaults.check_model(config.to_dict(), error)

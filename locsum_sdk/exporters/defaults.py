@@ -1,6 +1,6 @@
 """A bundle again with other default options: the same graphs and files, a manifest whose defaults (paging,
 limits, decoding) are changed. Needs no torch: a bundle whose checkpoint is gone can still get the decoding its
-evaluation chose (`locsum set-defaults`, `train.release --bundle`)."""
+evaluation chose (`locsum export --bundle`, `train.release --bundle`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .. import kinds
 from ..bundle import Bundle, write_manifest
 from ..errors import ExportError, OptionError
-from ..options import Options
 from .staging import staged
 
 
@@ -32,10 +30,7 @@ def set_defaults(bundle: str | os.PathLike, output: str | os.PathLike, options: 
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
     manifest = source.manifest
-    kind = kinds.get(manifest.kind)
-    current = Options.from_settings({"units": manifest.units, "limits": manifest.limits,
-                                     "generation": manifest.generation}, kind)
-    changed = current.replace(**options)
+    changed = manifest.options().replace(**options)
     changed.check_model(manifest.model)
     settings = changed.to_settings()
     if manifest.tensorrt and (settings["units"] != manifest.units or settings["limits"] != manifest.limits):
