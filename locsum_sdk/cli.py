@@ -140,7 +140,7 @@ def _export(args: argparse.Namespace) -> int:
     bundle = export_onnx(
         args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config,
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
-        force=args.force, quantize=args.quantize, kind=args.kind,
+        force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -157,10 +157,10 @@ def _export_defaults(args: argparse.Namespace) -> int:
         raise OptionError("--tokenizer, --config, --quantize and --kind are options of exporting a checkpoint; a "
                           "bundle copied with other defaults keeps its graphs and files")
     options = _overrides(args, kinds.get(Bundle.load(args.bundle, verify=False).manifest.kind))
-    if not options:
+    if not options and not args.common_words:
         raise OptionError("export --bundle DIR --output DIR copies the bundle with other default options; give "
                           "some, e.g. --min-length 60 --known-words")
-    bundle = set_defaults(args.bundle, args.output, options, force=args.force)
+    bundle = set_defaults(args.bundle, args.output, options, force=args.force, common_words=args.common_words)
     print(f"wrote {bundle.path}: {args.bundle} with defaults {options}")
     return 0
 
@@ -433,8 +433,8 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "known_words", "policy", "page_tokens", "num_pages", "max_tokens", "truncate",
-                 "select", "memory_limit")
+                 "no_repeat_ngram_size", "known_words", "keywords", "keyword_bonus", "policy", "page_tokens",
+                 "num_pages", "max_tokens", "truncate", "select", "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
@@ -453,6 +453,10 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
     parser.add_argument("--known-words", dest="known_words", action=argparse.BooleanOptionalAction, default=None,
                         help="a word of several pieces must be a word of the input or of the bundle's words.txt")
+    parser.add_argument("--keywords", type=int, help="favour the input's N most frequent words that the bundle's "
+                        "common_words.txt does not list, until written (0: off)")
+    parser.add_argument("--keyword-bonus", dest="keyword_bonus", type=float,
+                        help="log-probability added to an unwritten keyword's first piece")
     parser.add_argument("--policy", help=f"how text becomes units (PageSum: {', '.join(POLICIES)}; DYLE: auto, "
                         "sentence, turn)")
     parser.add_argument("--unit", action="append", metavar="NAME=VALUE",
@@ -518,6 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--config", help="HF config.json for a bare state dict file")
     _add_options(e, runtime=False)
     e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
+    e.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option (one "
+                   "lowercase word a line; default: the one beside the checkpoint; with --bundle: added to the copy)")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")

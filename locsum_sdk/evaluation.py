@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
-from .words import words_of
+from .words import CONTENT_LETTERS, RARE_SHARE, words_of
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -47,8 +47,6 @@ MADE_UP = "made_up_words"  # words per summary that no text of the set (nor the 
 DISTINCT = "distinct"  # percent of summaries that no example with another input or query repeats
 REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
-RARE_SHARE = 0.15  # a word in fewer than this share of the other distinct inputs is specific to its input
-CONTENT_LETTERS = 4  # a content word has at least this many letters
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import OptionError
+from .keywords import KeywordBonus
 from .validation import check_bool, check_choice, check_float, check_int, is_int
 from .words import WordGuard
 
@@ -23,6 +24,8 @@ logger = logging.getLogger("locsum_sdk")
 MAX_BEAMS = 64  # a wider beam costs memory for no measurable gain
 MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow on long hypotheses
 LENGTH_NORMALIZATIONS = ("hf", "gnmt")
+MAX_KEYWORDS = 100  # keywords favoured per input
+MAX_KEYWORD_BONUS = 10.0  # a larger bonus writes nothing but keywords
 
 
 def length_normalized(total: float, generated: int, options: GenerationOptions) -> float:
@@ -44,6 +47,8 @@ class GenerationOptions:
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
     known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
+    keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
+    keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's first piece
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -54,6 +59,8 @@ class GenerationOptions:
         check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         check_bool("early_stopping", self.early_stopping)
         check_bool("known_words", self.known_words)
+        check_int("keywords", self.keywords, 0, MAX_KEYWORDS)
+        check_float("keyword_bonus", self.keyword_bonus, 0.0, MAX_KEYWORD_BONUS)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -234,17 +241,22 @@ def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: 
 
 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
-             on_step: StepCallback | None = None, guard: WordGuard | None = None) -> list[Hypothesis]:
+             on_step: StepCallback | None = None, guard: WordGuard | None = None,
+             bonus: KeywordBonus | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
-    the `known_words` filter of this batch (None: off).
+    the `known_words` filter of this batch, `bonus` its `keywords` (None: off).
 
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
-    unless the filters leave a beam fewer than that: then the step reads the full log-probabilities."""
+    unless the filters leave a beam fewer than that: then the step reads the full log-probabilities. With
+    keywords every step reads them (a keyword's first piece may be outside a beam's best before its bonus)."""
     if options.known_words and guard is None:
         raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
                           "Summarizer, or turn known_words off")
+    if options.keywords and bonus is None:
+        raise OptionError("keywords needs each input's text and the bundle's common words: summarize through a "
+                          "Summarizer, or set keywords=0")
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
@@ -254,8 +266,13 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     started, steps, full_reads = time.perf_counter(), 0, 0
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
-        log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
         partial = session.partial_log_probs
+        if partial and bonus is not None:
+            log_probs, partial = session.full_log_probs(), False
+            full_reads += 1
+        log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
+        if bonus is not None:
+            bonus.apply(log_probs, search.sequences)
         _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best

@@ -27,6 +27,7 @@ from .errors import (
     OptionError,
 )
 from .generation import GenerationOptions, Partial, StepCallback, generate
+from .keywords import Keyword, KeywordBonus, keywords
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
 from .options import Options
@@ -117,14 +118,15 @@ class Summarizer:
 
     def __init__(self, backend: Backend, tokenizer, special: SpecialTokens, defaults: Options, model: dict[str, Any],
                  unit_batch_size: int = 4, selection_tokenizer=None, unit_cache: UnitCache | None = None,
-                 words: WordList | None = None):
+                 words: WordList | None = None, common_words: WordList | None = None):
         """defaults: the options of a call that overrides none; model: the model config (`manifest.model`), whose
         shapes bound the options and size the memory estimate; selection_tokenizer: the tokenizer of a selection
         stage that reads ids of its own (the kind's `Selection.own_tokenizer`); unit_cache: see `unit_cache`;
-        words: the known words beside each input's for the `known_words` option (the bundle's `words.txt`)."""
+        words: the known words beside each input's for the `known_words` option (the bundle's `words.txt`);
+        common_words: the words no input's keywords are, for the `keywords` option (`common_words.txt`)."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
-        self.words, self._pieces = words, None
+        self.words, self.common_words, self._pieces = words, common_words, None
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
@@ -241,10 +243,14 @@ class Summarizer:
             defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
-        listed = C.WORDS_FILE in settings.get("files", {}) if is_bundle else (path / C.WORDS_FILE).is_file()
-        words = WordList.read(path / C.WORDS_FILE) if listed else None
+        words, common_words = (WordList.read(path / name) if listed else None for name, listed in (
+            (name, name in settings.get("files", {}) if is_bundle else (path / name).is_file())
+            for name in (C.WORDS_FILE, C.COMMON_WORDS_FILE)))
+        if defaults.generation.keywords and common_words is None:
+            raise BundleError(f"{path}: its default options favour keywords but it has no {C.COMMON_WORDS_FILE}; "
+                              "export it again with the list (`locsum export --common-words`)")
         return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer,
-                   unit_cache, words)
+                   unit_cache, words, common_words)
 
     def options(self, options: Options | None = None, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
@@ -258,13 +264,27 @@ class Summarizer:
             )
         options = base.replace(**overrides)
         options.check_model(self.model)
+        if options.generation.keywords and self.common_words is None:
+            raise OptionError(f"keywords={options.generation.keywords} needs the bundle's {C.COMMON_WORDS_FILE} (the "
+                              "words most training inputs hold, which are never keywords) and this bundle has none: "
+                              "set keywords=0, or add the list (`locsum export --bundle DIR --output NEW "
+                              "--common-words FILE`)")
         return options
+
+    @property
+    def pieces(self) -> Pieces:
+        """What each token id of the model is as part of a word (read from the tokenizer once)."""
+        if self._pieces is None:
+            self._pieces = Pieces.from_tokenizer(self.tokenizer, self.model["vocab_size"])
+        return self._pieces
 
     def _guard(self, inputs: list[WordList]) -> WordGuard:
         """The `known_words` filter of one decoding batch: each input's words, and the bundle's."""
-        if self._pieces is None:
-            self._pieces = Pieces.from_tokenizer(self.tokenizer, self.model["vocab_size"])
-        return WordGuard(self._pieces, [[words, self.words] if self.words else [words] for words in inputs])
+        return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs])
+
+    def _bonus(self, inputs: list[list[Keyword]], generation: GenerationOptions) -> KeywordBonus:
+        """The `keywords` of one decoding batch."""
+        return KeywordBonus.build(self.tokenizer, self.pieces, inputs, generation.keyword_bonus)
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions,
                         selection: int = 0) -> MemoryEstimate:
@@ -432,6 +452,8 @@ class Summarizer:
         known = ([WordList(words_of([*(u.text for u in units), self.tokenizer.decode(ids)]))
                   for units, ids in zip(items, query_ids)]
                  if generation.known_words else None)  # the query's and every unit's, before selection or limits
+        found = ([keywords((u.text for u in units), self.common_words, generation.keywords) for units in items]
+                 if generation.keywords else None)  # every unit's, before selection or limits
         paged = time.perf_counter()
         logger.info("paging: %d input(s) into %s units of at most %d tokens (%s tokens) in %.2f s",
                     len(items), "+".join(str(len(units)) for units in items),
@@ -474,6 +496,7 @@ class Summarizer:
                 hypotheses = generate(
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
                     _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
+                    self._bonus([found[i] for i in group], generation) if found else None,
                 )
             finally:
                 session.close()

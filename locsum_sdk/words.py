@@ -27,14 +27,16 @@ from .errors import DataError, OptionError
 
 logger = logging.getLogger("locsum_sdk")
 
-_WORD = re.compile(r"[^\W\d_]+")  # a run of letters
+WORD = re.compile(r"[^\W\d_]+")  # a run of letters
+CONTENT_LETTERS = 4  # a content word has at least this many letters (evaluation's measures, keywords)
+RARE_SHARE = 0.15  # a word fewer than this share of the (other distinct) inputs hold is rare (evaluation, keywords)
 
 
 def words_of(texts: Iterable[str]) -> set[str]:
     """The distinct lowercased runs of letters of `texts`."""
     found: set[str] = set()
     for text in texts:
-        found.update(_WORD.findall(text.lower()))
+        found.update(WORD.findall(text.lower()))
     return found
 
 
@@ -71,7 +73,7 @@ class WordList:
             raise DataError(f"cannot read the word list {path}: {err.strerror or err}") from None
         except UnicodeDecodeError:
             raise DataError(f"the word list {path} is not UTF-8 text; write one lowercase word a line") from None
-        bad = [line for line in lines if not _WORD.fullmatch(line) or line != line.lower()]
+        bad = [line for line in lines if not WORD.fullmatch(line) or line != line.lower()]
         if bad:
             raise DataError(f"the word list {path} holds {len(bad)} line(s) that are not one lowercase word, e.g. "
                             f"{bad[0][:40]!r}; write one lowercase word a line")

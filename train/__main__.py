@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 
 from locsum_sdk import kinds
-from locsum_sdk.constants import WORDS_FILE
+from locsum_sdk.constants import COMMON_WORDS_FILE, WORDS_FILE
 from locsum_sdk.errors import LocsumError
+from locsum_sdk.keywords import common_words
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.modeling.registry import model_kind
 from locsum_sdk.tokenizer_file import read_tokenizer
@@ -61,6 +62,19 @@ def training_words(config: TrainConfig, files: list[Path]) -> Path:
     return path
 
 
+def training_common_words(config: TrainConfig, files: list[Path]) -> Path:
+    """The words most of the train splits' inputs hold (`locsum_sdk.keywords.common_words`), written once to the
+    run's `common_words.txt`: the list checkpoints and bundles carry for the `keywords` option."""
+    path = config.run_dir() / COMMON_WORDS_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        inputs = ("\n".join(example.documents) for file in files for example in read_jsonl(file, require_summary=False))
+        common_words(inputs).write(partial)
+        partial.replace(path)
+    return path
+
+
 def starting_model(config: TrainConfig, tokenizer):
     """The model a run of `config` starts from: `init_from` (or fresh weights), as the kind prepares it."""
     torch.manual_seed(config.seed)
@@ -99,7 +113,7 @@ def build(config: TrainConfig, progress: bool = True) -> Trainer:
         train_set = training_set(config.kind, files, pager, tokenizer, config, "train")
         val_set = training_set(config.kind, val_files, pager, tokenizer, config, "val") if val_files else None
         return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer,
-                       training_words(config, files))
+                       training_words(config, files), training_common_words(config, files))
     return Trainer(config, model, train_set, val_set, tokenizer_file, progress, tokenizer)
 
 

@@ -167,7 +167,7 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 class Trainer:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, train_set, val_set=None,
                  tokenizer_file: Path | None = None, progress: bool = True, tokenizer=None,
-                 words_file: Path | None = None):
+                 words_file: Path | None = None, common_words_file: Path | None = None):
         kind = device_type(config)
         self.processes = join_processes(kind)
         self.device = torch.device(f"cuda:{self.processes.local_rank}" if kind == "cuda" else "cpu")  # a GPU each
@@ -177,6 +177,7 @@ class Trainer:
             torch.backends.cudnn.allow_tf32 = config.tf32
         self.config, self.model, self.train_set, self.val_set = config, model.to(self.device), train_set, val_set
         self.tokenizer_file, self.tokenizer, self.words_file = tokenizer_file, tokenizer, words_file
+        self.common_words_file = common_words_file
         self.progress = progress and self.processes.main
         if config.gradient_checkpointing:
             for module in model.modules():
@@ -356,8 +357,8 @@ class Trainer:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         work = self.checkpoints / f".{final.name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
-        save_checkpoint(self.model, work, self.tokenizer_file, self.words_file, units=self.config.paging(),
-                        generation=self.config.generation, training=self.config.to_dict())
+        save_checkpoint(self.model, work, self.tokenizer_file, self.words_file, self.common_words_file,
+                        units=self.config.paging(), generation=self.config.generation, training=self.config.to_dict())
         for name, source in getattr(self.train_set, "checkpoint_files", {}).items():
             shutil.copyfile(source, work / name)
         torch.save(to_device(self.optimizer.state_dict(), torch.device("cpu")), work / OPTIMIZER_FILE)

@@ -1,7 +1,9 @@
-"""python -m train.words --config train/configs/NAME.toml CHECKPOINT [CHECKPOINT ...]
+"""python -m train.words --config train/configs/NAME.toml CHECKPOINT_OR_DIR [CHECKPOINT_OR_DIR ...]
 
-Writes the run's word list (the words of its train splits' text, as training writes it beside every checkpoint)
-into checkpoints saved before runs wrote one, so that their bundles carry it for the `known_words` option.
+Writes the run's word lists, as training writes them beside every checkpoint, into checkpoints saved before runs
+wrote them, so that their bundles carry them: `words.txt` (the words of its train splits' text) for the
+`known_words` option and `common_words.txt` (the words most of its train inputs hold) for `keywords`. A directory
+that is not a checkpoint gets `common_words.txt` alone, for `locsum export --bundle DIR --common-words FILE`.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE, WORDS_FILE
+from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE, COMMON_WORDS_FILE, WORDS_FILE
 
-from .__main__ import training_words
+from .__main__ import training_common_words, training_words
 from .config import TrainConfig
 
 
@@ -24,13 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig.load(args.config)
     if config.objective != "summarize":
         parser.error(f"{args.config} trains the {config.objective} objective; only summarizers carry a word list")
-    missing = [str(c) for c in args.checkpoints if not (c / CHECKPOINT_CONFIG_FILE).is_file()]
+    missing = [str(c) for c in args.checkpoints if not c.is_dir()]
     if missing:
-        parser.error(f"not checkpoint directories: {missing}")
-    words = training_words(config, [config.resolve(f) for f in config.train_files])
-    for checkpoint in args.checkpoints:
-        shutil.copyfile(words, checkpoint / WORDS_FILE)
-        print(f"wrote {checkpoint / WORDS_FILE}")
+        parser.error(f"not directories: {missing}")
+    files = [config.resolve(f) for f in config.train_files]
+    words, common = training_words(config, files), training_common_words(config, files)
+    for directory in args.checkpoints:
+        lists = [(common, COMMON_WORDS_FILE)]
+        if (directory / CHECKPOINT_CONFIG_FILE).is_file():
+            lists.append((words, WORDS_FILE))
+        for source, name in lists:
+            shutil.copyfile(source, directory / name)
+            print(f"wrote {directory / name}")
     return 0
 
 

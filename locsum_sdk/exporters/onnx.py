@@ -130,6 +130,7 @@ def export_onnx(
     quantize: str | None = None,
     kind: str | None = None,
     words: str | os.PathLike | None = None,
+    common_words: str | os.PathLike | None = None,
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -149,6 +150,8 @@ def export_onnx(
             (a PageSum's BART as hierencdec) or is refused.
         words: a word list (`words.txt`, one lowercase word a line: the words of the training text) that the
             `known_words` option accepts beside each input's; defaults to the one beside the checkpoint, if any.
+        common_words: a word list (`common_words.txt`: the words most training inputs hold) that the `keywords`
+            option never favours; defaults to the one beside the checkpoint, if any.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
@@ -165,11 +168,16 @@ def export_onnx(
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
     words_file = Path(words) if words else _beside(checkpoint, C.WORDS_FILE)
-    if words_file is not None:
-        WordList.read(words_file)  # a damaged list is refused before any work
+    common_file = Path(common_words) if common_words else _beside(checkpoint, C.COMMON_WORDS_FILE)
+    for file in (words_file, common_file):
+        if file is not None:
+            WordList.read(file)  # a damaged list is refused before any work
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
     defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
+    if defaults.generation.keywords and common_file is None:
+        raise OptionError(f"keywords={defaults.generation.keywords} needs a {C.COMMON_WORDS_FILE}: put the run's "
+                          "beside the checkpoint or pass one (--common-words FILE), or set keywords=0")
     model = loaded.model.float().eval()
     fold_query_scaling(model)
     from tokenizers import Tokenizer
@@ -203,8 +211,9 @@ def export_onnx(
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         if own is not None:
             shutil.copyfile(own_file, work / own.file)
-        if words_file is not None:
-            shutil.copyfile(words_file, work / C.WORDS_FILE)
+        for file, name in ((words_file, C.WORDS_FILE), (common_file, C.COMMON_WORDS_FILE)):
+            if file is not None:
+                shutil.copyfile(file, work / name)
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,

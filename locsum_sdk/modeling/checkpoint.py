@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import kinds
-from ..constants import WORDS_FILE
+from ..constants import COMMON_WORDS_FILE, WORDS_FILE
 from ..errors import BundleError, BundleNotFoundError
 from ..limits import split_legacy_units
 from . import registry
@@ -100,7 +100,7 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
 
 def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike,
                     tokenizer_file: str | os.PathLike | None = None, words_file: str | os.PathLike | None = None,
-                    **settings: Any) -> Path:
+                    common_words_file: str | os.PathLike | None = None, **settings: Any) -> Path:
     """Write our checkpoint format: config.json (kind, model config, settings) + model.safetensors, and copies of
     the tokenizer and the word list (`locsum_sdk.words`) when given."""
     from safetensors.torch import save_file
@@ -113,6 +113,7 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike,
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
     if tokenizer_file is not None:
         (directory / TOKENIZER_FILE).write_bytes(Path(tokenizer_file).read_bytes())
-    if words_file is not None:
-        (directory / WORDS_FILE).write_bytes(Path(words_file).read_bytes())
+    for file, name in ((words_file, WORDS_FILE), (common_words_file, COMMON_WORDS_FILE)):
+        if file is not None:
+            (directory / name).write_bytes(Path(file).read_bytes())
     return directory
