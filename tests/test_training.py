@@ -386,6 +386,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert Bundle.load(tmp_path / "default").manifest.generation["known_words"] is True
     words = (trainer.latest() / "words.txt").read_text().split()  # the train splits' words, beside each checkpoint
     assert "words.txt" in Bundle.load(tmp_path / "default").manifest.files and len(words) > 20
+    assert "common_words.txt" in Bundle.load(tmp_path / "default").manifest.files  # for keywords, beside it too
 
     again = ["--bundle", str(tmp_path / "default"), "--output", str(tmp_path / "again"), "--sets", "qmsum",
              "--work", str(tmp_path / "work-again"), "--min-distinct", "0", "--default", "min_length=4"]
@@ -403,8 +404,11 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     record = json.loads((tmp_path / "again" / "evaluation.json").read_text())
     assert record["released_from"]["generation"] == first.generation
     assert record["about"] == "trained briefly." and "trained briefly." in card  # the earlier release's, kept
-    release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "third")])
+    release([*again, "--limit", "2", "--bundle", str(tmp_path / "again"), "--output", str(tmp_path / "third"),
+             "--default", "keywords=2"])
     third = (tmp_path / "third" / "README.md").read_text()
+    assert "favours each input's 2 most frequent words" in third
+    assert Bundle.load(tmp_path / "third").manifest.generation["keywords"] == 2
     assert third.count(EARLIER_MARK) == card.count(EARLIER_MARK)  # a carried row is marked once
     assert json.loads((tmp_path / "third" / "evaluation.json").read_text())["released_from"]["generation"] == (
         first.generation)  # the checks are still those of the first release, at its decoding

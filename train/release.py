@@ -271,6 +271,10 @@ KNOWN_WORDS_NOTE = (" It copies from its input; its decoding keeps every word of
                     "input and of its training text (`known_words`), so it makes up no words, but it may put a copied "
                     "name in the wrong sentence: check the names in a summary against the input.")
 
+KEYWORDS_NOTE = (" Its decoding favours each input's {count} most frequent words that most training inputs lack "
+                 "(`keywords`), so its summaries name more of what the input is about; they can also string those "
+                 "words into sentences the input does not support: check them against the input.")
+
 
 def copies(checkpoint: Path) -> bool:
     """Whether a checkpoint of ours is a model with the copy distribution."""
@@ -368,7 +372,9 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
         "repetitive sentences, and weak results outside meetings, stories and product reviews."
         + ("" if not model.get("copy") else KNOWN_WORDS_NOTE if manifest["generation"].get("known_words")
-           else COPY_CAVEAT),
+           else COPY_CAVEAT)
+        + (KEYWORDS_NOTE.format(count=manifest["generation"]["keywords"])
+           if manifest["generation"].get("keywords") else ""),
         "",
     ]
     return "\n".join(lines)
@@ -395,8 +401,10 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
     defaults = dict(args.defaults)
     if copies(Path(args.checkpoint)):
         defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
-    fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True).path
-    int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True).path
+    fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True,
+                       common_words=args.common_words).path
+    int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True,
+                       common_words=args.common_words).path
     both = content_key(bundle_content(fp32), bundle_content(int8))
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
@@ -434,7 +442,7 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
     defaults = {**earlier.get("defaults", {}), **dict(args.defaults)}
     if manifest["model"].get("copy"):
         defaults.setdefault("known_words", True)
-    ship = set_defaults(source, work / "bundle", defaults, force=True).path
+    ship = set_defaults(source, work / "bundle", defaults, force=True, common_words=args.common_words).path
     texts = cached(work, ship, "qmsum", qmsum, {})
     distinct(texts, args.min_distinct)
     ours = ("locsum (this bundle)", "lead", "random", "oracle", "reference", *(c.name for c in args.compare))
@@ -473,6 +481,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--default", action="append", default=[], type=default_option, dest="defaults",
                         help="NAME=VALUE: a default option of the bundle (e.g. min_length=60, chosen on val), "
                         "replacing the checkpoint's; repeatable")
+    parser.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option "
+                        "(default: the one beside the checkpoint, or the bundle's; `python -m train.words` writes one)")
     parser.add_argument("--min-distinct", type=float, default=0.5,
                         help="the least share of distinct summaries on QMSum test that a release accepts")
     args = parser.parse_args(argv)
