@@ -243,9 +243,11 @@ class Summarizer:
             defaults = Options.from_settings(settings, runner.kind)
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
-        words, common_words = (WordList.read(path / name) if listed else None for name, listed in (
-            (name, name in settings.get("files", {}) if is_bundle else (path / name).is_file())
-            for name in (C.WORDS_FILE, C.COMMON_WORDS_FILE)))
+        def word_list(name: str) -> WordList | None:  # one the bundle lists, or one beside the checkpoint
+            present = name in settings.get("files", {}) if is_bundle else (path / name).is_file()
+            return WordList.read(path / name) if present else None
+
+        words, common_words = word_list(C.WORDS_FILE), word_list(C.COMMON_WORDS_FILE)
         if defaults.generation.keywords and common_words is None:
             raise BundleError(f"{path}: its default options favour keywords but it has no {C.COMMON_WORDS_FILE}; "
                               "export it again with the list (`locsum export --common-words`)")
@@ -283,7 +285,7 @@ class Summarizer:
         return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs])
 
     def _bonus(self, inputs: list[list[Keyword]], generation: GenerationOptions) -> KeywordBonus:
-        """The `keywords` of one decoding batch."""
+        """The `keywords` bonus of one decoding batch: each input's keywords' first pieces."""
         return KeywordBonus.build(self.tokenizer, self.pieces, inputs, generation.keyword_bonus)
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions,
