@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -312,3 +313,23 @@ def bar_plot(groups: dict[str, dict[str, float]], path: Path, ylabel: str, title
             ax.bar(xs, [groups[group].get(name, 0.0) for group in names], width, label=name)
         ax.set_xticks(range(len(names)), names)
         ax.grid(True, axis="y", alpha=0.3)
+
+
+def alternated_decode(benchmark, summarizer, examples, options: dict, on: dict, off: dict) -> tuple[float, float, int]:
+    """Each example summarized with `on` and then `off` over `options` (alternated, so a slow spell of the machine
+    hits both), after a warm-up: the median decoding seconds of each and how many summaries differ."""
+    summarizer.summarize(examples[0].documents, query=examples[0].query,
+                         **{**options, "max_length": 3, "min_length": 0})
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    changed = [0]
+
+    def run():
+        for ex in examples:
+            first = summarizer.summarize(ex.documents, query=ex.query, **options, **on)
+            second = summarizer.summarize(ex.documents, query=ex.query, **options, **off)
+            times["on"].append(first.timings["decode"])
+            times["off"].append(second.timings["decode"])
+            changed[0] += first.token_ids != second.token_ids
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    return statistics.median(times["on"]), statistics.median(times["off"]), changed[0]

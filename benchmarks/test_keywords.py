@@ -12,12 +12,11 @@ Target: within 1.3x of decoding without them.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pytest
 
-from benchmarks.common import CACHE, plot, write_result
+from benchmarks.common import CACHE, alternated_decode, plot, write_result
 from locsum_sdk import Summarizer
 from locsum_sdk.evaluation import read_examples
 from locsum_sdk.exporters.defaults import set_defaults
@@ -46,26 +45,14 @@ def test_keywords_decode_time_against_without(benchmark, name, quick, request):
     summarizer = Summarizer.from_pretrained(bundle.path, threads=2)
     examples = read_examples(DATA / "qmsum" / "val.jsonl", 2 if quick else 4)
     options = dict(num_beams=4, min_length=65, max_length=65, truncate=True)
-    summarizer.summarize(examples[0].documents, query=examples[0].query, **{**options, "max_length": 3,
-                                                                             "min_length": 0})  # warm-up
-    on, off, changed = [], [], [0]
-
-    def run():
-        for ex in examples:  # alternated, so a slow spell of the machine hits both
-            with_keywords = summarizer.summarize(ex.documents, query=ex.query, keywords=10, **options)
-            without = summarizer.summarize(ex.documents, query=ex.query, keywords=0, **options)
-            on.append(with_keywords.timings["decode"])
-            off.append(without.timings["decode"])
-            changed[0] += with_keywords.token_ids != without.token_ids
-
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    on_s, off_s = statistics.median(on), statistics.median(off)
+    on_s, off_s, changed = alternated_decode(benchmark, summarizer, examples, options,
+                                             {"keywords": 10}, {"keywords": 0})
     ratio = on_s / off_s
     print(f"\n{name}: {len(examples)} QMSum val inputs, 64 steps of 4 beams, 2 threads: median decoding with "
           f"keywords=10 {on_s:.2f} s, without {off_s:.2f} s -> {ratio:.2f}x (target <= {TARGET}x); "
-          f"{changed[0]} of {len(examples)} summaries changed")
+          f"{changed} of {len(examples)} summaries changed")
     info = {"bundle": name, "inputs": len(examples), "steps": 64, "beams": 4, "threads": 2, "keywords": 10,
-            "keywords_median_s": on_s, "without_median_s": off_s, "ratio": ratio, "changed": changed[0],
+            "keywords_median_s": on_s, "without_median_s": off_s, "ratio": ratio, "changed": changed,
             "target": TARGET}
     benchmark.extra_info.update(info)
     path = write_result(f"keywords_{name}", info)
@@ -74,4 +61,4 @@ def test_keywords_decode_time_against_without(benchmark, name, quick, request):
     with plot(path.parent / "keywords.png", "decoding time, keywords / without", "Keywords: decoding cost") as axes:
         axes.bar(list(ratios), list(ratios.values()), label="median decoding time, on / off")
         axes.axhline(TARGET, color="red", linestyle="--", label=f"target {TARGET}x")
-    assert changed[0] > 0, "keywords changed no summary: the bonus was not applied"
+    assert changed > 0, "keywords changed no summary: the bonus was not applied"

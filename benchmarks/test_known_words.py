@@ -11,12 +11,11 @@ building is paging time, not decoding). Target: within 1.3x of decoding without 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pytest
 
-from benchmarks.common import plot, write_result
+from benchmarks.common import alternated_decode, plot, write_result
 from locsum_sdk import Summarizer
 from locsum_sdk.evaluation import read_examples
 
@@ -33,26 +32,14 @@ def test_known_words_decode_time_against_without(benchmark, name, quick):
     summarizer = Summarizer.from_pretrained(ROOT / "engines" / name, threads=2)
     examples = read_examples(DATA, 2 if quick else 4)
     options = dict(num_beams=4, min_length=65, max_length=65, truncate=True)
-    summarizer.summarize(examples[0].documents, query=examples[0].query, **{**options, "max_length": 3,
-                                                                             "min_length": 0})  # warm-up
-    on, off, changed = [], [], [0]
-
-    def run():
-        for ex in examples:  # alternated, so a slow spell of the machine hits both
-            with_filter = summarizer.summarize(ex.documents, query=ex.query, known_words=True, **options)
-            without = summarizer.summarize(ex.documents, query=ex.query, known_words=False, **options)
-            on.append(with_filter.timings["decode"])
-            off.append(without.timings["decode"])
-            changed[0] += with_filter.token_ids != without.token_ids
-
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    on_s, off_s = statistics.median(on), statistics.median(off)
+    on_s, off_s, changed = alternated_decode(benchmark, summarizer, examples, options,
+                                             {"known_words": True}, {"known_words": False})
     ratio = on_s / off_s
     print(f"\n{name}: {len(examples)} QMSum val inputs, 64 steps of 4 beams, 2 threads: median decoding with "
           f"known_words {on_s:.2f} s, without {off_s:.2f} s -> {ratio:.2f}x (target <= {TARGET}x); "
-          f"{changed[0]} of {len(examples)} summaries changed")
+          f"{changed} of {len(examples)} summaries changed")
     info = {"bundle": name, "inputs": len(examples), "steps": 64, "beams": 4, "threads": 2,
-            "known_words_median_s": on_s, "without_median_s": off_s, "ratio": ratio, "changed": changed[0],
+            "known_words_median_s": on_s, "without_median_s": off_s, "ratio": ratio, "changed": changed,
             "target": TARGET}
     benchmark.extra_info.update(info)
     path = write_result(f"known_words_{name}", info)
