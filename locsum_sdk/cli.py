@@ -456,7 +456,7 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--keywords", type=int, help="favour the input's N most frequent words that the bundle's "
                         "common_words.txt does not list, until written (0: off)")
     parser.add_argument("--keyword-bonus", dest="keyword_bonus", type=float,
-                        help="log-probability added to an unwritten keyword's first piece")
+                        help="log-probability added to the next piece of an unwritten keyword")
     parser.add_argument("--policy", help=f"how text becomes units (PageSum: {', '.join(POLICIES)}; DYLE: auto, "
                         "sentence, turn)")
     parser.add_argument("--unit", action="append", metavar="NAME=VALUE",

@@ -48,7 +48,7 @@ class GenerationOptions:
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
     known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
     keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
-    keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's first piece
+    keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's next piece
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -250,7 +250,7 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
     unless the filters leave a beam fewer than that: then the step reads the full log-probabilities. With
-    keywords every step reads them (a keyword's first piece may be outside a beam's best before its bonus)."""
+    keywords every step reads them (a keyword's next piece may be outside a beam's best before its bonus)."""
     if options.known_words and guard is None:
         raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
                           "Summarizer, or turn known_words off")

@@ -3,8 +3,8 @@
 A small summarizer learns the words of its training summaries and writes them for any input ("the team discussed
 the data"). With the `keywords` option each input's keywords, its most frequent words of four or more letters that
 its bundle's `common_words.txt` does not list (the words most of the training inputs hold), are favoured while they
-are unwritten: the first piece of each keyword gets `keyword_bonus` added to its log-probability until the summary
-holds that word. The bonus counts in a beam's score like any log-probability.
+are unwritten: the next piece of each keyword's spelling gets `keyword_bonus` added to its log-probability until the
+summary holds that word. The bonus counts in a beam's score like any log-probability.
 
 An input's keywords come from one pass over its text (its distinct words counted), so they grow with the input's
 vocabulary, never faster than the input; a step reads each beam's words once.
@@ -57,49 +57,72 @@ def keywords(texts: Iterable[str], common: WordList, count: int) -> list[Keyword
             for word, n in rare[:count]]
 
 
-class KeywordBonus:
-    """The `keywords` option of one decoding batch: for each batch item, its keywords' first pieces."""
+Spellings = dict[tuple[int, ...], dict[int, frozenset[str]]]  # pieces so far in a word -> next piece -> keywords
 
-    def __init__(self, pieces: Pieces, first_pieces: Sequence[dict[int, frozenset[str]]], bonus: float):
-        self.pieces, self.first_pieces, self.bonus = pieces, first_pieces, bonus
+
+class KeywordBonus:
+    """The `keywords` option of one decoding batch: for each batch item, its keywords' spellings as pieces.
+
+    A beam's unwritten keywords get the bonus on their next piece: on the first piece until the beam has opened a
+    word with it (once tried and left, a first piece such as "A" is not favoured again), then on each following
+    piece while the beam's current word is a keyword's beginning, until the beam holds the keyword."""
+
+    def __init__(self, pieces: Pieces, spellings: Sequence[Spellings], bonus: float):
+        self.pieces, self.spellings, self.bonus = pieces, spellings, bonus
 
     @classmethod
     def build(cls, tokenizer, pieces: Pieces, items: Sequence[Sequence[Keyword]], bonus: float) -> KeywordBonus:
-        """`items`: each batch item's keywords; `tokenizer`, a `tokenizers.Tokenizer`, gives each spelling's first
-        piece as it follows a space."""
-        first_pieces = []
+        """`items`: each batch item's keywords; `tokenizer`, a `tokenizers.Tokenizer`, spells each form as it
+        follows a space (forms whose pieces are not all letters are left out)."""
+        spellings = []
         for found in items:
             spelled = [(keyword.word, form) for keyword in found for form in keyword.forms]
             encoded = tokenizer.encode_batch([" " + form for _, form in spelled], add_special_tokens=False)
-            firsts: dict[int, set[str]] = {}
+            steps: dict[tuple[int, ...], dict[int, set[str]]] = {}
             for (word, _), encoding in zip(spelled, encoded):
-                if encoding.ids and 0 <= encoding.ids[0] < len(pieces.letters):
-                    firsts.setdefault(encoding.ids[0], set()).add(word)
-            first_pieces.append({token: frozenset(words) for token, words in firsts.items()})
-        return cls(pieces, first_pieces, bonus)
+                ids = tuple(encoding.ids)
+                if not ids or not all(0 <= i < len(pieces.letters) and pieces.letters[i] for i in ids):
+                    continue
+                for n, token in enumerate(ids):
+                    steps.setdefault(ids[:n], {}).setdefault(token, set()).add(word)
+            spellings.append({prefix: {token: frozenset(words) for token, words in nexts.items()}
+                              for prefix, nexts in steps.items()})
+        return cls(pieces, spellings, bonus)
 
-    def written(self, sequence: Iterable[int]) -> set[str]:
-        """The words (lowercased runs of letters, as the pieces spell them) a sequence of token ids holds."""
+    def read(self, sequence: Iterable[int]) -> tuple[set[str], set[int], tuple[int, ...]]:
+        """What a sequence of token ids holds: its words (lowercased runs of letters, as the pieces spell them),
+        the pieces that opened a word, and the pieces of its last word while it has only letters (else ())."""
         letters, opens = self.pieces.letters, self.pieces.opens
-        found, parts = set(), []
+        found, opened, parts, word = set(), set(), [], []
         for token in sequence:
             text = letters[token] if 0 <= token < len(letters) else None
             if text is None or opens[token]:
                 if parts:
                     found.add("".join(parts))
-                parts = [] if text is None else [text]
+                parts, word = ([], []) if text is None else ([text], [token])
+                if text is not None:
+                    opened.add(token)
             else:
                 parts.append(text)
+                word.append(token)
         if parts:
             found.add("".join(parts))
-        return found
+        return found, opened, tuple(word)
+
+    def written(self, sequence: Iterable[int]) -> set[str]:
+        """The words (lowercased runs of letters, as the pieces spell them) a sequence of token ids holds."""
+        return self.read(sequence)[0]
 
     def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
-        """Add the bonus, in place, to the first piece of every keyword a beam has not written. log_probs (B, K, V)
+        """Add the bonus, in place, to the next piece of every keyword a beam has not written. log_probs (B, K, V)
         holding every token's log-probability, sequences (B, K, T)."""
         for b, k in np.ndindex(*sequences.shape[:2]):
-            if not self.first_pieces[b]:
+            spellings = self.spellings[b]
+            if not spellings:
                 continue
-            written = self.written(sequences[b, k].tolist())
-            tokens = [token for token, words in self.first_pieces[b].items() if not words <= written]
+            written, opened, word = self.read(sequences[b, k].tolist())
+            tokens = [token for token, words in spellings.get((), {}).items()
+                      if token not in opened and not words <= written]
+            if word:
+                tokens += [token for token, words in spellings.get(word, {}).items() if not words <= written]
             log_probs[b, k, tokens] += self.bonus

@@ -285,7 +285,7 @@ class Summarizer:
         return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs])
 
     def _bonus(self, inputs: list[list[Keyword]], generation: GenerationOptions) -> KeywordBonus:
-        """The `keywords` bonus of one decoding batch: each input's keywords' first pieces."""
+        """The `keywords` bonus of one decoding batch: each input's keywords spelled as pieces."""
         return KeywordBonus.build(self.tokenizer, self.pieces, inputs, generation.keyword_bonus)
 
     def estimate_memory(self, items: Sequence[Sequence[Unit]], generation: GenerationOptions,

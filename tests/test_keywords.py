@@ -37,32 +37,54 @@ def test_keywords_are_the_most_frequent_uncommon_words_with_their_spellings():
     assert [k.word for k in keywords(["room room the the the"], WordList([]), 5)] == ["room"]  # 3 letters: no
 
 
-def test_the_words_a_sequence_holds():
+def test_what_a_sequence_holds():
     # 3 "Ġgan", 4 "y", 5 "med", 6 "e", 7 "Ġthe", 8 ".", 9 "rive", 10 "Ġsh", 11 "ip"
     bonus = KeywordBonus(toy_pieces(), [{}], 1.0)
     assert bonus.written([0, 3, 4, 5, 6, 7, 10, 11, 8, 9]) == {"ganymede", "the", "ship", "rive"}
+    assert bonus.read([0, 3, 4, 5, 6, 7, 10, 11, 8, 9]) == ({"ganymede", "the", "ship", "rive"}, {3, 7, 10}, (9,))
+    assert bonus.read([0, 7, 3, 4]) == ({"the", "gany"}, {7, 3}, (3, 4))
+    assert bonus.read([3, 8]) == ({"gan"}, {3}, ())
     assert bonus.written([]) == set() and bonus.written([3]) == {"gan"}
 
 
-def test_the_bonus_goes_to_unwritten_keywords_first_pieces():
-    bonus = KeywordBonus(toy_pieces(), [{3: frozenset({"ganymede", "gantry"}), 10: frozenset({"ship"})}], 2.5)
-    log_probs = np.zeros((1, 2, 12), dtype=np.float32)
-    log_probs[0, :, 8] = -np.inf
-    bonus.apply(log_probs, np.array([[[0, 7, 7, 7, 7, 7, 7, 8], [0, 3, 4, 5, 6, 10, 11, 8]]]))
-    assert np.flatnonzero(log_probs[0, 0]).tolist() == [3, 8, 10] and log_probs[0, 0, 3] == 2.5
-    assert np.flatnonzero(log_probs[0, 1]).tolist() == [3, 8]  # "gantry" is still unwritten; "ship" is written
-    assert log_probs[0, 0, 8] == -np.inf
+GANYMEDE_SHIP = {(): {3: frozenset({"ganymede"}), 10: frozenset({"ship"})}, (3,): {4: frozenset({"ganymede"})},
+                 (3, 4): {5: frozenset({"ganymede"})}, (3, 4, 5): {6: frozenset({"ganymede"})},
+                 (10,): {11: frozenset({"ship"})}}
 
 
-def test_first_pieces_come_from_the_tokenizer(tokenizer):
+@pytest.mark.parametrize(("sequence", "favoured"), [
+    ([0, 7, 7], [3, 10]),  # nothing written: both first pieces
+    ([0, 3, 4], [5, 10]),  # "gany" begun: its next piece, and ship's first
+    ([0, 3, 8, 7], [10]),  # "gan" tried and left: not favoured again
+    ([0, 3, 4, 5, 6, 7, 10], [11]),  # ganymede written; "sh" begun
+    ([0, 3, 4, 5, 6, 10, 11, 8], []),  # both written
+])
+def test_the_bonus_goes_to_the_next_piece_of_unwritten_keywords(sequence, favoured):
+    bonus = KeywordBonus(toy_pieces(), [GANYMEDE_SHIP], 2.5)
+    log_probs = np.zeros((1, 1, 12), dtype=np.float32)
+    log_probs[0, 0, 8] = -np.inf
+    bonus.apply(log_probs, np.array([[sequence]]))
+    assert np.flatnonzero(log_probs[0, 0] == 2.5).tolist() == favoured
+    assert log_probs[0, 0, 8] == -np.inf and np.count_nonzero(log_probs[0, 0] == 0) == 11 - len(favoured)
+
+
+def test_spellings_come_from_the_tokenizer(tokenizer):
     from locsum_sdk.words import Pieces
 
     pieces = Pieces.from_tokenizer(tokenizer)
-    found = [Keyword("budget", 2, ("Budget", "budget"))]
+    found = [Keyword("budget", 2, ("Budget", "budget")), Keyword("smartkom", 1, ("SmartKom",)),
+             Keyword("numbered", 1, ("numbered2",))]
     bonus = KeywordBonus.build(tokenizer, pieces, [found, []], 1.0)
-    firsts = {tokenizer.encode(" " + form, add_special_tokens=False).ids[0] for form in ("Budget", "budget")}
-    assert set(bonus.first_pieces[0]) == firsts and bonus.first_pieces[1] == {}
-    assert all(words == frozenset({"budget"}) for words in bonus.first_pieces[0].values())
+    spellings, kept = bonus.spellings[0], 0
+    for keyword in found:
+        for form in keyword.forms:
+            ids = tokenizer.encode(" " + form, add_special_tokens=False).ids
+            if all(pieces.letters[token] for token in ids):  # else left out ("2", or a bare space piece)
+                assert all(keyword.word in spellings[tuple(ids[:n])][token] for n, token in enumerate(ids))
+                kept += 1
+            else:
+                assert ids[0] not in spellings.get((), {}) or keyword.word not in spellings[()][ids[0]]
+    assert kept >= 1 and bonus.spellings[1] == {}
 
 
 def test_options_and_generate_refuse_bad_keywords():
@@ -83,13 +105,22 @@ def test_a_session_of_best_tokens_decides_as_a_full_one_with_keywords(vocab, bea
     rng = random.Random(seed)
     pieces = random_pieces(vocab, rng)
     opening = [t for t in range(3, vocab) if pieces.opens[t] and pieces.letters[t]]
-    firsts = [{t: frozenset({f"w{t}"}) for t in rng.sample(opening, min(len(opening), 3))} for _ in range(batch)]
+    following = [t for t in range(3, vocab) if pieces.continues[t]]
+    spellings = []
+    for _ in range(batch):
+        steps: dict = {}
+        for first in rng.sample(opening, min(len(opening), 3)):
+            ids = (first, *rng.choices(following, k=rng.randint(0, 2)))
+            for n, token in enumerate(ids):
+                steps.setdefault(ids[:n], {})[token] = frozenset({f"w{first}"})
+        spellings.append(steps)
     options = GenerationOptions(num_beams=beams, max_length=max_length, keywords=3, keyword_bonus=bonus)
-    want = generate(TableSession(vocab, seed=seed), batch, options, 0, 2, 1, bonus=KeywordBonus(pieces, firsts, bonus))
+    want = generate(TableSession(vocab, seed=seed), batch, options, 0, 2, 1,
+                    bonus=KeywordBonus(pieces, spellings, bonus))
     session = TableSession(vocab, min(top, vocab), seed=seed)
     steps = []
     got = generate(session, batch, options, 0, 2, 1, lambda step, _: steps.append(step),
-                   bonus=KeywordBonus(pieces, firsts, bonus))
+                   bonus=KeywordBonus(pieces, spellings, bonus))
     assert [h.token_ids for h in got] == [h.token_ids for h in want]
     assert session.full_reads == len(steps)
 
