@@ -273,7 +273,8 @@ KNOWN_WORDS_NOTE = (" It copies from its input; its decoding keeps every word of
 
 KEYWORDS_NOTE = (" Its decoding favours each input's {count} most frequent words that most training inputs lack "
                  "(`keywords`), so its summaries name more of what the input is about; they can also string those "
-                 "words into sentences the input does not support: check them against the input.")
+                 "words together (a summary may open with a list of names) or into sentences the input does not "
+                 "support: check them against the input.")
 
 
 def copies(checkpoint: Path) -> bool:
