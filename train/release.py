@@ -271,6 +271,9 @@ KNOWN_WORDS_NOTE = (" It copies from its input; its decoding keeps every word of
                     "input and of its training text (`known_words`), so it makes up no words, but it may put a copied "
                     "name in the wrong sentence: check the names in a summary against the input.")
 
+INT8_COUNTS = ((SPECIFIC, "input-specific words", "{:.2f}"), (MADE_UP, "made-up words", "{:.2f}"),
+               (DISTINCT, "distinct", "{:.1f}%"))  # the int8 check's counts beside ROUGE-1, in the card's words
+
 KEYWORDS_NOTE = (" Its decoding favours each input's {count} most frequent words that most training inputs lack "
                  "(`keywords`), so its summaries name more of what the input is about; they can also string those "
                  "words together (a summary may open with a list of names) or into sentences the input does not "
@@ -349,12 +352,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"- {'At its earlier release as well: ' if earlier else ''}int8 (dynamic quantization of the linear layers "
         "and embedding tables) vs float32 on QMSum test, "
         f"the same examples summarized by both in turn: ROUGE-1 {int8['rouge1_int8']:.2f} vs "
-        f"{int8['rouge1_float32']:.2f} ({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), input-specific words "
-        f"{int8[SPECIFIC + '_int8']:.2f} vs {int8[SPECIFIC + '_float32']:.2f}, "
-        + (f"made-up words {int8[MADE_UP + '_int8']:.2f} vs {int8[MADE_UP + '_float32']:.2f}, "
-           if MADE_UP + "_int8" in int8 else "")  # a release before the made-up count has none
-        + f"distinct {int8[DISTINCT + '_int8']:.1f}% vs {int8[DISTINCT + '_float32']:.1f}%; int8 summarized "
-        f"{int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle {int8['size_mb']:.1f} MB.",
+        f"{int8['rouge1_float32']:.2f} ({int8['rouge1_int8'] - int8['rouge1_float32']:+.2f}), "
+        + "".join(f"{label} {shown.format(int8[key + '_int8'])} vs {shown.format(int8[key + '_float32'])}, "
+                  for key, label, shown in INT8_COUNTS if key + "_int8" in int8)  # older releases lack some
+        + f"int8 summarized {int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle "
+        f"{int8['size_mb']:.1f} MB.",
         *([f"- Distinct summaries on QMSum test ({manifest['dtype'] if earlier else 'float32'}): "
            f"{distinct_summaries} of {parity_result['examples']}; a model that ignores its input writes one summary "
            "for all."] if distinct_summaries is not None else []),
@@ -363,8 +365,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "",
         "| run | device | steps | hours (logged step time) | mean tokens/s | final loss |",
         "|---|---|---|---|---|---|",
-        *[f"| {run} | {v['device']} | {v['steps']} | {v['hours_logged']:.2f} | {v['tokens_per_s']:.0f} | "
-          f"{v['final_loss']:.3f} |" for run, v in training.items()],
+        *[f"| {run} | {v.get('device', 'not recorded')} | {v['steps']} | {v['hours_logged']:.2f} | "
+          f"{v['tokens_per_s']:.0f} | {v['final_loss']:.3f} |" for run, v in training.items()],
         "",
         "## Good for, not good for",
         "",
