@@ -109,10 +109,6 @@ class KeywordBonus:
             found.add("".join(parts))
         return found, opened, tuple(word)
 
-    def written(self, sequence: Iterable[int]) -> set[str]:
-        """The words (lowercased runs of letters, as the pieces spell them) a sequence of token ids holds."""
-        return self.read(sequence)[0]
-
     def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
         """Add the bonus, in place, to the next piece of every keyword a beam has not written. log_probs (B, K, V)
         holding every token's log-probability, sequences (B, K, T)."""
