@@ -10,7 +10,7 @@ pytest.importorskip("rouge_score")
 
 from rouge_score import rouge_scorer  # noqa: E402
 
-from train.oracle import oracle, rouge_tokens  # noqa: E402
+from train.oracle import WINDOW, oracle, oracles, rouge_tokens  # noqa: E402
 
 
 def test_a_hand_computed_case():
@@ -72,3 +72,14 @@ def test_it_chooses_as_a_search_scoring_with_rouge_score_would(seed):
     expected = slow_rouge([snippets[i] for i in result.indices], reference)
     assert result.rouge == pytest.approx(expected, abs=1e-9)
     assert result.score == pytest.approx(sum(expected.values()) / 3, abs=1e-9)
+
+
+def test_many_cases_over_processes_as_one_by_one():
+    rng = random.Random(7)
+    cases = []
+    for _ in range(2 * 2 * WINDOW + 3):  # two full windows of two processes and a short one
+        snippets = [sentence(rng) for _ in range(rng.randint(3, 12))]
+        cases.append((snippets, [rng.choice(snippets), sentence(rng)]))
+    expected = [oracle(snippets, reference, 3).indices for snippets, reference in cases]
+    assert oracles(iter(cases), len(cases), limit=3, workers=2, progress=False) == expected
+    assert oracles(cases, len(cases), limit=3, workers=1, progress=False) == expected

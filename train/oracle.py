@@ -18,15 +18,22 @@ sharing no word with the reference never raise the score and are left out.
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
+from tqdm import tqdm
 
 from locsum_sdk.units import split_sentences
 
 BUCKET = 256  # candidates whose LCS tables are filled together (sorted by length)
+POOL_FROM = 64  # cases from which `oracles` uses every CPU (below, a pool's start costs more than it saves)
+FORK = "fork"
+WINDOW = 8  # cases per process handed out at a time, so a pool holds a window of the data, never all of it
 
 
 @functools.cache
@@ -159,6 +166,43 @@ def oracle(snippets: Sequence[str], reference_sentences: Sequence[str], limit: i
         chosen.append(useful[pick])
         scores.append(best)
     return OracleResult(chosen, scores, rouge)
+
+
+Case = tuple[Sequence[str], Sequence[str]]  # an example's snippets and its reference sentences
+
+
+def oracles(cases: Iterable[Case], count: int, limit: int | None = None, workers: int | None = None,
+            desc: str = "oracle", progress: bool = True) -> list[list[int]]:
+    """The oracle's snippet indices for each of `count` cases, in order: in this process, or over `workers`
+    forked processes (default: the CPUs this process may use, from `POOL_FROM` cases on), reading `cases` a window
+    at a time; one tqdm bar over the cases. Where processes cannot fork, in this process: a spawned one would
+    import the caller's main script again."""
+    if workers is None:
+        workers = _usable_cpus() if count >= POOL_FROM else 1
+    if FORK not in multiprocessing.get_all_start_methods():
+        workers = 1
+    find = functools.partial(_indices, limit=limit)
+    found: list[list[int]] = []
+    with tqdm(total=count, desc=desc, disable=not progress) as bar:
+        if workers <= 1:
+            for case in cases:
+                found.append(find(case))
+                bar.update()
+            return found
+        cases = iter(cases)
+        with multiprocessing.get_context(FORK).Pool(workers) as pool:  # workers run numpy and Python alone
+            while window := list(islice(cases, workers * WINDOW)):
+                found.extend(pool.map(find, window, chunksize=1))
+                bar.update(len(window))
+    return found
+
+
+def _indices(case: Case, limit: int | None) -> list[int]:
+    return oracle(case[0], case[1], limit).indices
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def reference_sentences(summary: str) -> list[str]:

@@ -13,13 +13,12 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from locsum_sdk.errors import OptionError
 from locsum_sdk.kinds import TFIDF
@@ -34,7 +33,7 @@ from locsum_sdk.validation import check_keys
 from ..batching import shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
-from ..oracle import oracle, reference_sentences
+from ..oracle import Case, oracles, reference_sentences
 
 logger = logging.getLogger("locsum_sdk.train")
 
@@ -102,17 +101,18 @@ class DyleSet(SummarizationSet):
         path = cache / f"{split}-{self._key(paths, split)}.json"
         if path.is_file():
             return json.loads(path.read_text())
-        found = []
-        for index in tqdm(range(len(self)), desc=f"oracle ({split})", disable=not progress):
-            example = self.example(index)
-            snippets = self.units(example)
-            found.append(oracle([u.text for u in snippets], reference_sentences(example.summary),
-                                self.options.top_k).indices)
+        found = oracles(self._oracle_cases(), len(self), self.options.top_k, desc=f"oracle ({split})",
+                        progress=progress)
         cache.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         partial.write_text(json.dumps(found))
         partial.replace(path)
         return found
+
+    def _oracle_cases(self) -> Iterator[Case]:
+        for index in range(len(self)):
+            example = self.example(index)
+            yield [u.text for u in self.units(example)], reference_sentences(example.summary)
 
     def get(self, index: int, epoch: int = 0) -> DyleSample:
         example = self.example(index)
