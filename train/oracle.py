@@ -17,6 +17,7 @@ sharing no word with the reference never raise the score and are left out.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -32,7 +33,6 @@ from locsum_sdk.units import split_sentences
 
 BUCKET = 256  # candidates whose LCS tables are filled together (sorted by length)
 POOL_FROM = 64  # cases from which `oracles` uses every CPU (below, a pool's start costs more than it saves)
-FORK = "fork"
 WINDOW = 8  # cases per process handed out at a time, so a pool holds a window of the data, never all of it
 
 
@@ -179,21 +179,16 @@ def oracles(cases: Iterable[Case], count: int, limit: int | None = None, workers
     import the caller's main script again."""
     if workers is None:
         workers = _usable_cpus() if count >= POOL_FROM else 1
-    if FORK not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1
     find = functools.partial(_indices, limit=limit)
+    cases = iter(cases)
     found: list[list[int]] = []
-    with tqdm(total=count, desc=desc, disable=not progress) as bar:
-        if workers <= 1:
-            for case in cases:
-                found.append(find(case))
-                bar.update()
-            return found
-        cases = iter(cases)
-        with multiprocessing.get_context(FORK).Pool(workers) as pool:  # workers run numpy and Python alone
-            while window := list(islice(cases, workers * WINDOW)):
-                found.extend(pool.map(find, window, chunksize=1))
-                bar.update(len(window))
+    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None  # numpy and Python alone
+    with tqdm(total=count, desc=desc, disable=not progress) as bar, pool or contextlib.nullcontext():
+        while window := list(islice(cases, max(workers, 1) * WINDOW)):
+            found.extend(pool.map(find, window, chunksize=1) if pool else map(find, window))
+            bar.update(len(window))
     return found
 
 
