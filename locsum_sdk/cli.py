@@ -19,12 +19,26 @@ from .options import parse_assignment
 from .units import POLICIES
 
 
+def _read_documents(files: list[str]) -> list[bytes]:
+    """Each file's bytes, one document each; a folder or a missing path is bad input, named."""
+    documents = []
+    for name in files:
+        path = Path(name)
+        if path.is_dir():
+            raise InputError(f"{path} is a folder; give its text files (each is one document of one input: "
+                             f"{path}/*.txt), or summarize a corpus with `locsum batch`")
+        if not path.is_file():
+            raise InputError(f"{path}: no such file; give UTF-8 text files")
+        documents.append(path.read_bytes())
+    return documents
+
+
 def _summarize(args: argparse.Namespace) -> int:
     from .summarizer import Summarizer
 
+    documents = _read_documents(args.files)
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                             device=args.device)
-    documents = [Path(f).read_bytes() for f in args.files]
     summary = summarizer.summarize(documents, query=args.query, **_overrides(args, summarizer.kind))
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))

@@ -31,6 +31,10 @@ def test_errors_are_one_line_and_exit_2(bundle_dir, tmp_path, capsys):
     assert main(["summarize", str(bad), "--bundle", str(bundle_dir)]) == 2
     assert "not valid UTF-8" in capsys.readouterr().err
     assert main(["summarize", str(tmp_path / "absent.txt"), "--bundle", str(bundle_dir)]) == 2
+    assert "absent.txt: no such file" in capsys.readouterr().err
+    assert main(["summarize", str(tmp_path), "--bundle", str(bundle_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder; give its text files" in err and "Errno" not in err and len(err.splitlines()) == 1
 
 
 def test_any_kinds_unit_options_are_given_with_unit(dyle_bundle_dir, tmp_path, capsys):
