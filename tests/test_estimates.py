@@ -1,6 +1,6 @@
 """The memory estimate holds for every kind and input shape: each generated call runs in a child process with the
 shipped bundle of its kind, and its measured peak (above the resident set before the call, the runtime warmed up)
-must be within the estimate it was checked against, and the estimate within twice the peak.
+must be within the estimate it was checked against, and the estimate within 2.5 times the peak.
 
 Tolerance: measured <= estimate <= 2.5 x max(measured, FLOOR). Below FLOOR (8 MB) the peak is at the scale of the
 interpreter's and the allocator's own movements, and an estimate of a few MB over it protects nothing less. The
