@@ -9,6 +9,7 @@ DECODER_FILE = "decoder.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 WORDS_FILE = "words.txt"  # known words beside the input's (`locsum_sdk.words`); optional
 COMMON_WORDS_FILE = "common_words.txt"  # words most training inputs hold: never keywords (`locsum_sdk.keywords`)
+WEIGHTS_FILE = "weights.bin"  # initializers two graphs share, stored once (ONNX external data); optional
 
 # encoder.onnx
 INPUT_IDS = "input_ids"  # (N, L) int64 unit tokens; in decoder.onnx: (B, K) last token of each beam

@@ -25,7 +25,8 @@ STEP_ATOL = 1e-4
 def test_bundle_files_and_manifest(bundle_dir):
     bundle = Bundle.load(bundle_dir)
     m = bundle.manifest
-    assert sorted(m.files) == sorted([C.ENCODER_FILE, C.DECODER_FILE, C.TOKENIZER_FILE])
+    # weights.bin: the embedding table the encoder and the decoder share, stored once (`exporters.packing`)
+    assert sorted(m.files) == sorted([C.ENCODER_FILE, C.DECODER_FILE, C.TOKENIZER_FILE, C.WEIGHTS_FILE])
     assert m.kind == "pagesum" and m.format_version == C.FORMAT_VERSION
     assert m.special_tokens == {"bos": 0, "pad": 1, "eos": 2, "decoder_start": 2}
     assert m.units["page_tokens"] == 64 and m.generation["max_length"] == 24

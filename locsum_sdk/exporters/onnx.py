@@ -23,6 +23,7 @@ from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import Options
 from ..words import WordList
+from .packing import pack, tie_lm_head
 from .staging import staged
 
 logger = logging.getLogger("locsum_sdk")
@@ -38,7 +39,8 @@ def quantize_int8(path: Path) -> None:
 
     Only MatMul/Gemm with a constant weight and Gather of a constant table are touched; attention, LayerNorm, softmax
     and the combine op stay float32. The LM head shares its weight with the embedding lookup; it gets its own copy
-    first, since the quantizer rewrites a Gemm's weight in place."""
+    first, since the quantizer rewrites a Gemm's weight in place, and reads the 8-bit table again afterwards
+    (`packing.tie_lm_head`), so the bundle holds the table once."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -59,6 +61,9 @@ def quantize_int8(path: Path) -> None:
     target = path.with_name(path.stem + ".int8.onnx")
     quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"],
                      extra_options={"MatMulConstBOnly": True})
+    quantized = onnx.load(str(target))
+    if tie_lm_head(quantized):
+        onnx.save(quantized, str(target))
     os.replace(target, path)
 
 
@@ -208,6 +213,7 @@ def export_onnx(
                 quantize_int8(work / file)
                 check_graph(work / file, function)
                 written[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
+        pack(work, [graph["file"] for graph in written.values()])
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         if own is not None:
             shutil.copyfile(own_file, work / own.file)

@@ -158,9 +158,10 @@ def annotate(model: Any) -> list[str]:
 def weight_only(model: Any) -> int:
     """Rewrite ONNX Runtime's dynamic int8 quantization into weight-only int8 (see the module docstring);
     returns the number of MatMulInteger nodes rewritten. A pattern it does not recognize is refused."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
+    fold_transposed_weights(graph)
     initializers = {init.name: init for init in graph.initializer}
     producer = {out: node for node in graph.node for out in node.output}
     consumers: dict[str, list[Any]] = {}
@@ -181,9 +182,13 @@ def weight_only(model: Any) -> int:
             weight_scale = next((i for i in scales.input if i in initializers), None) if scales else None
             if weight_scale is None:
                 raise ExportError(f"cannot find the weight scale of int8 node {node.name or node.output[0]}")
-            weight = node.output[0] + ".weight"
-            added.append(helper.make_node("DequantizeLinear", [node.input[1], weight_scale, node.input[3]], [weight],
-                                          name=weight))
+            weight, zero = node.output[0] + ".weight", node.input[3] if len(node.input) > 3 else ""
+            if initializers[node.input[1]].data_type == TensorProto.INT8 and not (
+                    zero and np.any(numpy_helper.to_array(initializers[zero]))):  # the parser's form already
+                added.append(helper.make_node("DequantizeLinear", [node.input[1], weight_scale, zero], [weight],
+                                              name=weight))
+            else:  # a uint8 weight (an LM head reading its table): shifted to int8 with a zero point of 0
+                added.extend(symmetric_table(graph, initializers, node.input[1], [weight_scale, zero], weight))
             added.append(helper.make_node("MatMul", [quantized.input[0], weight], [scale[0].output[0]],
                                           name=node.output[0] + ".matmul"))
             dropped.update(id(n) for n in (node, cast[0], scale[0]))
@@ -217,6 +222,19 @@ def weight_only(model: Any) -> int:
     for init in unread:
         graph.initializer.remove(init)
     return rewritten
+
+
+def fold_transposed_weights(graph: Any) -> None:
+    """Replace each Transpose of an initializer (an int8 LM head reading its embedding table, `packing.tie_lm_head`)
+    with the transposed initializer, so the rewrites below see a constant weight."""
+    from onnx import numpy_helper
+
+    initializers = {init.name: init for init in graph.initializer}
+    for node in [n for n in graph.node if n.op_type == "Transpose" and n.input[0] in initializers]:
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        values = numpy_helper.to_array(initializers[node.input[0]])
+        graph.initializer.append(numpy_helper.from_array(np.transpose(values, perm), node.output[0]))
+        graph.node.remove(node)
 
 
 def symmetric_table(graph: Any, initializers: dict[str, Any], name: str, quantization: list[str],
@@ -414,7 +432,8 @@ def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_be
     count = top_tokens(source.manifest.model["vocab_size"], max_beams)
     with staged(Path(output)) as work:
         for name in source.manifest.files:
-            shutil.copyfile(source.file(name), work / name)
+            if name != C.WEIGHTS_FILE:  # the prepared graphs hold their weights themselves
+                shutil.copyfile(source.file(name), work / name)
         for graph in source.manifest.graphs.values():
             prepare_graph(source.file(graph["file"]), work / graph["file"], count, fp16)
         write_manifest(work, source.manifest)
