@@ -7,7 +7,7 @@
 # comes back), else benchmarks/results/gpu-run.
 #
 #   bash benchmarks/gpu/run.sh                 # every stage
-#   STAGES="tests bench" bash benchmarks/gpu/run.sh
+#   STAGES="tests bench" BENCH_K=hiersumm BENCH_LIMIT=240 bash benchmarks/gpu/run.sh
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-benchmarks/results/gpu-run}
@@ -22,7 +22,9 @@ if [ -d benchmarks/gpu/wheels ] && ls benchmarks/gpu/wheels/*.whl >/dev/null 2>&
 import importlib.util
 need = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "packaging": "packaging",
         "hypothesis": "hypothesis", "attrs": "attrs", "sortedcontainers": "sortedcontainers",
-        "safetensors": "safetensors", "tqdm": "tqdm", "pytest_benchmark": "pytest-benchmark", "cpuinfo": "py-cpuinfo"}
+        "safetensors": "safetensors", "tqdm": "tqdm", "pytest_benchmark": "pytest-benchmark", "cpuinfo": "py-cpuinfo",
+        "rouge_score": "rouge-score", "nltk": "nltk", "absl": "absl-py", "click": "click", "joblib": "joblib",
+        "six": "six", "regex": "regex"}
 print(" ".join(dist for module, dist in need.items() if importlib.util.find_spec(module) is None))
 PY
 )
@@ -54,8 +56,8 @@ for stage in $stages; do
       log "tests/gpu exit $?"; tail -15 "$out/tests_gpu.txt" ;;
     bench)
       log "benchmarks/test_gpu.py"
-      timeout 150 python -m pytest -q -s -p no:cacheprovider benchmarks/test_gpu.py \
-        -k "step or hiersumm or dyle" > "$out/bench_gpu.txt" 2>&1
+      timeout "${BENCH_LIMIT:-150}" python -m pytest -q -s -p no:cacheprovider benchmarks/test_gpu.py \
+        -k "${BENCH_K:-step or hiersumm or dyle}" > "$out/bench_gpu.txt" 2>&1
       log "benchmarks exit $?"; grep -E "ms|MiB|passed|failed|error" "$out/bench_gpu.txt" | tail -20
       cp benchmarks/results/gpu_*.json benchmarks/results/gpu_*.png "$out/" 2>/dev/null ;;
     *) log "unknown stage $stage (facts, doctor, tests, bench)" ;;
