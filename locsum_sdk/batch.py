@@ -84,11 +84,16 @@ def read_line(raw: bytes, number: int, fields: Fields) -> Line:
     default = f"line-{number}"
     try:
         row = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError) as err:  # ValueError: JSON errors and integers past Python's digit limit
         return Line(number, default, error=DataError(f"line {number}: not a JSON line ({err})"))
+    except RecursionError:
+        return Line(number, default, error=DataError(f"line {number}: JSON nested too deeply to read"))
     if not isinstance(row, dict):
         return Line(number, default, error=DataError(f"line {number}: a JSON {type(row).__name__}, not an object"))
     ident = row.get(fields.id, default)
+    if not isinstance(ident, str | int | float | bool | None):
+        return Line(number, default, error=DataError(f"line {number}: '{fields.id}' must be a string or a number, "
+                                                     f"not a JSON {type(ident).__name__}"))
     ident = ident if isinstance(ident, str) else json.dumps(ident)
     documents, query = row.get(fields.documents), row.get(fields.query)
     if isinstance(documents, str):
@@ -118,7 +123,7 @@ def _written(output: Path) -> tuple[int, str | None]:
                 break
             try:
                 last = json.loads(raw)["id"]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            except (ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
                 break
             count, good_end = count + 1, good_end + len(raw)
     if good_end != output.stat().st_size:

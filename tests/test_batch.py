@@ -230,3 +230,69 @@ def test_a_refused_job_names_a_holder_that_records_itself_a_moment_after_taking_
         with output_lock(output):
             pass
     os.close(holder)
+
+
+def bad_lines() -> list[bytes]:
+    """Lines of 25 kinds that cannot be summarized: nested past Python's recursion limit, broken, empty, huge,
+    wrong types, wrong encodings."""
+    deep = 100_000
+    kinds = [
+        b"[" * deep + b"]" * deep,
+        b'{"a":' * deep + b"1" + b"}" * deep,
+        b'{"documents": ' + b"[" * deep + b"]" * deep + b"}",
+        b'{"id": ' + b"[" * deep + b"]" * deep + b', "documents": "The board met."}',
+        b"{not json",
+        b'{"documents": ["The board met."',
+        b"\xff\xfe\x00garbage",
+        '{"documents": ["The board met."]}'.encode("utf-16-le"),
+        b"[1, 2]",
+        b'"The board met."',
+        b"42",
+        b"null",
+        b"{}",
+        b'{"documents": []}',
+        b'{"documents": ""}',
+        b'{"documents": " \\t "}',
+        b'{"documents": 5}',
+        b'{"documents": [1, 2]}',
+        b'{"documents": ["The board met.", null]}',
+        b'{"documents": "The board met.", "query": 5}',
+        b'{"documents": "The board met.", "query": NaN}',
+        b'{"id": {"a": 1}, "documents": "The board met."}',
+        b'{"id": ' + b"9" * 5000 + b', "documents": "The board met."}',
+        b'{"documents": "' + b"word " * 400_000 + b'"}',
+        b'{"documents": "\\u200b\\u200b\\u00a0"}',
+    ]
+    return kinds
+
+
+def test_good_lines_are_written_once_and_each_bad_line_is_a_typed_error_row(tmp_path, bundle_dir):
+    """120 good lines mixed with 80 bad ones of 25 kinds: one row each, in order, and exit 0; a line nested
+    100,000 deep is an error row like any other (it used to stop the job, and every resume, at that line)."""
+    from locsum_sdk import errors
+
+    rng = random.Random(7)
+    kinds = bad_lines()
+    lines, expected = [], []
+    for i in range(200):
+        if i % 5 in (1, 3):
+            lines.append(kinds[(i // 5 * 2 + (i % 5 == 3)) % len(kinds)])
+            expected.append(None)
+        else:
+            lines.append(json.dumps({"id": f"good-{i}", "documents": [document(rng, rng.randint(2, 8))]}).encode())
+            expected.append(f"good-{i}")
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    assert sum(e is None for e in expected) == 80 and len({*kinds}) == 25
+    argv = ["batch", "--bundle", str(bundle_dir), "--input", str(source), "--output", str(output), "--quiet",
+            "--max-tokens", "100000", *OPTIONS]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 200
+    for row, good in zip(rows, expected):
+        if good:
+            assert row["id"] == good and row["summary"]
+        else:
+            assert isinstance(getattr(errors, row["error"]["type"], None), type), row
+    assert main([*argv, "--resume"]) == 0  # a finished job resumes to nothing more
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 200
