@@ -48,7 +48,7 @@ class Options:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(name for key in ("units", *SHARED) for name in _names(type(getattr(self, key)))))
 
-    def replace(self, **overrides: Any) -> Options:
+    def replace(self, /, **overrides: Any) -> Options:
         """These options with `overrides` (any field of any group) applied and validated.
 
         A default yields to an override it would contradict: `max_length=8` over a default `min_length=20`

@@ -254,7 +254,7 @@ class Summarizer:
         return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer,
                    unit_cache, words, common_words)
 
-    def options(self, options: Options | None = None, **overrides: Any) -> Options:
+    def options(self, options: Options | None = None, /, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
         validated; unknown names are refused, and a default yields to an override it would contradict
         (`max_length=8` lowers a default `min_length=20` to 8). The result can be passed to `summarize`."""
@@ -301,7 +301,7 @@ class Summarizer:
                              max(len(u.token_ids) for units in group for u in units)) for group in groups),
                    key=lambda found: found.total)
 
-    def estimate(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
+    def estimate(self, text_or_documents: Input, /, query: str | None = None, options: Options | None = None,
                  **overrides: Any) -> MemoryEstimate:
         """Working memory `summarize` would need for this input with these options, before any model work: the
         input is paged and checked against `max_tokens` (raising or truncating as `summarize` would); a kind with
@@ -414,7 +414,7 @@ class Summarizer:
             raise BackendError(f"the {self.kind.name} selection stage kept none of {len(units)} units")
         return kept, largest
 
-    def summarize(self, text_or_documents: Input, query: str | None = None, options: Options | None = None,
+    def summarize(self, text_or_documents: Input, /, query: str | None = None, options: Options | None = None,
                   on_step: Callable[[int, dict[int, Partial]], None] | None = None, **overrides: Any) -> Summary:
         """Summarize one text, or one cluster of documents (a list of strings).
 
@@ -429,7 +429,7 @@ class Summarizer:
         return self.summarize_batch([text_or_documents], [query], options, on_step, **overrides)[0]
 
     def summarize_batch(
-        self, inputs: Sequence[Input], queries: Sequence[str | None] | None = None, options: Options | None = None,
+        self, inputs: Sequence[Input], /, queries: Sequence[str | None] | None = None, options: Options | None = None,
         on_step: Callable[[int, dict[int, Partial]], None] | None = None, **overrides: Any,
     ) -> list[Summary]:
         """Summarize several inputs together: inputs of like unit counts share encoder and decoder batches

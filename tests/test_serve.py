@@ -113,10 +113,23 @@ def test_a_summary_equals_the_sdks_with_units_and_timings(client, summarizer):
     ({"text": "x", "timeout": -1}, 422, "invalid_request"),
     ({"text": "x", "options": {"beams": 2}}, 422, "invalid_option"),
     ({"text": "x", "options": {"num_beams": 0}}, 422, "invalid_option"),
-    (b'{"text": "x", "options": {"length_penalty": NaN}}', 422, "invalid_option"),
+    (b'{"text": "x", "options": {"length_penalty": NaN}}', 400, "invalid_json"),  # NaN is not JSON
     ({"text": "x", "options": {"max_length": {"a": [1]}}}, 422, "invalid_option"),
     ({"text": "word " * 400, "options": {"max_tokens": 50}}, 413, "input_too_long"),
     ({"text": "word " * 20000}, 413, "body_too_large"),
+    ({"text": "The board met.", "options": {"self": 1}}, 422, "invalid_option"),
+    ({"text": "The board met.", "options": {"options": {}}}, 422, "invalid_option"),
+    ('{"text": "The board met."}'.encode("utf-16"), 400, "invalid_json"),  # with a byte order mark
+    ('{"text": "The board met."}'.encode("utf-16-le"), 400, "invalid_json"),
+    ('{"text": "The board met."}'.encode("utf-32"), 400, "invalid_json"),
+    ('{"text": "The board met."}'.encode("utf-32-be"), 400, "invalid_json"),
+    (b'\xef\xbb\xbf{"text": "The board met."}', 400, "invalid_json"),  # a UTF-8 byte order mark
+    (b'{"text": "The board met.", "timeout": Infinity}', 400, "invalid_json"),
+    (b'{"text": "The board met.", "timeout": NaN}', 400, "invalid_json"),
+    (b'{"text": "a \xed\xa0\x80 b"}', 400, "invalid_json"),  # a surrogate encoded in UTF-8 bytes
+    (b'{"text": "x", "query": "\xed\xb0\x80"}', 400, "invalid_json"),
+    (b'{"text": "x", "timeout": ' + b"9" * 5000 + b"}", 400, "invalid_json"),  # past Python's digit limit
+    (b"[" * 30_000 + b"]" * 30_000, 400, "invalid_json"),  # past the recursion limit, within the body limit
 ])
 def test_every_error_has_its_status_and_code(client, body, status, code):
     answer = (client.post("/v1/summarize", content=body) if isinstance(body, bytes)
@@ -124,6 +137,26 @@ def test_every_error_has_its_status_and_code(client, body, status, code):
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
     assert error["code"] == code and error["message"] and "Traceback" not in answer.text
+
+
+def test_an_unknown_field_says_which_fields_a_request_has(client):
+    answer = client.post("/v1/summarize", json={"txt": "The board met."})
+    assert answer.status_code == 422 and "exactly one of text (a string) or documents" in answer.json()["error"][
+        "message"]
+
+
+def test_a_deadline_passing_mid_decoding_leaves_no_unretrieved_exception_in_the_log(summarizer, caplog):
+    import gc
+    import logging
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"), served(summarizer, memory_budget="2GB",
+                                                                   batch_window=0) as client:
+        answer = client.post("/v1/summarize", json={**SLOW, "timeout": 0.5})
+        assert answer.status_code == 504
+        wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
+        assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).status_code == 200
+    gc.collect()  # an unretrieved exception is logged when its future is collected
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 def test_unknown_paths_and_methods_answer_json(client):
@@ -222,6 +255,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_decoding_and_frees_its_memory
         wait_for(lambda: metric(client, "locsum_memory_reserved_bytes") == 0)
         assert metric(client, "locsum_tokens_generated_total") == before  # it never finished its 500 steps
         assert client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).status_code == 200
+        wait_for(lambda: 'locsum_requests_total{code="client_closed",status="499"} 1.0' in client.get("/metrics").text)
 
 
 def test_a_client_that_leaves_before_its_answer_stops_its_decoding_too(summarizer):

@@ -98,6 +98,7 @@ class Admission:
     def withdraw(self, job: Job) -> None:
         """Take a job that is no longer wanted out of the queue (a running one stops at its batch's next step)."""
         job.cancelled.set()
+        job.future.add_done_callback(_retrieve)  # its outcome, an error too, is no one's now: not an unretrieved one
         if job in self.queue:
             self.queue.remove(job)
             self.observe("queue_depth", len(self.queue))
@@ -210,3 +211,8 @@ class Admission:
         for job in batch:
             outcomes += await self._summarize([job]) if job.wanted else [Cancelled("the request was cancelled")]
         return outcomes
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()

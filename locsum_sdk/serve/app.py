@@ -40,7 +40,8 @@ logger = logging.getLogger("locsum_sdk")
 RETRY_AFTER = 1  # seconds a client told 503 waits before trying again
 
 CODES = {  # every error code the API answers with: (HTTP status, what it means); stable across versions
-    "invalid_json": (400, "the body is not JSON in UTF-8"),
+    "invalid_json": (400, "the body is not JSON in UTF-8 (UTF-16, UTF-32, a byte order mark, NaN and Infinity are "
+                     "not), or nests too deeply"),
     "empty_input": (400, "the text or a document is empty or has no visible character"),
     "invalid_encoding": (400, "the text holds a lone surrogate (a broken escape)"),
     "invalid_input": (400, "the input cannot be summarized as given"),
@@ -306,7 +307,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
     async def _events(job: Job, arrived: float) -> AsyncIterator[str]:
         loop, updates = asyncio.get_running_loop(), asyncio.Queue()
         job.on_partial = lambda step, partial: loop.call_soon_threadsafe(updates.put_nowait, (step, partial))
-        last = None
+        last, answered = None, False
         try:
             while True:
                 getter = asyncio.ensure_future(updates.get())
@@ -320,6 +321,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                         yield _event("partial", {"step": step, "text": text, "finished": partial.finished})
                     continue
                 getter.cancel()
+                answered = True
                 if not done:
                     admission().withdraw(job)
                     yield _error_event(ServeError(504, "deadline_exceeded", "the request ran past its deadline"))
@@ -333,6 +335,8 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                 return
         finally:  # finished, or the client left (the response is cancelled): the batch stops at its next step
             admission().withdraw(job)
+            if not answered:
+                count(499, "client_closed", None)
 
     def _text(partial: Partial) -> str:
         return summarizer.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
@@ -366,12 +370,20 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise ServeError(413, "body_too_large", f"the body is over this server's {limit} bytes")
         chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    try:  # UTF-8 only: json.loads would take UTF-16 and UTF-32 bytes, and NaN and Infinity, which are not JSON
+        return json.loads(b"".join(chunks).decode("utf-8"), parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError) as err:  # ValueError: JSON errors, integers past Python's digit limit
         raise ServeError(400, "invalid_json", f"the body is not JSON in UTF-8 ({err})") from None
     except RecursionError:
         raise ServeError(400, "invalid_json", "the body nests too deeply") from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+REQUEST_FIELDS = ("a request is a JSON object with exactly one of text (a string) or documents (a list of strings), "
+                  "and optionally query, options, stream and timeout")
 
 
 def _validation_message(errors: Any) -> str:
@@ -379,6 +391,8 @@ def _validation_message(errors: Any) -> str:
     for error in errors[:5]:
         where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    if any(error.get("type") in ("extra_forbidden", "model_type") for error in errors):
+        parts.append(REQUEST_FIELDS)
     return "; ".join(parts) + "; see /docs for the request schema"
 
 
