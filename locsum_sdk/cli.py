@@ -16,11 +16,12 @@ from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
 from .options import parse_assignment
-from .units import POLICIES
+from .units import POLICIES, as_text
 
 
-def _read_documents(files: list[str]) -> list[bytes]:
-    """Each file's bytes, one document each; a folder or a missing path is bad input, named."""
+def _read_documents(files: list[str]) -> list[str]:
+    """Each file's text, one document each; a folder, a missing path, an empty file or one that is not UTF-8 text
+    is bad input, named by its path."""
     documents = []
     for name in files:
         path = Path(name)
@@ -29,7 +30,7 @@ def _read_documents(files: list[str]) -> list[bytes]:
                              f"{path}/*.txt), or summarize a corpus with `locsum batch`")
         if not path.is_file():
             raise InputError(f"{path}: no such file; give UTF-8 text files")
-        documents.append(path.read_bytes())
+        documents.append(as_text(path.read_bytes(), str(path)))
     return documents
 
 
@@ -384,11 +385,26 @@ def _serve(args: argparse.Namespace) -> int:
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found: this one, so that a
     # graceful stop exits 0 (Ctrl-C still ends in KeyboardInterrupt: 130)
     previous = signal.signal(signal.SIGTERM, lambda number, frame: None)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started and not args.quiet:  # bound and the app's startup done: say where, once
+                bound = [s.getsockname() for server in self.servers for s in server.sockets][:1]
+                host, port = bound[0][:2] if bound else (args.host, args.port)
+                host = f"[{host}]" if ":" in host else host
+                print(f"locsum serving {args.bundle or 'the default bundle'} on http://{host}:{port}/ "
+                      f"(POST /v1/summarize; API docs at /docs)", flush=True)
+
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.grace,
+                                   log_level="warning" if not args.verbose else "info", access_log=bool(args.verbose)))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.grace,
-                    log_level="warning" if not args.verbose else "info", access_log=bool(args.verbose))
+        server.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise OptionError(f"could not serve on {args.host}:{args.port} (the error above says why: a port in use, an "
+                          "address this machine does not have); give another --host or --port")
     return 0
 
 
@@ -496,9 +512,18 @@ def _log_flags(main: bool) -> argparse.ArgumentParser:
     return flags
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser, its commands' too, that takes options only by their full names: `--num-beam 2` is an
+    error, not `--num-beams 2`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="locsum", description="Locality-aware long-input summarization.",
-                                     parents=[_log_flags(main=True)])
+    parser = _Parser(prog="locsum", description="Locality-aware long-input summarization.",
+                     parents=[_log_flags(main=True)])
     commands = parser.add_subparsers(dest="command", required=True)
     flags = [_log_flags(main=False)]
 

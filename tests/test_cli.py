@@ -37,6 +37,20 @@ def test_errors_are_one_line_and_exit_2(bundle_dir, tmp_path, capsys):
     assert "is a folder; give its text files" in err and "Errno" not in err and len(err.splitlines()) == 1
 
 
+def test_an_empty_or_binary_file_is_named_and_options_are_not_abbreviated(bundle_dir, tmp_path, capsys):
+    good, empty, binary = tmp_path / "minutes.txt", tmp_path / "empty.txt", tmp_path / "scan.pdf"
+    good.write_text("The board met on Monday to approve the budget.", encoding="utf-8")
+    empty.write_bytes(b" \n")
+    binary.write_bytes(b"%PDF-1.7\n\xe2\xe3\xcf\xd3")
+    assert main(["summarize", str(good), str(empty), "--bundle", str(bundle_dir)]) == 2
+    assert f"{empty} is empty" in capsys.readouterr().err
+    assert main(["summarize", str(binary), "--bundle", str(bundle_dir)]) == 2
+    assert f"{binary} is not valid UTF-8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_code:
+        main(["summarize", str(good), "--bundle", str(bundle_dir), "--num-beam", "2"])
+    assert exit_code.value.code == 2 and "unrecognized arguments: --num-beam 2" in capsys.readouterr().err
+
+
 def test_any_kinds_unit_options_are_given_with_unit(dyle_bundle_dir, tmp_path, capsys):
     meeting = tmp_path / "meeting.txt"
     meeting.write_text("\n".join(f"{name}: {document(random.Random(i), 2)}" for i, name in enumerate("ABABAB")))

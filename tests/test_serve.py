@@ -295,7 +295,7 @@ def cli_server(bundle_dir, grace: float):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", str(bundle_dir),
                                "--port", str(port), "--threads", "1", "--grace", str(grace)], cwd=ROOT,
-                              stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _ready(base), 60)
@@ -331,6 +331,7 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(bundle_dir):
         assert answer.status_code == 200 and answer.json()["tokens"] == 127
         assert server.wait(timeout=30) == 0
         assert "Traceback" not in server.stderr.read()
+        assert f"on {base}/ (POST /v1/summarize" in server.stdout.readline()  # where it serves, once ready
 
 
 def _ready(base: str) -> bool:
