@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -103,9 +103,32 @@ def _until_eos(tokens: list[int], eos: int) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-def min_length_filter(log_probs: np.ndarray, length: int, options: GenerationOptions, eos: int) -> None:
-    if length < options.min_length:
-        log_probs[..., eos] = -np.inf
+SHORT_INPUT_SHARE = 0.5  # min_length never holds a summary past this share of its input's text tokens
+SHORT_INPUT_FLOOR = 16  # the fewest tokens a summary may run to, however short its input
+
+
+def input_lengths(options: GenerationOptions, input_tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each input's (min_length, max_length), (B,) int64 each: the options, fitted to the input's own text
+    tokens. min_length never holds a summary past SHORT_INPUT_SHARE of its input, and max_length never lets it
+    run past the input's length (or SHORT_INPUT_FLOOR tokens, the larger): a nine-word input gets a summary of at
+    most 16 tokens, not 320 forced to at least 60."""
+    tokens = np.asarray(input_tokens, dtype=np.int64)
+    low = np.minimum(options.min_length, (tokens * SHORT_INPUT_SHARE).astype(np.int64))
+    return low, np.minimum(options.max_length + 1, np.maximum(tokens, SHORT_INPUT_FLOOR) + 1)
+
+
+def min_length_filter(log_probs: np.ndarray, length: int, low: np.ndarray, eos: int) -> None:
+    """Forbid end-of-sequence to every item shorter than its min_length. log_probs (B, K, V), low (B,)."""
+    log_probs[length < low, :, eos] = -np.inf
+
+
+def max_length_filter(log_probs: np.ndarray, length: int, high: np.ndarray, eos: int) -> None:
+    """Leave only end-of-sequence to every item at its last step before its own max_length `high` (B,); an item
+    whose `high` is past the option's max_length stops where every item does, at the loop's last step."""
+    last = length >= high - 1
+    if last.any():
+        log_probs[last] = -np.inf
+        log_probs[last, :, eos] = 0.0
 
 
 def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int) -> None:
@@ -232,20 +255,23 @@ class BeamSearch:
 
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
-            guard: WordGuard | None, needed: int, complete: bool) -> None:
-    """Every logit filter, in place: min_length, no_repeat_ngram_size, then known words."""
-    min_length_filter(log_probs, length, options, eos)
+            guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray]) -> None:
+    """Every logit filter, in place: min_length, no_repeat_ngram_size, known words, then each input's max_length
+    (an input at its max_length ends there, as every input does at the option's)."""
+    min_length_filter(log_probs, length, lengths[0], eos)
     no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size)
     if guard is not None:
         guard.apply(log_probs, sequences, needed, complete)
+    max_length_filter(log_probs, length, lengths[1], eos)
 
 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
              on_step: StepCallback | None = None, guard: WordGuard | None = None,
-             bonus: KeywordBonus | None = None) -> list[Hypothesis]:
+             bonus: KeywordBonus | None = None, input_tokens: Sequence[int] | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
-    the `known_words` filter of this batch, `bonus` its `keywords` (None: off).
+    the `known_words` filter of this batch, `bonus` its `keywords` (None: off); `input_tokens`: each item's input
+    length in text tokens, which bounds its min_length and max_length (`input_lengths`; None: the options').
 
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
@@ -262,6 +288,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     else:
         search = BeamSearch(batch, start, eos, options)
     beam_index = None
+    lengths = ((np.full(batch, options.min_length, dtype=np.int64), np.full(batch, options.max_length + 1, np.int64))
+               if input_tokens is None else input_lengths(options, input_tokens))
     needed = 2 * options.num_beams if options.num_beams > 1 else 1  # tokens of one beam a step may choose from
     started, steps, full_reads = time.perf_counter(), 0, 0
     for length in range(1, options.max_length):
@@ -273,10 +301,10 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
         if bonus is not None:
             bonus.apply(log_probs, search.sequences)
-        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial)
+        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
-            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True)
+            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True, lengths)
             full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
         steps = length
@@ -290,4 +318,16 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     logger.info("decoded %d inputs in %d steps of %d beam(s) in %.2f s (%.1f ms per step%s)", batch, steps,
                 options.num_beams, seconds, 1000 * seconds / max(steps, 1),
                 f"; {full_reads} steps read the full distribution" if full_reads else "")
-    return search.finalize()
+    hypotheses = search.finalize()
+    return hypotheses if guard is None else [_whole_words(guard, b, h, eos) for b, h in enumerate(hypotheses)]
+
+
+def _whole_words(guard: WordGuard, item: int, hypothesis: Hypothesis, eos: int) -> Hypothesis:
+    """`hypothesis` without the unknown word it ends in, cut by max_length in the middle (`WordGuard.unfinished`)."""
+    drop = guard.unfinished(item, hypothesis.token_ids, eos)
+    if not drop:
+        return hypothesis
+    tokens, weights = hypothesis.token_ids, hypothesis.unit_weights  # (T,), (T, U)
+    end = len(tokens) - (tokens[-1:] == [eos])
+    keep = list(range(end - drop)) + list(range(end, len(tokens)))
+    return Hypothesis([tokens[i] for i in keep], hypothesis.score, weights[keep])

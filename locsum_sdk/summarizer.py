@@ -282,7 +282,8 @@ class Summarizer:
 
     def _guard(self, inputs: list[WordList]) -> WordGuard:
         """The `known_words` filter of one decoding batch: each input's words, and the bundle's."""
-        return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs])
+        return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs],
+                         self.special.eos)
 
     def _bonus(self, inputs: list[list[Keyword]], generation: GenerationOptions) -> KeywordBonus:
         """The `keywords` bonus of one decoding batch: each input's keywords spelled as pieces."""
@@ -308,7 +309,7 @@ class Summarizer:
         a selection stage counts the stage's largest run and as many units as it keeps, the longest of them."""
         chosen = self.options(options, **overrides)
         paging, limits = chosen.units, chosen.limits
-        query_ids, items = self._paged([text_or_documents], [query], chosen)
+        _, query_ids, items = self._paged([text_or_documents], [query], chosen)
         units = within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS)[0]
         selection = 0
         if self.kind.selection is not None:
@@ -318,12 +319,12 @@ class Summarizer:
         return self.estimate_memory([units], chosen.generation, selection)
 
     def _paged(self, inputs: Sequence[Input], queries: Sequence[str | None],
-               options: Options) -> tuple[list[list[int]], list[list[Unit]]]:
-        """Each input's query ids and units, as the kind's pager makes them under `options`."""
+               options: Options) -> tuple[list[list[str]], list[list[int]], list[list[Unit]]]:
+        """Each input's documents (checked), query ids and units, as the kind's pager makes them under `options`."""
         documents = [as_documents(item) for item in inputs]  # every input checked before any query
         pager = self.kind.pager(self.tokenizer, self.special, options.units, options.limits.max_tokens)
         query_ids = [pager.query_ids(query) for query in queries]
-        return query_ids, [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
+        return documents, query_ids, [pager.pages(docs, ids) for docs, ids in zip(documents, query_ids)]
 
     def _estimate(self, generation: GenerationOptions, tokens: int, selection: int = 0) -> Estimate:
         def estimate(batch: int, width: int, length: int) -> MemoryEstimate:
@@ -450,12 +451,13 @@ class Summarizer:
         chosen = self.options(options, **overrides)
         paging, limits, generation = chosen.units, chosen.limits, chosen.generation
         started = time.perf_counter()
-        query_ids, items = self._paged(inputs, queries, chosen)
-        known = ([WordList(words_of([*(u.text for u in units), self.tokenizer.decode(ids)]))
-                  for units, ids in zip(items, query_ids)]
-                 if generation.known_words else None)  # the query's and every unit's, before selection or limits
-        found = ([keywords((u.text for u in units), self.common_words, generation.keywords) for units in items]
-                 if generation.keywords else None)  # every unit's, before selection or limits
+        documents, query_ids, items = self._paged(inputs, queries, chosen)
+        input_tokens = [sum(len(u.text_ids) for u in units) for units in items]  # before selection: the whole input
+        # the words of the documents and the query, whole: a unit may end in the middle of a long word
+        known = ([WordList(words_of([*docs, self.tokenizer.decode(ids)])) for docs, ids in zip(documents, query_ids)]
+                 if generation.known_words else None)
+        found = ([keywords(docs, self.common_words, generation.keywords) for docs in documents]
+                 if generation.keywords else None)
         paged = time.perf_counter()
         logger.info("paging: %d input(s) into %s units of at most %d tokens (%s tokens) in %.2f s",
                     len(items), "+".join(str(len(units)) for units in items),
@@ -499,6 +501,7 @@ class Summarizer:
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
                     _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
                     self._bonus([found[i] for i in group], generation) if found else None,
+                    [input_tokens[i] for i in group],
                 )
             finally:
                 session.close()

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,8 @@ from .errors import DataError, OptionError
 logger = logging.getLogger("locsum_sdk")
 
 WORD = re.compile(r"[^\W\d_]+")  # a run of letters
+_LEADING = re.compile(r"^[^\W\d_]+")
+_TRAILING = re.compile(r"[^\W\d_]+$")
 CONTENT_LETTERS = 4  # a content word has at least this many letters (evaluation's measures, keywords)
 RARE_SHARE = 0.15  # a word fewer than this share of the (other distinct) inputs hold is rare (evaluation, keywords)
 
@@ -104,11 +106,16 @@ def _components(config: dict | None) -> list[dict]:
 @dataclass(frozen=True)
 class Pieces:
     """What each token id is as part of a word: its letters (lowercased; None when it holds anything but letters)
-    and whether it opens a word (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##")."""
+    and whether it opens a word (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##"). A piece
+    that mixes letters with other characters ("ense.", "s,", ".The") can finish the word before it with the letters
+    it starts with (`ends`, unless it opens a word) and start one with the letters it ends in (`starts`)."""
 
     letters: list[str | None]
     opens: np.ndarray  # (V,) bool
     continues: np.ndarray  # (V,) bool: letters only and not opening a word
+    ends: dict[int, str] = field(default_factory=dict)  # mixed piece, not opening -> the letters it starts with
+    starts: dict[int, str] = field(default_factory=dict)  # mixed piece -> the letters it ends in
+    special: frozenset[int] = frozenset()  # special tokens: left out of the text, so they join what they separate
 
     @classmethod
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
@@ -140,7 +147,16 @@ class Pieces:
                    for i, text in enumerate(texts)]
         opens = np.array(marked, dtype=bool)
         continues = np.array([text is not None for text in letters]) & ~opens
-        return cls(letters, opens, continues)
+        ends, starts = {}, {}
+        for i, text in enumerate(texts):
+            if i in special or not text or letters[i] is not None:
+                continue
+            head, tail = _LEADING.match(text), _TRAILING.search(text)
+            if head and not marked[i]:
+                ends[i] = head.group().lower()
+            if tail:
+                starts[i] = tail.group().lower()
+        return cls(letters, opens, continues, ends, starts, frozenset(i for i in special if i < vocab))
 
 
 def _from_bytes(text: str, alphabet: dict[str, int]) -> str:
@@ -152,24 +168,37 @@ def _from_bytes(text: str, alphabet: dict[str, int]) -> str:
 
 
 class WordGuard:
-    """The `known_words` filter of one decoding batch: for each batch item, the lists its words may come from."""
+    """The `known_words` filter of one decoding batch: for each batch item, the lists its words may come from.
+    Special tokens other than `eos` are never written: decoding leaves them out of the text, where they would
+    join the pieces on either side into one word ("Cor", "<s>", "ense": "Corense")."""
 
-    def __init__(self, pieces: Pieces, known: Sequence[Sequence[WordList]]):
+    def __init__(self, pieces: Pieces, known: Sequence[Sequence[WordList]], eos: int | None = None):
         self.pieces, self.known = pieces, known
+        self.hidden = np.array(sorted(pieces.special - {eos}), dtype=np.int64)
 
     def current_word(self, sequence: Sequence[int]) -> tuple[str, int]:
         """The word the sequence ends in and how many pieces it has ("" and 0 after a space, punctuation or a
-        special token)."""
-        letters, opens = self.pieces.letters, self.pieces.opens
+        special token); a mixed piece counts with the letters it ends in ("s.The" starts "the")."""
+        letters, opens, starts = self.pieces.letters, self.pieces.opens, self.pieces.starts
         parts: list[str] = []
         for token in reversed(sequence):
             text = letters[token] if 0 <= token < len(letters) else None
             if text is None:
+                if token in starts:
+                    parts.append(starts[token])
                 break
             parts.append(text)
             if opens[token]:
                 break
         return "".join(reversed(parts)), len(parts)
+
+    def unfinished(self, item: int, token_ids: Sequence[int], eos: int) -> int:
+        """How many pieces before a final end-of-sequence (or at the end) form a word of several pieces that is
+        unknown: decoding stopped at max_length in the middle of it, and those pieces are to be dropped (0: none).
+        Every other word of the sequence the filter has checked."""
+        body = token_ids[:-1] if token_ids and token_ids[-1] == eos else token_ids
+        word, parts = self.current_word(body)
+        return 0 if parts <= 1 or self._word(item, word) else parts
 
     def _prefix(self, item: int, text: str) -> bool:
         return any(words.has_prefix(text) for words in self.known[item])
@@ -183,7 +212,8 @@ class WordGuard:
         among those alone. Rows of only some tokens (`complete` False) may be left with fewer, for the caller to
         read the full distribution; a full row whose every token is forbidden (a word no piece can finish) is
         left as it was."""
-        continues = self.pieces.continues
+        continues, ends = self.pieces.continues, self.pieces.ends
+        log_probs[..., self.hidden[self.hidden < log_probs.shape[-1]]] = -np.inf
         for b, k in np.ndindex(*sequences.shape[:2]):
             word, parts = self.current_word(sequences[b, k].tolist())
             if parts == 0:
@@ -195,6 +225,9 @@ class WordGuard:
             allowed = 0
             for token in _best_first(row):
                 if continues[token] and not self._prefix(b, word + self.pieces.letters[token]):
+                    row[token] = -np.inf
+                    continue
+                if token in ends and not self._word(b, word + ends[token]):  # "ense." after "cor": "corense"
                     row[token] = -np.inf
                     continue
                 allowed += 1

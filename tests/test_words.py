@@ -220,3 +220,52 @@ def test_known_words_on_onnxruntime_and_torch_give_the_same_tokens(word_bundle, 
             assert parts <= 1 or word in real, word
         changed += a.token_ids != ort.summarize(text, **{**options, "known_words": False}).token_ids
     assert changed > 0  # a random model makes words up: the filter had something to do
+
+
+@pytest.fixture(scope="module")
+def word_summarizer(tmp_path_factory, word_bundle):
+    """The word bundle with a common-words list (for `keywords`), and the words its tokens hold one each."""
+    from locsum_sdk.exporters.defaults import set_defaults
+
+    common = WordList(["the", "and"]).write(tmp_path_factory.mktemp("common") / "common_words.txt")
+    bundle = set_defaults(word_bundle, tmp_path_factory.mktemp("kw") / "bundle", {}, common_words=common)
+    summarizer = Summarizer.from_pretrained(bundle.path, threads=1)
+    return summarizer, one_piece_words(summarizer.tokenizer)
+
+
+def one_piece_words(tokenizer) -> set[str]:
+    """Every run of letters one token holds: a word a summary may write in one piece, known or not."""
+    return {word for i in range(tokenizer.get_vocab_size()) for word in words_of([tokenizer.decode([i])])}
+
+
+@given(text=st.text(alphabet=st.sampled_from(list("ptbviewcoransdBVIEWCOR .,;:'!?-\n")), min_size=1, max_size=60)
+       .filter(lambda t: any(c.isalpha() for c in t)),
+       num_beams=st.integers(1, 3), max_length=st.integers(2, 24), keywords=st.integers(0, 5),
+       keyword_bonus=st.sampled_from([0.0, 3.0, 5.0, 8.0, 10.0]), page_tokens=st.sampled_from([8, 16, 64]))
+def test_known_words_let_no_made_up_word_through(word_summarizer, text, num_beams, max_length, keywords,
+                                                 keyword_bonus, page_tokens):
+    """Whatever the input and decoding options, every word of a summary is a word of its input, of the bundle's
+    list, or one token's own: no path completes a made-up word (a piece mixing letters and punctuation after a
+    word's start, end of sequence, max_length in the middle of a word, a keyword's bonus)."""
+    summarizer, one_piece = word_summarizer
+    summary = summarizer.summarize(text, known_words=True, num_beams=num_beams, max_length=max_length,
+                                   min_length=0, keywords=keywords, keyword_bonus=keyword_bonus,
+                                   page_tokens=page_tokens)
+    allowed = words_of([text]) | set(summarizer.words.words) | one_piece
+    assert words_of([summary.text]) <= allowed, (summary.text, words_of([summary.text]) - allowed)
+
+
+def test_a_mixed_piece_finishes_a_word_only_into_a_known_one_and_special_tokens_are_never_written():
+    """'ense.' after 'Cor' writes 'Corense.': the letters a mixed piece starts with finish the word before it; a
+    special token other than end-of-sequence ('<s>') is left out of the text and would join 'Cor' and 'ense'."""
+    letters = [None, None, None, "cor", "ense", None, "the", None]  # 0 <s>, 1 <pad>, 2 </s>, 5 "ense.", 7 "'s"
+    opens = np.array([False, False, False, True, False, False, True, False])
+    pieces = Pieces(letters, opens, np.array([t is not None for t in letters]) & ~opens, ends={5: "ense"},
+                    starts={7: "s"}, special=frozenset({0, 1, 2}))
+    guard = WordGuard(pieces, [[WordList(["cor", "the"])]], eos=2)
+    after_cor = allowed(guard, [3])
+    assert 5 not in after_cor and 2 in after_cor and not {0, 1} & after_cor  # "corense" is no word; "cor" is
+    assert 5 in allowed(WordGuard(pieces, [[WordList(["cor", "corense"])]], eos=2), [3])
+    assert guard.current_word([6, 7]) == ("s", 1)  # "the's": the mixed piece starts a word of its own
+    assert guard.unfinished(0, [3, 4], eos=2) == 2 and guard.unfinished(0, [3, 4, 2], eos=2) == 2
+    assert guard.unfinished(0, [6, 2], eos=2) == 0

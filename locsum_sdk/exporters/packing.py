@@ -115,7 +115,7 @@ def pack(directory: Path, files: list[str]) -> list[str]:
     offsets: dict[str, tuple[int, int]] = {}
     target = directory / C.WEIGHTS_FILE
     with open(target, "wb") as out:
-        for file, model in models.items():
+        for model in models.values():
             for init in model.graph.initializer:
                 if not init.HasField("raw_data"):
                     continue
