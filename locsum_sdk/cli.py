@@ -571,8 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fp16", action="store_true", help="float16 engines")
     t.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="write the prepared graphs and plan.json, print the plan, build nothing (any machine)")
-    for name, meaning in zip(TRT_SHAPES, ("items per call", "units per item", "tokens per unit", "beams",
-                                          "decoding steps", "candidates a selection stage scores")):
+    for name, meaning in zip(TRT_SHAPES, ("items per call", "units per item",
+                                          "tokens per unit (default and most: the model's positions)", "beams",
+                                          "decoding steps (default and most: the model's positions)",
+                                          "candidates a selection stage scores")):
         t.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=f"profile maximum: {meaning}")
     t.add_argument("--dim", action="append", metavar="NAME=MAX", help="the maximum of any named graph axis")
     e.set_defaults(run=_export)

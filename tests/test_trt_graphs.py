@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.errors import OptionError
 from locsum_sdk.exporters import tensorrt as trt_export
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
@@ -177,3 +178,31 @@ def test_every_profile_runs_at_min_opt_and_max(name, max_batch, tiny, tmp_path):
             for output, meta in zip(outputs, session.get_outputs()):
                 if np.issubdtype(output.dtype, np.floating) and meta.name != "log_probs":
                     assert np.isfinite(output).all(), f"{name} {graph} at {label}: {meta.name}"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tmp_path):
+    """`to_trt.py`'s default maxima for a shipped bundle: every axis the model's positions bound (unit tokens, the
+    cache) at most its positions, and every graph runs on ONNX Runtime with those axes at their maxima (the others
+    at 1), where a profile past the positions failed on the position lookup. A maximum past them is refused."""
+    import onnxruntime as ort
+
+    path = ENGINES / name
+    manifest = Bundle.load(path).manifest
+    positions = trt_export.model_positions(manifest.model)
+    plan = trt_export.build_engines(path, tmp_path / "trt", dry_run=True)
+    rng = np.random.default_rng(0)
+    for graph in plan.graphs:
+        model = onnx.load(str(tmp_path / "trt" / graph.prepared))
+        axes = {value.name: [d.dim_param for d in value.type.tensor_type.shape.dim] for value in model.graph.input}
+        shapes = {}
+        for value, (low, _, high) in graph.profile.items():
+            bounded = [axis in trt_export.POSITIONAL_AXES for axis in axes[value]]
+            assert all(h <= positions for h, b in zip(high, bounded) if b), (graph.name, value, high)
+            shapes[value] = [h if b else lo for lo, h, b in zip(low, high, bounded)]
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session.run(None, feeds(model, shapes, manifest.model["vocab_size"], rng))
+    with pytest.raises(OptionError, match=f"past the model's {positions} positions"):
+        trt_export.build_engines(path, tmp_path / "over", trt_export.EngineShapes(max_unit_len=positions + 1),
+                                 dry_run=True)
+    assert not (tmp_path / "over").exists()

@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,27 +56,45 @@ TOP_SPARE = 32  # best tokens a beam returns beyond the 2K a step may choose, fo
 class EngineShapes:
     """The largest input the engines take: the maxima of their optimization profiles.
 
-    `dims` overrides or adds the maximum of any named axis of the graphs (`--dim NAME=MAX`)."""
+    `dims` overrides or adds the maximum of any named axis of the graphs (`--dim NAME=MAX`). Unit tokens and
+    decoding steps default to the model's positions (`fitted`), the most any input can use; a maximum past them is
+    refused, since the graphs cannot take such shapes (their position lookup would fail)."""
 
     max_batch: int = 1  # items summarized together
     max_units: int = 64  # pages, documents or snippets per item after selection
-    max_unit_len: int = 1024  # tokens per unit
+    max_unit_len: int | None = None  # tokens per unit; None: the model's positions
     max_beams: int = 4
-    max_steps: int = 256  # decoding steps: the self-attention cache's capacity
+    max_steps: int | None = None  # decoding steps, the self-attention cache's capacity; None: the model's positions
     max_candidates: int = 1024  # what a selection stage scores: snippets, paragraphs or chunks of the input
     dims: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_units", "max_unit_len", "max_beams", "max_steps", "max_candidates"):
             value = getattr(self, name)
+            if value is None and name in ("max_unit_len", "max_steps"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{name}={value!r} must be a whole number of at least 1")
         for name, value in self.dims.items():
             if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"dims[{name!r}]={value!r}: give each axis a whole number of at least 1")
 
+    def fitted(self, model: dict[str, Any]) -> EngineShapes:
+        """These shapes for a bundle's `model` settings: unit tokens and steps not given become the model's
+        positions (the least of its networks'); a maximum past them is refused with OptionError."""
+        positions = model_positions(model)
+        unit_len = positions if self.max_unit_len is None else self.max_unit_len
+        steps = positions if self.max_steps is None else self.max_steps
+        bounded = [("max_unit_len", unit_len), ("max_steps", steps),
+                   *((f"dims[{axis!r}]", value) for axis, value in self.dims.items() if axis in POSITIONAL_AXES)]
+        for name, value in bounded:
+            if value > positions:
+                raise OptionError(f"{name}={value} is past the model's {positions} positions: the graphs cannot take "
+                                  f"such shapes; give at most {positions}")
+        return replace(self, max_unit_len=unit_len, max_steps=steps)
+
     def maxima(self) -> dict[str, int]:
-        """The maximum of every named axis the exported graphs use."""
+        """The maximum of every named axis the exported graphs use (of `fitted` shapes)."""
         return self._axes(self.max_batch, self.max_units, self.max_unit_len, self.max_beams, self.max_steps,
                           self.max_candidates, self.dims)
 
@@ -85,12 +103,16 @@ class EngineShapes:
         that are products of others (rows = batch x units) their product, so that the opt shapes of all inputs
         are one input the graphs can take."""
         half = {name: -(-value // 2) for name, value in self.dims.items()}
+        if self.max_unit_len is None or self.max_steps is None:
+            raise OptionError("these shapes are not fitted to a bundle yet: use EngineShapes.fitted(manifest.model)")
         return self._axes(-(-self.max_batch // 2), -(-self.max_units // 2), -(-self.max_unit_len // 2),
                           self.max_beams, -(-self.max_steps // 2), -(-self.max_candidates // 2), half)
 
     @staticmethod
-    def _axes(batch: int, units: int, length: int, beams: int, steps: int, candidates: int,
+    def _axes(batch: int, units: int, length: int | None, beams: int, steps: int | None, candidates: int,
               dims: dict[str, int]) -> dict[str, int]:
+        if length is None or steps is None:
+            raise OptionError("these shapes are not fitted to a bundle yet: use EngineShapes.fitted(manifest.model)")
         base = {
             "batch": batch, "items": batch, "beams": beams, "units": units, "length": length, "capacity": steps,
             "chunks": candidates, "snippets": candidates, "paragraphs": candidates, "title_length": length,
@@ -98,6 +120,15 @@ class EngineShapes:
         axes = {**base, **dims}
         axes.setdefault("rows", axes["batch"] * axes["units"])
         return axes
+
+
+POSITIONAL_AXES = ("length", "title_length", "capacity")  # axes the model's positions bound
+
+
+def model_positions(model: dict[str, Any]) -> int:
+    """The positions every network of a bundle's model takes: the least of the model's and its extractor's."""
+    extractor = model.get("extractor") or {}
+    return min(model["max_positions"], extractor.get("max_positions", model["max_positions"]))
 
 
 @dataclass(frozen=True)
@@ -498,7 +529,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
         raise ExportError(f"--output {output} is the bundle itself; choose a new directory")
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    shapes = shapes or EngineShapes()
+    shapes = (shapes or EngineShapes()).fitted(source.manifest.model)
     if not dry_run:
         from ..backends import cuda
         from ..backends.tensorrt import import_tensorrt
