@@ -90,6 +90,19 @@ class Options:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}
 
 
+def checkpoint_defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, kind: Kind) -> Options:
+    """The default options of a checkpoint's model: its `saved` ones with `options` applied one by one. Library
+    defaults that the checkpoint did not save are fitted to the model's positions (a 512-position model gets
+    page_tokens and max_length of at most 512), so no default makes a valid option fail."""
+    base = Options.from_settings(saved, kind)
+    fitted = {}
+    sized = (kind.unit_options.UNIT_TOKENS, *getattr(kind.unit_options, "ALSO_WITHIN_POSITIONS", ()))
+    for group, name in (*(("units", name) for name in sized), ("generation", "max_length")):
+        if name not in saved.get(group, {}) and name not in options:
+            fitted[name] = min(getattr(getattr(base, group), name), positions)
+    return base.replace(**fitted).replace(**options)
+
+
 def parse_assignment(text: str) -> tuple[str, Any] | None:
     """'name=value' as typed on a command line -> (name, value), the value read as JSON where it is JSON (16,
     true, 0.5) and kept as text otherwise; None when `text` is not of that form."""

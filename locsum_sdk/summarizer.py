@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import constants as C
+from . import kinds
 from .backends import BACKENDS, DEVICES, Backend, UnitBatch
 from .bundle import Bundle
 from .errors import (
@@ -30,7 +31,7 @@ from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
-from .options import Options
+from .options import Options, checkpoint_defaults
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -606,11 +607,10 @@ def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str
     if loaded.tokenizer_file is None:
         raise BundleNotFoundError(f"{path} has no {C.TOKENIZER_FILE}; put the model's tokenizer beside its weights")
     cfg = loaded.model.config
+    fitted = checkpoint_defaults(loaded.settings, {}, cfg.max_positions, kinds.get(loaded.model.kind))
     settings = {
         "model": cfg.to_dict(),
-        "units": loaded.settings.get("units", {}),
-        "limits": loaded.settings.get("limits", {}),
-        "generation": loaded.settings.get("generation", {}),
+        **fitted.to_settings(),  # as export writes them: defaults the checkpoint did not save fit its positions
         "special_tokens": cfg.special_tokens(),
         "tokenizer": loaded.tokenizer_file,
     }

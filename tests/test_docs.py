@@ -76,10 +76,40 @@ def test_every_block_is_run_or_says_why_not():
             assert block.language in RUN and len(block.reason) > 10, block.name
 
 
+def foreign_checkpoints(work: Path, tokenizer_file: Path) -> None:
+    """Tiny random files in the layouts the Bring your own model page converts, all of the test tokenizer's 400
+    token ids: an HF BART directory, PageSum's research state dict, DYLE's research files, nlpyang/hiersumm's
+    checkpoint; and the tokenizer itself as tokenizer.json."""
+    import dataclasses
+
+    import torch
+    from conftest import hf_bart_directory
+    from test_dyle import research_files
+    from test_hiersumm import CONFIG, research_file
+
+    shutil.copyfile(tokenizer_file, work / "tokenizer.json")
+    hf = hf_bart_directory(work / "my-hf-bart")
+    shutil.copyfile(tokenizer_file, hf / "tokenizer.json")
+    (work / "pagesum-research").mkdir()
+    import transformers
+
+    state = dict(transformers.BartForConditionalGeneration.from_pretrained(hf).state_dict())
+    state["lin.weight"], state["lin.bias"] = torch.randn(1, 16), torch.zeros(1)
+    torch.save(state, work / "pagesum-research" / "pagesum.bin")
+    shutil.copyfile(hf / "config.json", work / "pagesum-research" / "config.json")
+    (work / "dyle-research").mkdir()
+    research_files(work / "dyle-research", vocab_size=400)
+    config = dataclasses.replace(CONFIG, vocab_size=400, share_embeddings=False, tie_generator=False,
+                                 pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=0)
+    research_file(work / "model_step_1000.pt", config)
+
+
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, checkpoint_dir) -> Path:
-    """A directory holding what the examples read: texts, a corpus, a checkpoint, the shipped bundles."""
+def workspace(tmp_path_factory, checkpoint_dir, tokenizer_file) -> Path:
+    """A directory holding what the examples read: texts, a corpus, a checkpoint, the shipped bundles, and foreign
+    checkpoints (`foreign_checkpoints`)."""
     work = tmp_path_factory.mktemp("docs")
+    foreign_checkpoints(work, tokenizer_file)
     meeting = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")
     paragraphs = [p for p in meeting.split("\n") if p.strip()]
     (work / "meeting.txt").write_text(meeting, encoding="utf-8")

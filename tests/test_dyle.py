@@ -107,15 +107,15 @@ def test_configs_round_trip_and_the_extractor_defaults_to_the_generator_shape():
     assert Extractor(config.extractor).config == config.extractor
 
 
-def research_files(tmp_path, with_retriever: bool = True):
+def research_files(tmp_path, with_retriever: bool = True, vocab_size: int = 60):
     """A tiny DYLE research checkpoint written as the research code lays it out: an HF BART generator under
     `rag.generator.*` with `rag.dynamic_mlp.*`, and an HF RoBERTa retriever (`roberta.*`, `classifier.*`)."""
     torch.manual_seed(0)
-    bart_config = transformers.BartConfig(vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=2,
+    bart_config = transformers.BartConfig(vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
                                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                                           decoder_ffn_dim=64, max_position_embeddings=64)
     bart = transformers.BartForConditionalGeneration(bart_config).eval()
-    roberta_config = transformers.RobertaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+    roberta_config = transformers.RobertaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
                                                 num_attention_heads=4, intermediate_size=64,
                                                 max_position_embeddings=66, type_vocab_size=1, pad_token_id=1)
     roberta = transformers.RobertaModel(roberta_config, add_pooling_layer=False).eval()

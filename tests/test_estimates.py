@@ -2,8 +2,12 @@
 shipped bundle of its kind, and its measured peak (above the resident set before the call, the runtime warmed up)
 must be within the estimate it was checked against, and the estimate within 2.5 times the peak.
 
-Tolerance: measured <= estimate <= 2.5 x max(measured, FLOOR). Below FLOOR (8 MB) the peak is at the scale of the
-interpreter's and the allocator's own movements, and an estimate of a few MB over it protects nothing less. The
+Tolerance: measured <= estimate + SLACK and estimate <= 2.5 x max(measured, FLOOR). SLACK (2 MiB) is the allocator's
+and the thread pools' own movement, which no estimate of the call's tensors describes and which depends on the
+environment, not on the call: glibc grows a heap in steps of 128 KiB and more and gives each thread that allocates an
+arena of its own, so the same three-word call peaked at 594 kB in a fresh virtual environment and at 1.0-1.1 MB,
+exactly one 512 KiB heap growth more, in one that had imported a few more packages. Below FLOOR (8 MB) the peak is at
+the scale of those movements, and an estimate of a few MB over it protects nothing less. The
 estimate adds the selection stage to the decoding step, which do not peak together: the copying DYLE (25 snippets,
 4 tokens) measured 24.5 MB against an estimate of 51 MB, 22 MB of it the extractor's. The
 wide grid, up to 5,000 documents, is `benchmarks/test_estimates.py`.
@@ -21,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = {"pagesum": ROOT / "engines" / "default", **{kind: ROOT / "engines" / kind
                                                          for kind in ("dyle", "hierencdec", "hiersumm")}}
 FLOOR = 8 * 2**20
+SLACK = 2 * 2**20  # the allocator's and the thread pools' own movement (see the module docstring)
 CASES_PER_KIND = 6  # each runs in its own process (1-5 s); the benchmark runs the wide grid
 WORDS = [3, 12, 60, 400, 3000]  # a few words (a ticket) to a long document cut into many pages
 
 
 def check(measured) -> None:
     shown = f"{measured.case}: measured {measured.measured / 2**20:.1f} MB, estimate {measured.described}"
-    assert measured.measured <= measured.estimate, f"the peak is over the estimate: {shown}"
+    assert measured.measured <= measured.estimate + SLACK, f"the peak is over the estimate: {shown}"
     assert measured.estimate <= 2.5 * max(measured.measured, FLOOR), f"the estimate is over 2.5x the peak: {shown}"
 
 

@@ -291,7 +291,7 @@ EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluatio
 
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
-         defaults: dict | None = None, earlier: dict | None = None) -> str:
+         distinct_inputs: int | None = None, defaults: dict | None = None, earlier: dict | None = None) -> str:
     """The model card; `earlier` (a bundle released again) names the decoding of the release whose checks and
     carried rows it repeats."""
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -357,9 +357,10 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
                   for key, label, shown in INT8_COUNTS if key + "_int8" in int8)  # older releases lack some
         + f"int8 summarized {int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle "
         f"{int8['size_mb']:.1f} MB.",
-        *([f"- Distinct summaries on QMSum test ({manifest['dtype']}): "
-           f"{distinct_summaries} of {parity_result['examples']}; a model that ignores its input writes one summary "
-           "for all."] if distinct_summaries is not None else []),
+        *([f"- Distinct summaries on QMSum test ({manifest['dtype']}): {distinct_summaries} for its "
+           f"{distinct_inputs or parity_result['examples']} distinct inputs and queries ({parity_result['examples']} "
+           "examples; the table's distinct % counts a summary shared by examples of one input and query as distinct); "
+           "a model that ignores its input writes one summary for all."] if distinct_summaries is not None else []),
         "",
         "## Training budget (bf16 autocast)",
         "",
@@ -517,13 +518,14 @@ def main(argv: list[str] | None = None) -> None:
                        lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
                                                 args.limit))
     distinct_summaries = len(set(measured.qmsum_texts))
+    distinct_inputs = len({(tuple(example.documents), example.query) for example in qmsum})
     output = Path(args.output)
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
                                             measured.training, args.limit, measured.about, selection,
-                                            distinct_summaries, measured.defaults, measured.earlier))
+                                            distinct_summaries, distinct_inputs, measured.defaults, measured.earlier))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": measured.int8, "parity": measured.parity, "training": measured.training,
          "selection": selection, "distinct_summaries": distinct_summaries, "defaults": measured.defaults,

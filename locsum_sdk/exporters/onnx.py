@@ -21,7 +21,7 @@ from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
-from ..options import Options
+from ..options import checkpoint_defaults
 from ..words import WordList
 from .packing import pack, tie_lm_head
 from .staging import staged
@@ -65,19 +65,6 @@ def quantize_int8(path: Path) -> None:
     if tie_lm_head(quantized):
         onnx.save(quantized, str(target))
     os.replace(target, path)
-
-
-def _defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, kind: kinds.Kind) -> Options:
-    """The bundle's default options: the checkpoint's saved ones with `options` applied one by one. Library
-    defaults that the checkpoint did not save are fitted to the model's positions (a 512-position model gets
-    page_tokens and max_length of at most 512), so no default makes a valid option fail."""
-    base = Options.from_settings(saved, kind)
-    fitted = {}
-    sized = (kind.unit_options.UNIT_TOKENS, *getattr(kind.unit_options, "ALSO_WITHIN_POSITIONS", ()))
-    for group, name in (*(("units", name) for name in sized), ("generation", "max_length")):
-        if name not in saved.get(group, {}) and name not in options:
-            fitted[name] = min(getattr(getattr(base, group), name), positions)
-    return base.replace(**fitted).replace(**options)
 
 
 def check_graph(path: Path, expect_function: str | None) -> None:
@@ -179,7 +166,7 @@ def export_onnx(
             WordList.read(file)  # a damaged list is refused before any work
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
-    defaults = _defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
+    defaults = checkpoint_defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
     if defaults.generation.keywords and common_file is None:
         raise OptionError(f"keywords={defaults.generation.keywords} needs a {C.COMMON_WORDS_FILE}: put the run's "
                           "beside the checkpoint or pass one (--common-words FILE), or set keywords=0")
