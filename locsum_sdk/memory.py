@@ -13,6 +13,7 @@ peaks against them over a grid of shapes for every kind, and `tests/test_estimat
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -195,6 +196,26 @@ def available_memory() -> int | None:
     except (OSError, ValueError):
         pass
     return max(0, min(found)) if found else None
+
+
+def release_free_memory() -> None:
+    """Give the C allocator's free memory back to the system: glibc keeps what a large input's paging freed (in the
+    heap of each thread that allocated it) and the process's resident set stays at its peak; `malloc_trim(0)` returns
+    the free pages of every heap. A no-op where the C library has no malloc_trim (musl, macOS, Windows)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def parse_size(value: int | float | str, name: str = "memory_limit") -> int:

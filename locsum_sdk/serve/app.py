@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
 import math
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,7 +31,7 @@ from ..errors import (
     OptionError,
 )
 from ..generation import Partial
-from ..memory import size_text
+from ..memory import release_free_memory, size_text
 from ..summarizer import Summarizer, Summary
 from .admission import Admission, Cancelled, Job, QueueFull, ShuttingDown
 from .metrics import Metrics
@@ -38,6 +40,7 @@ from .options import ServeOptions
 logger = logging.getLogger("locsum_sdk")
 
 RETRY_AFTER = 1  # seconds a client told 503 waits before trying again
+TRIM_BYTES = 1_000_000  # a request body this large is paged into enough memory to give back when it ends
 
 CODES = {  # every error code the API answers with: (HTTP status, what it means); stable across versions
     "invalid_json": (400, "the body is not JSON in UTF-8 (UTF-16, UTF-32, a byte order mark, NaN and Infinity are "
@@ -161,6 +164,9 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
     budget, body_limit = options.budget_bytes, options.body_bytes
     metrics = Metrics(budget)
     state: dict[str, Any] = {"closing": False, "admission": None}
+    # requests are paged (and their estimates made) one at a time, in one thread: what paging holds is one input's,
+    # within the largest body, not one per waiting request in every thread's allocator heap
+    paging = ThreadPoolExecutor(1, thread_name_prefix="locsum-paging")
 
     def run_batch(batch: list[Job], on_step) -> list[Summary]:
         return summarizer.summarize_batch([job.documents for job in batch], [job.query for job in batch],
@@ -183,6 +189,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         finally:
             state["closing"] = True
             await admission().close()
+            paging.shutdown(wait=False)
 
     app = FastAPI(title="locsum", version="1", lifespan=lifespan,
                   description=f"Long-input summarization with a {summarizer.kind.name} bundle.")
@@ -248,15 +255,19 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": SummarizeRequest.model_json_schema()}}}})
     async def summarize(request: Request) -> Response:
-        arrived = time.monotonic()
+        arrived, size = time.monotonic(), 0
         try:
             authorize(request)
-            body = SummarizeRequest.model_validate(await _read_json(request, body_limit))
+            value, size = await _read_json(request, body_limit)
+            body = SummarizeRequest.model_validate(value)
             job = await _admit(body, arrived)
         except Exception as err:  # noqa: BLE001 - every failure becomes its status and code
             if classify(err)[1] == "internal":
                 logger.exception("unexpected error before admission")
             return respond(err, arrived)
+        finally:
+            if size >= TRIM_BYTES:  # paged, admitted or refused: what its paging freed goes back to the system
+                asyncio.get_running_loop().run_in_executor(paging, release_free_memory)
         if body.stream:
             return StreamingResponse(_events(job, arrived), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store"})
@@ -281,7 +292,8 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
             raise ShuttingDown("the server is shutting down; send the request to another replica or retry later")
         documents = [body.text] if body.text is not None else body.documents
         chosen = summarizer.options(**body.options)
-        needed = (await asyncio.to_thread(summarizer.estimate, documents, body.query, chosen)).total
+        needed = (await asyncio.get_running_loop().run_in_executor(
+            paging, functools.partial(summarizer.estimate, documents, body.query, chosen))).total
         if needed > budget:
             raise ServeError(413, "over_budget", f"this request needs about {size_text(needed)} of working memory, "
                              f"over the server's whole budget of {size_text(budget)}; send a shorter input, or lower "
@@ -360,7 +372,8 @@ async def _result(job: Job, request: Request) -> Summary:
             raise ConnectionAbortedError
 
 
-async def _read_json(request: Request, limit: int) -> Any:
+async def _read_json(request: Request, limit: int) -> tuple[Any, int]:
+    """The body's JSON value and its size in bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ServeError(413, "body_too_large", f"the body has {declared} bytes, over this server's {limit}")
@@ -371,7 +384,7 @@ async def _read_json(request: Request, limit: int) -> Any:
             raise ServeError(413, "body_too_large", f"the body is over this server's {limit} bytes")
         chunks.append(chunk)
     try:  # UTF-8 only: json.loads would take UTF-16 and UTF-32 bytes, and NaN and Infinity, which are not JSON
-        return json.loads(b"".join(chunks).decode("utf-8"), parse_constant=_not_json)
+        return json.loads(b"".join(chunks).decode("utf-8"), parse_constant=_not_json), size
     except (UnicodeDecodeError, ValueError) as err:  # ValueError: JSON errors, integers past Python's digit limit
         raise ServeError(400, "invalid_json", f"the body is not JSON in UTF-8 ({err})") from None
     except RecursionError:
