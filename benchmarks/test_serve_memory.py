@@ -1,7 +1,7 @@
 """`locsum serve` under refused requests: the idle resident set after each of 8 passes in which 4 clients send 13
-inputs that are refused after paging (over max_tokens, over the request's memory_limit, over the server's budget),
-of 200,000 to 1.4 million words. The server pages one request at a time and gives what paging freed back to the
-system, so the idle resident set stays where the first pass left it.
+inputs that are refused after paging: over max_tokens (0.2 to 1.4 million words), over the request's memory_limit
+(12,000 to 30,000 words) or over the server's budget (50,000 to 160,000 words). The server pages one request at a
+time and gives what paging freed back to the system, so the idle resident set stays where the first pass left it.
 
 Target: after 8 passes at most 1.25x the idle resident set after the first. Settings: the shipped default bundle,
 --memory-budget 2GB, 2 threads. Results in benchmarks/results/serve_memory.{json,png}.
@@ -34,9 +34,15 @@ def resident_mb(pid: int) -> float:
 def refused_bodies() -> list[dict]:
     words = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8").split()
     rng = random.Random(0)
-    options = [{"max_tokens": 20000}, {"memory_limit": "50MB"}, {"num_beams": 64, "max_length": 512}]
-    return [{"text": " ".join(rng.choice(words) for _ in range(200_000 + 100_000 * i)), "options": options[i % 3]}
-            for i in range(13)]
+    bodies = []
+    for i in range(13):  # over max_tokens: 0.2 to 1.4 million words; the others within its 262,144 tokens
+        kind = ("input_too_long", "memory_limit", "over_budget")[i % 3]
+        count = {"input_too_long": 200_000 + 100_000 * i, "memory_limit": 10_000 + 2_000 * i,
+                 "over_budget": 40_000 + 10_000 * i}[kind]
+        options = {"input_too_long": {}, "memory_limit": {"memory_limit": "20MB"},
+                   "over_budget": {"num_beams": 64, "max_length": 512}}[kind]
+        bodies.append({"text": " ".join(rng.choice(words) for _ in range(count)), "options": options})
+    return bodies
 
 
 def test_idle_memory_stays_put_under_refused_requests():
