@@ -441,10 +441,10 @@ def _resident_mb(pid: int) -> float:
     "/lib/x86_64-linux-gnu/libc.so.6").exists() and not Path("/usr/lib/x86_64-linux-gnu/libc.so.6").exists(),
     reason="reads a glibc Linux process's resident set")
 def test_large_refused_requests_leave_the_idle_server_where_it_was(bundle_dir):
-    """Four clients each sending inputs of 1 to 1.3 million words that are refused after paging (over max_tokens):
-    the idle server's resident set afterwards is within 300 MB of where it was (150 MB measured here: Python's own
-    object arenas keep some). It used to keep what their paging freed, glibc holding it in the heap of each thread
-    that paged: about 900 MB over the idle server after such a pass."""
+    """Four clients each sending an input of 1 to 1.3 million words that is refused after paging (over max_tokens):
+    the idle server's resident set afterwards is within 300 MB of where it was (Python's own object arenas keep
+    some). It used to keep what their paging freed, glibc holding it in the heap of each thread that paged: 1.5 GB
+    over the idle server after this test's requests."""
     rng = random.Random(5)
     words = " ".join(document(rng, 40).split()[:500])
     with cli_server(bundle_dir, grace=1) as (server, base):
