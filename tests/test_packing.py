@@ -100,5 +100,6 @@ def test_compact_ties_and_packs_a_bundle_and_keeps_its_card(tmp_path):
     bundle = Bundle.load(source)
     assert (source / "README.md").is_file() and (source / "evaluation.json").is_file()
     assert bundle.manifest.files[C.WEIGHTS_FILE]
+    assert not {"README.md", "evaluation.json"} & set(bundle.manifest.files)  # a card is written after its bundle
     with pytest.raises(ExportError, match="exists"):
         packing.compact(source, source)

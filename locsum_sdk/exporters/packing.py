@@ -163,9 +163,8 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
     graphs = {name: dict(graph) for name, graph in source.manifest.graphs.items()}
     tied = []
     with staged(output) as work:
-        for path in source.path.iterdir():  # the card and its evaluation too
-            if path.is_file():
-                shutil.copyfile(path, work / path.name)
+        for name in source.manifest.files:
+            shutil.copyfile(source.file(name), work / name)
         for name, graph in graphs.items():
             model = onnx.load(str(work / graph["file"]))
             if tie_lm_head(model):
@@ -174,4 +173,7 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
                 tied.append(name)
         pack(work, [graph["file"] for graph in graphs.values()])
         write_manifest(work, source.manifest, graphs=graphs)
+        for path in source.path.iterdir():  # the card and its evaluation, which the manifest does not list
+            if path.is_file() and not (work / path.name).exists():
+                shutil.copyfile(path, work / path.name)
     return tied
