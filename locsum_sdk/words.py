@@ -213,7 +213,7 @@ class WordGuard:
         read the full distribution; a full row whose every token is forbidden (a word no piece can finish) is
         left as it was."""
         continues, ends = self.pieces.continues, self.pieces.ends
-        log_probs[..., self.hidden[self.hidden < log_probs.shape[-1]]] = -np.inf
+        log_probs[..., self.hidden] = -np.inf  # Pieces.special holds ids of the model's vocabulary only
         for b, k in np.ndindex(*sequences.shape[:2]):
             word, parts = self.current_word(sequences[b, k].tolist())
             if parts == 0:

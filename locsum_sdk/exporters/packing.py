@@ -56,6 +56,7 @@ def tie_lm_head(model: Any) -> int:
     graph = model.graph
     initializers = _initializers(graph)
     tables = _tables(graph, initializers)
+    producer = {out: node for node in graph.node for out in node.output}
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
@@ -70,7 +71,8 @@ def tie_lm_head(model: Any) -> int:
         scale_mul = consumers.get(cast[0].output[0], []) if len(cast) == 1 and cast[0].op_type == "Cast" else []
         if head is None or head.ndim != 2 or head_zero is None or np.any(head_zero) or len(scale_mul) != 1:
             continue
-        product = next((n for n in graph.node if n.output[0] in scale_mul[0].input and n.op_type == "Mul"), None)
+        product = next((producer[i] for i in scale_mul[0].input if i in producer and producer[i].op_type == "Mul"),
+                       None)
         head_scale = next((i for i in product.input if i in initializers), None) if product else None
         if head_scale is None:
             continue
@@ -84,9 +86,10 @@ def tie_lm_head(model: Any) -> int:
             if gap > (s_head + s_table) / 2 * (1 + 1e-4):  # not two roundings of one matrix: another weight
                 continue
             transposed = f"{table}.transposed"
-            if transposed not in {out for n in graph.node for out in n.output}:
-                graph.node.insert(0, helper.make_node("Transpose", [table], [transposed], name=transposed,
-                                                      perm=[1, 0]))
+            if transposed not in producer:
+                producer[transposed] = helper.make_node("Transpose", [table], [transposed], name=transposed,
+                                                        perm=[1, 0])
+                graph.node.insert(0, producer[transposed])
             node.input[1], node.input[3] = transposed, zero
             product.input[list(product.input).index(head_scale)] = scale
             tied += 1
@@ -104,24 +107,19 @@ def pack(directory: Path, files: list[str]) -> list[str]:
     import onnx
 
     models = {file: onnx.load(str(directory / file)) for file in files}
+    held = [(file, init, hashlib.sha256(init.raw_data).hexdigest()) for file, model in models.items()
+            for init in model.graph.initializer
+            if init.HasField("raw_data") and len(init.raw_data) >= SHARED_MIN_BYTES]
     owners: dict[str, set[str]] = {}
-    for file, model in models.items():
-        for init in model.graph.initializer:
-            if init.HasField("raw_data") and len(init.raw_data) >= SHARED_MIN_BYTES:
-                owners.setdefault(hashlib.sha256(init.raw_data).hexdigest(), set()).add(file)
+    for file, _, digest in held:
+        owners.setdefault(digest, set()).add(file)
     shared = {digest for digest, holders in owners.items() if len(holders) > 1}
     if not shared:
         return []
     offsets: dict[str, tuple[int, int]] = {}
-    target = directory / C.WEIGHTS_FILE
-    with open(target, "wb") as out:
-        for model in models.values():
-            for init in model.graph.initializer:
-                if not init.HasField("raw_data"):
-                    continue
-                digest = hashlib.sha256(init.raw_data).hexdigest()
-                if digest not in shared:
-                    continue
+    with open(directory / C.WEIGHTS_FILE, "wb") as out:
+        for _, init, digest in held:
+            if digest in shared:
                 if digest not in offsets:
                     out.write(b"\0" * (-out.tell() % ALIGNMENT))
                     offsets[digest] = (out.tell(), len(init.raw_data))
@@ -129,12 +127,10 @@ def pack(directory: Path, files: list[str]) -> list[str]:
                 offset, length = offsets[digest]
                 init.ClearField("raw_data")
                 init.data_location = onnx.TensorProto.EXTERNAL
-                del init.external_data[:]
                 for key, value in (("location", C.WEIGHTS_FILE), ("offset", str(offset)), ("length", str(length))):
                     entry = init.external_data.add()
                     entry.key, entry.value = key, value
-    rewritten = [file for file, model in models.items()
-                 if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer)]
+    rewritten = sorted({file for file, _, digest in held if digest in shared})
     for file in rewritten:
         onnx.save(models[file], str(directory / file))
         try:
