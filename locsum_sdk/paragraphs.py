@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .errors import LocsumError, OptionError
 from .units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_block, by_line, is_dialogue
 from .validation import check_choice, check_int
 
@@ -34,6 +36,14 @@ class ParagraphOptions:
         check_choice("policy", self.policy, PARAGRAPH_POLICIES)
         check_int("paragraph_tokens", self.paragraph_tokens, MIN_PAGE_TOKENS)
         check_int("top_paragraphs", self.top_paragraphs, 1)
+
+    def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
+        """top_paragraphs fits the model: each paragraph the encoder reads is coded by its rank, one of the
+        model's `max_positions` sinusoid rows."""
+        positions = model["max_positions"]
+        if self.top_paragraphs > positions:
+            raise error(f"top_paragraphs={self.top_paragraphs} is over the model's {positions} paragraph ranks; use "
+                        f"at most {positions}")
 
 
 class ParagraphPager(Pager):

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 import torch
 
+from locsum_sdk.errors import InputTooLongError
 from locsum_sdk.modeling.hiersumm_encoder import (
     EncoderParts,
     GlobalLayer,
@@ -84,6 +85,13 @@ def test_paragraph_positions_are_the_second_half_of_the_code():
     base = model.embeddings.embed(ids) * DIM**0.5
     assert torch.allclose((x - base)[0, 1, :, DIM // 2 :], sinusoid(2, DIM // 2)[1].expand(3, -1), atol=1e-6)
     assert torch.allclose((x - base)[0, :, 2, : DIM // 2], sinusoid(3, DIM // 2)[2].expand(2, -1), atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 9, 3), (1, 2, 9)])
+def test_more_paragraphs_or_tokens_than_the_code_has_rows_are_refused(shape):
+    model = HierarchicalEncoder(torch.nn.Embedding(50, DIM), ("local",), HEADS, 32, 0.0, max_positions=8)
+    with pytest.raises(InputTooLongError, match="at most 8 paragraph ranks"):
+        model.embeddings(torch.full(shape, 5))
 
 
 @pytest.mark.parametrize("switch", ["paragraph_position", "multi_head_pooling", "global_layers", "graph_head"])

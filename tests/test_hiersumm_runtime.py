@@ -11,6 +11,7 @@ from conftest import check_selection_memory, check_whole_input_features, documen
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
+from locsum_sdk.errors import OptionError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.kinds import fixed_runs
 from locsum_sdk.kinds.hiersumm import ranker_inputs
@@ -70,6 +71,13 @@ def test_a_ranker_reading_tfidf_scores_the_same_run_by_run_and_in_onnxruntime(tm
     assert "tfidf" in json.loads((bundle / C.MANIFEST_FILE).read_text())["graphs"]["ranker"]["inputs"]
     check_whole_input_features(bundle, checkpoint, "\n\n".join(document(random.Random(i), 3) for i in range(9)),
                                "the budget")
+
+
+def test_more_top_paragraphs_than_paragraph_ranks_is_refused(hiersumm_bundle):
+    summarizer = Summarizer.from_pretrained(hiersumm_bundle)
+    with pytest.raises(OptionError, match="top_paragraphs=129 is over the model's 128 paragraph ranks"):
+        summarizer.summarize("The board met.", top_paragraphs=129)
+    assert summarizer.options(top_paragraphs=128).units.top_paragraphs == 128
 
 
 def test_the_ranker_pass_is_held_to_the_memory_limit(hiersumm_bundle):

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputTooLongError
+
 
 @dataclass(frozen=True)
 class EncoderParts:
@@ -63,6 +65,9 @@ class ParagraphEmbedding(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (B, P, T) -> (B, P, T, D)."""
         batch, paragraphs, tokens = input_ids.shape
+        if max(paragraphs, tokens) > len(self.table):
+            raise InputTooLongError(f"{paragraphs} paragraphs of {tokens} tokens: the model codes at most {len(self.table)} "
+                             "paragraph ranks and positions; keep fewer paragraphs (top_paragraphs) or shorter ones")
         local = self.table[:tokens][None, None, :, :].expand(batch, paragraphs, -1, -1)
         rank = self.table[:paragraphs][None, :, None, :].expand(batch, -1, tokens, -1)
         if not self.paragraph_position:
