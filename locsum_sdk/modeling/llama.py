@@ -1,0 +1,238 @@
+"""A decoder-only Llama backbone (SmolLM2's architecture), equal to `transformers.LlamaForCausalLM`.
+
+Pre-RMSNorm layers, rotary positions, grouped-query attention, a SwiGLU feed-forward and an LM head tied to the
+token embedding. Parameter names follow HF Llama without the `model.` prefix.
+
+A unit (page, snippet, document) is read as its own prefix: `encode` runs the unit's tokens at positions 0..T-1
+and returns every layer's key/value, which is the unit's encoding (keys stored transposed, `(N, KV, d, T)`, as
+the encoder-decoder kinds store their cross-attention keys). A summary then continues each unit: its tokens sit
+at positions that start where the unit's tokens end (`lengths`) and attend to the unit's cached keys/values
+(under `unit_bias`, which hides a padded unit's tail) and to the summary before them. `extend` runs T summary
+tokens at once (teacher forcing); `step` runs one new token of K beams with the summary's keys/values in a slot
+cache written in place, exactly as `bart.Decoder.step` does (`write_index`, `slot_bias`).
+
+Grouped-query attention never copies a key/value head: the G query heads that share one are stacked on the query
+axis, `(N, KV, G*T, d) @ (N, KV, d, S)`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bart import attention_bias, causal_bias, slot_bias, write_index
+from .llama_config import LlamaConfig
+
+UnitKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, KV, d, L), value (N, KV, L, d)
+SlotCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (N, KV, K, C, d)
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, the mean square taken in float32 (as HF Llama does)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.float()
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * wide.to(x.dtype)
+
+
+def rotary(positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Integer positions (...) -> cos, sin (..., d) of the rotary code: pair (i, i + d/2) turns by
+    position / base^(2i/d)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
+    angles = positions[..., None].float() * (1.0 / base**exponents)  # (..., d/2)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply the rotary code to x (..., d): each half-pair (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        d, hd = config.d_model, config.head_dim
+        self.heads, self.kv_heads, self.group, self.head_dim = config.heads, config.kv_heads, config.group, hd
+        self.scaling = hd**-0.5
+        self.q_proj = nn.Linear(d, config.heads * hd, bias=False)
+        self.k_proj = nn.Linear(d, config.kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(d, config.kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(config.heads * hd, d, bias=False)
+
+    def split(self, x: torch.Tensor, heads: int, length: int | torch.Tensor) -> torch.Tensor:
+        """Rows (R*T, heads*d) -> (R, heads, T, d)."""
+        return x.view(-1, length, heads, self.head_dim).transpose(1, 2)
+
+    def project(self, x: torch.Tensor, length: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x (R*T, D) -> rotated queries (R, KV, G*T, d) (the G heads sharing a key/value head stacked on the query
+        axis), rotated keys (R, KV, T, d), values (R, KV, T, d)."""
+        q = rotate(self.split(self.q_proj(x), self.heads, length), cos, sin)  # (R, H, T, d)
+        k = rotate(self.split(self.k_proj(x), self.kv_heads, length), cos, sin)
+        v = self.split(self.v_proj(x), self.kv_heads, length)
+        rows, _, steps, _ = q.shape
+        return q.reshape(rows, self.kv_heads, self.group * steps, self.head_dim), k, v
+
+    def merge(self, out: torch.Tensor, length: int | torch.Tensor) -> torch.Tensor:
+        """(R, KV, G*T, d) -> rows (R*T, H*d) through the output projection."""
+        rows = out.shape[0]
+        out = out.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2)  # (R, T, H, d)
+        return self.o_proj(out.reshape(-1, self.heads * self.head_dim))
+
+    def attend(self, q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """q (R, KV, Q, d) over one softmax across every part (key_t (R, KV, d, S), value (R, KV, S, d), additive
+        bias broadcasting to (R, KV, Q, S)) -> (R, KV, Q, d). The softmax is taken in float32."""
+        scores = [torch.matmul(q, key_t) * self.scaling + bias for key_t, _, bias in parts]
+        sizes = [s.shape[-1] for s in scores]
+        probs = torch.softmax(torch.cat(scores, dim=-1), dim=-1, dtype=torch.float32).to(q.dtype)
+        pieces = torch.split(probs, sizes, dim=-1) if len(parts) > 1 else (probs,)
+        out = torch.matmul(pieces[0], parts[0][1])
+        for piece, (_, value, _) in zip(pieces[1:], parts[1:]):
+            out = out + torch.matmul(piece, value)
+        return out
+
+    def extend(self, x: torch.Tensor, length: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               causal: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None,
+               past_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x (R*T, D): T new positions of R sequences, each attending to those before it (`causal`, (T, T)) and
+        to `past` (key_t (R, KV, d, L), value) under `past_bias` (R, 1, 1, L) -> (R*T, D), and the new
+        positions' key_t (R, KV, d, T) and value (R, KV, T, d)."""
+        q, k, v = self.project(x, length, cos, sin)
+        k_t = k.transpose(2, 3)
+        parts = [] if past is None else [(past[0], past[1], past_bias)]
+        parts.append((k_t, v, causal.repeat(self.group, 1)))
+        return self.merge(self.attend(q, parts), length), (k_t, v)
+
+    def step(self, x: torch.Tensor, beams: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+             unit: tuple[torch.Tensor, torch.Tensor], unit_bias: torch.Tensor,
+             cache: tuple[torch.Tensor, torch.Tensor], at: tuple[torch.Tensor, ...], self_bias: torch.Tensor,
+             ) -> torch.Tensor:
+        """x (N*K, D): one new position of K beams of N sequences -> (N*K, D).
+
+        Each beam's key/value is written into its slot of `cache` (N, KV, K, C, d) at `at` (see `write_index`), in
+        place; each beam then attends to its unit (key_t (N, KV, d, L), value (N, KV, L, d) under `unit_bias`
+        (N, 1, 1, L)) and to the cached positions `self_bias` (N, 1, K, K*C) leaves open."""
+        q, k, v = self.project(x, beams, cos, sin)  # q (N, KV, G*K, d); k, v (N, KV, K, d)
+        keys, values = cache
+        keys.index_put_(at, k)
+        values.index_put_(at, v)
+        rows = keys.shape[0]
+        flat = (rows, self.kv_heads, -1, self.head_dim)  # (N, KV, K*C, d)
+        parts = [(unit[0], unit[1], unit_bias),
+                 (keys.view(flat).transpose(2, 3), values.view(flat), self_bias.repeat(1, 1, self.group, 1))]
+        return self.merge(self.attend(q, parts), beams)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(config.ffn_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.d_model, config.rms_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.d_model, config.rms_eps)
+        self.mlp = FeedForward(config)
+
+    def finish(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The residual blocks around an attention output h: x + h, then x + mlp(norm(x))."""
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    """The backbone: token embedding, pre-norm layers, final norm, LM head tied to the embedding."""
+
+    kind = "llama"
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.layers))
+        self.norm = RMSNorm(config.d_model, config.rms_eps)
+
+    def codes(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads."""
+        cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, dtype)
+        return cos[:, None], sin[:, None]
+
+    def extend(self, input_ids: torch.Tensor, start: torch.Tensor | None = None, past: UnitKV | None = None,
+               past_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, UnitKV]:
+        """input_ids (R, T) at positions start..start+T-1 (start (R,); default 0), each attending to those before
+        it and to `past` (per layer key_t (R, KV, d, L), value) where `past_mask` (R, L) is 1 -> hidden states
+        after the final norm (R, T, D), and every layer's key_t/value of these T positions."""
+        rows, length = input_ids.shape
+        offsets = torch.arange(length, device=input_ids.device)[None, :]
+        positions = offsets if start is None else start[:, None] + offsets  # (1 or R, T)
+        x = self.embed_tokens(input_ids)  # (R, T, D)
+        cos, sin = self.codes(positions, x.dtype)
+        causal = causal_bias(length, x.dtype, x.device)
+        bias = None if past is None else attention_bias(past_mask, x.dtype)
+        h, kv = x.reshape(-1, x.shape[-1]), []
+        for i, layer in enumerate(self.layers):
+            out, new = layer.self_attn.extend(layer.input_layernorm(h), length, cos, sin, causal,
+                                              None if past is None else past[i], bias)
+            h = layer.finish(h, out)
+            kv.append(new)
+        return self.norm(h).view(rows, length, -1), kv
+
+    def encode(self, input_ids: torch.Tensor) -> UnitKV:
+        """A unit's encoding: its tokens (N, L) at positions 0..L-1 (padding only at the end) -> every layer's
+        key_t (N, KV, d, L) and value (N, KV, L, d). Padded positions come last and are hidden from the summary by
+        its unit mask, so a padded unit encodes like an unpadded one."""
+        return self.extend(input_ids)[1]
+
+    def step(self, input_ids: torch.Tensor, lengths: torch.Tensor, unit: UnitKV, unit_mask: torch.Tensor,
+             cache: SlotCache, position: torch.Tensor, cache_slots: torch.Tensor) -> torch.Tensor:
+        """One new position of K beams: input_ids (N, K) at summary position `position` (1,) of units of `lengths`
+        (N,) tokens (rotary position length + position), cache_slots (N, K, C) -> hidden (N*K, D) after the final
+        norm. Writes each beam's keys/values into `cache` (per layer (N, KV, K, C, d)) at `position`, in place."""
+        beams = input_ids.shape[1]
+        x = self.embed_tokens(input_ids.reshape(-1))  # (N*K, D)
+        cos, sin = self.codes((lengths + position)[:, None], x.dtype)  # (N, 1, 1, d)
+        unit_bias = attention_bias(unit_mask, x.dtype)  # (N, 1, 1, L)
+        self_bias = slot_bias(cache_slots, x.dtype)  # (N, 1, K, K*C)
+        at = write_index(cache[0][0], position)
+        h = x
+        for i, layer in enumerate(self.layers):
+            out = layer.self_attn.step(layer.input_layernorm(h), beams, cos, sin, unit[i], unit_bias, cache[i], at,
+                                       self_bias)
+            h = layer.finish(h, out)
+        return self.norm(h)
+
+    def empty_cache(self, rows: int, beams: int, capacity: int, dtype: torch.dtype | None = None) -> SlotCache:
+        """A zeroed slot cache for `rows` sequences of `beams` beams and `capacity` summary positions."""
+        cfg = self.config
+        dtype = dtype or self.embed_tokens.weight.dtype
+        shape = (rows, cfg.kv_heads, beams, capacity, cfg.head_dim)
+        device = self.embed_tokens.weight.device
+        return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                for _ in self.layers]
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (..., D) -> logits (..., V) through the tied embedding, rows flattened (one Gemm when exported)."""
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        return F.linear(rows, self.embed_tokens.weight).view(*hidden.shape[:-1], -1)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits (R, T, V) of unpadded sequences, as `LlamaForCausalLM(input_ids).logits`."""
+        return self.lm_logits(self.extend(input_ids)[0])

@@ -1,0 +1,106 @@
+"""Tiny GGUF files of the base model's layout, written as llama.cpp writes them: query/key rows permuted into
+interleaved rotary pairs, projections in Q4_1, the token embedding in Q8_0, norms in float32, a byte-level BPE
+vocabulary with its merges and control tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+TINY = dict(vocab_size=0, d_model=64, layers=2, heads=4, kv_heads=2, ffn_dim=96, rope_base=10000.0, rms_eps=1e-5,
+            max_positions=256)
+
+
+def permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's reordering of an HF query/key projection (what `base_model.unpermute` undoes)."""
+    rows = weight.shape[0] // heads // 2
+    return weight.reshape(heads, 2, rows, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def tokenizer_parts(tokenizer_file: Path) -> tuple[list[str], list[str], list[int]]:
+    """tokens, merges and llama.cpp token types (3: control) of a byte-level BPE tokenizer.json."""
+    spec = json.loads(Path(tokenizer_file).read_text())
+    vocab = spec["model"]["vocab"]
+    tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    special = {added["content"] for added in spec["added_tokens"] if added["special"]}
+    return tokens, merges, [3 if token in special else 1 for token in tokens]
+
+
+def random_weights(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """HF Llama weights (float32, names without `model.`) of `config`, scaled so every layer matters."""
+    rng = np.random.default_rng(seed)
+    d, hd, ffn = config["d_model"], config["d_model"] // config["heads"], config["ffn_dim"]
+    normal = lambda *shape: rng.normal(0.0, 0.08, size=shape).astype(np.float32)  # noqa: E731
+    weights = {"embed_tokens.weight": normal(config["vocab_size"], d),
+               "norm.weight": (1 + normal(d)).astype(np.float32)}
+    for i in range(config["layers"]):
+        weights.update({
+            f"layers.{i}.input_layernorm.weight": (1 + normal(d)).astype(np.float32),
+            f"layers.{i}.post_attention_layernorm.weight": (1 + normal(d)).astype(np.float32),
+            f"layers.{i}.self_attn.q_proj.weight": normal(config["heads"] * hd, d),
+            f"layers.{i}.self_attn.k_proj.weight": normal(config["kv_heads"] * hd, d),
+            f"layers.{i}.self_attn.v_proj.weight": normal(config["kv_heads"] * hd, d),
+            f"layers.{i}.self_attn.o_proj.weight": normal(d, config["heads"] * hd),
+            f"layers.{i}.mlp.gate_proj.weight": normal(ffn, d),
+            f"layers.{i}.mlp.up_proj.weight": normal(ffn, d),
+            f"layers.{i}.mlp.down_proj.weight": normal(d, ffn),
+        })
+    return weights
+
+
+_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+          "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, **changes) -> tuple[Path, dict, dict]:
+    """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` -> (path, config, the HF weights it was
+    made from, before quantization)."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    tokens, merges, types = tokenizer_parts(tokenizer_file)
+    config = {**TINY, "vocab_size": len(tokens), **changes}
+    weights = random_weights(config, seed)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(config["layers"])
+    writer.add_context_length(config["max_positions"])
+    writer.add_embedding_length(config["d_model"])
+    writer.add_feed_forward_length(config["ffn_dim"])
+    writer.add_head_count(config["heads"])
+    writer.add_head_count_kv(config["kv_heads"])
+    writer.add_rope_freq_base(config["rope_base"])
+    writer.add_layer_norm_rms_eps(config["rms_eps"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(1)
+
+    def add(name: str, array: np.ndarray, kind) -> None:
+        if kind == Q.F32:
+            writer.add_tensor(name, array)
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+
+    add("token_embd.weight", weights["embed_tokens.weight"], Q.Q8_0)
+    for i in range(config["layers"]):
+        for ours, theirs in _NAMES.items():
+            array = weights[f"layers.{i}.{ours}.weight"]
+            if theirs == "attn_q":
+                array = permute(array, config["heads"])
+            elif theirs == "attn_k":
+                array = permute(array, config["kv_heads"])
+            add(f"blk.{i}.{theirs}.weight", array, Q.F32 if array.ndim == 1 else Q.Q4_1)
+    add("output_norm.weight", weights["norm.weight"], Q.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    config.update(bos_token_id=0, eos_token_id=2, pad_token_id=1)
+    return path, config, weights

@@ -1,0 +1,154 @@
+"""The Llama backbone and its base model file: a GGUF read as transformers reads it (the same dequantized tensors,
+the same token ids), the model equal to `transformers.LlamaForCausalLM`, a unit's prefix cache and the summary's
+steps (slot cache, beams reordered) equal to running the whole sequence at once. The real base model is checked
+the same way where its wheel is installed."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+import pytest
+import torch
+from gguf_files import write_gguf
+
+from locsum_sdk import base_model
+from locsum_sdk.base_model import BASE_FILE, INSTALL_BASE, base_file, read_base
+from locsum_sdk.errors import BundleError, BundleNotFoundError
+from locsum_sdk.modeling.llama import Llama
+from locsum_sdk.modeling.llama_config import LlamaConfig
+
+transformers = pytest.importorskip("transformers")
+from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # noqa: E402
+
+TEXTS = ["The board met on 12 May 2026 to approve the budget of 3,450.75 dollars.",
+         "  Hello   world!\n\nIt's   <s> café </s> naïve -- 100%", ""]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory, tokenizer_file):
+    return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", tokenizer_file)
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tiny_gguf):
+    return read_base(tiny_gguf[0])
+
+
+def llama(base) -> Llama:
+    model = Llama(LlamaConfig(**base.config)).eval()
+    model.load_state_dict({name: torch.tensor(array) for name, array in base.weights.items()}, strict=True)
+    return model
+
+
+def hf_llama(path):
+    """transformers' model of a GGUF file, with the tensors transformers' own GGUF loader dequantizes."""
+    meta = load_gguf_checkpoint(str(path))["config"]
+    config = transformers.LlamaConfig(**{k: v for k, v in meta.items() if k != "model_type"})
+    model = transformers.LlamaForCausalLM(config).eval()
+    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+    model.load_state_dict(tensors, strict=False)
+    model.tie_weights()
+    return model, tensors
+
+
+def check_against_transformers(path, base, texts=TEXTS, atol=1e-4):
+    hf, tensors = hf_llama(path)
+    for name, tensor in tensors.items():
+        if name != "lm_head.weight":
+            np.testing.assert_array_equal(base.weights[name.removeprefix("model.")], tensor.numpy(), err_msg=name)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for text in texts:
+        assert base.tokenizer.encode(text).ids == hf_tokenizer(text)["input_ids"], text
+    ids = torch.tensor([base.tokenizer.encode(texts[0]).ids])
+    with torch.no_grad():
+        ours, theirs = llama(base)(ids), hf(ids).logits
+    assert torch.allclose(ours, theirs, atol=atol, rtol=0), (ours - theirs).abs().max()
+
+
+def test_a_gguf_reads_as_transformers_reads_it(tiny_gguf, tiny_base):
+    path, config, weights = tiny_gguf
+    assert tiny_base.config == pytest.approx({k: config[k] for k in tiny_base.config}, rel=1e-7)  # float32 in the file
+    q = tiny_base.weights["layers.1.self_attn.q_proj.weight"]  # unpermuted back to HF's layout (4 bits of error)
+    assert np.abs(q - weights["layers.1.self_attn.q_proj.weight"]).max() < 0.05
+    check_against_transformers(path, tiny_base, atol=1e-5)
+
+
+def test_a_units_prefix_and_summary_equal_the_whole_sequence(tiny_base):
+    model, rng = llama(tiny_base), torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    units = [torch.randint(3, vocab, (n,), generator=rng) for n in (7, 4, 9)]
+    summary = torch.randint(3, vocab, (3, 5), generator=rng)
+    lengths = torch.tensor([len(u) for u in units])
+    padded = torch.full((3, 9), model.config.pad_token_id)
+    mask = torch.zeros(3, 9, dtype=torch.long)
+    for i, unit in enumerate(units):
+        padded[i, : len(unit)], mask[i, : len(unit)] = unit, 1
+    with torch.no_grad():
+        unit_kv = model.encode(padded)
+        hidden, _ = model.extend(summary, lengths, unit_kv, mask)
+        for i, unit in enumerate(units):
+            whole = model.lm_logits(model.extend(torch.cat([unit, summary[i]])[None])[0])[0, len(unit):]
+            assert torch.allclose(model.lm_logits(hidden[i]), whole, atol=1e-5)
+
+
+def test_steps_with_reordered_beams_equal_each_beams_whole_history(tiny_base):
+    model, rng = llama(tiny_base), torch.Generator().manual_seed(1)
+    vocab, beams, steps = model.config.vocab_size, 3, 5
+    units = torch.randint(3, vocab, (2, 6), generator=rng)
+    mask = torch.ones_like(units)
+    mask[1, 4:] = 0
+    lengths = mask.sum(1)
+    with torch.no_grad():
+        unit_kv = model.encode(units)
+        cache = model.empty_cache(2, beams, steps)
+        slots = torch.full((2, beams, steps), -1)
+        history = [[[] for _ in range(beams)] for _ in range(2)]
+        for position in range(steps):
+            tokens = torch.randint(3, vocab, (2, beams), generator=rng)
+            if position:  # every beam continues a random beam of its unit: its history and slot map follow
+                parents = torch.randint(0, beams, (2, beams), generator=rng)
+                slots = torch.gather(slots, 1, parents[:, :, None].expand(-1, -1, steps))
+                history = [[list(history[n][p]) for p in parents[n].tolist()] for n in range(2)]
+            slots[:, :, position] = torch.arange(beams)
+            for n in range(2):
+                for k in range(beams):
+                    history[n][k].append(int(tokens[n, k]))
+            hidden = model.step(tokens, lengths, unit_kv, mask, cache, torch.tensor([position]), slots)
+            logits = model.lm_logits(hidden).view(2, beams, -1)
+            for n in range(2):
+                for k in range(beams):
+                    sequence = torch.cat([units[n, : lengths[n]], torch.tensor(history[n][k])])
+                    whole = model(sequence[None])[0, -1]
+                    assert torch.allclose(logits[n, k], whole, atol=1e-5), (position, n, k)
+
+
+def test_a_missing_base_model_names_the_command_that_installs_it(monkeypatch):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(base_model.importlib.metadata, "distribution", missing)
+    with pytest.raises(BundleNotFoundError, match=INSTALL_BASE):
+        base_file()
+
+
+def test_a_damaged_or_foreign_file_is_a_bundle_error(tmp_path, tiny_gguf):
+    damaged = tmp_path / "damaged.gguf"
+    damaged.write_bytes(tiny_gguf[0].read_bytes()[:5000])
+    foreign = tmp_path / "notes.gguf"
+    foreign.write_text("not a model")
+    for path in (damaged, foreign):
+        with pytest.raises(BundleError):
+            read_base(path)
+    with pytest.raises(BundleNotFoundError):
+        read_base(tmp_path / "absent.gguf")
+
+
+def test_the_installed_base_model_reads_as_transformers_reads_it():
+    try:
+        path = base_file()
+    except BundleNotFoundError:
+        pytest.skip(f"{BASE_FILE} is not installed here ({INSTALL_BASE})")
+    base = read_base(path)
+    assert base.config == pytest.approx(LlamaConfig().to_dict(), rel=1e-7)  # SmolLM2-135M, as the defaults say
+    check_against_transformers(path, base)
