@@ -4,7 +4,8 @@ GPU memory against input length for every kind (skipped without a CUDA GPU).
 - Step: bart-base-shaped PageSum, 8 pages of 1024 tokens, 4 beams, the torch reference backend on CUDA, each
   configuration in its own process; median step time of each, their ratio, tokens identical (float32).
 - Memory: each kind's bart-base-shaped model (the Hierarchical Transformer at the paper's sizes, its paragraphs of
-  256 tokens so that 128k tokens are the 512 paragraphs its rank code holds), one input of 8k to 128k tokens, peak CUDA memory allocated over encoding and 8 decoding steps; it must grow no faster than
+  256 tokens so that 128k tokens are the 512 paragraphs its rank code holds), one input of 8k to 128k tokens, peak
+  CUDA memory allocated over encoding and 8 decoding steps; it must grow no faster than
   linearly (peak per token at 128k at most 1.1x that at 8k, above the weights). Table and plot in
   benchmarks/results/.
 """

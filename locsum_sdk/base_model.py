@@ -176,4 +176,9 @@ def read_base(path: str | os.PathLike | None = None) -> BaseModel:
     path = base_file() if path is None else Path(path)
     reader = _reader(path)
     config = read_config(reader)
-    return BaseModel(config, read_weights(reader, config), read_tokenizer(reader), str(path))
+    tokenizer = read_tokenizer(reader)
+    newline = tokenizer.encode("\n").ids
+    if len(newline) != 1:
+        raise BundleError(f"{path}: the vocabulary has no newline token for the summary to start from")
+    config["decoder_start_token_id"] = newline[0]  # the last token of a chat prompt (after `assistant`)
+    return BaseModel(config, read_weights(reader, config), tokenizer, str(path))

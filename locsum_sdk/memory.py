@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from .constants import CACHE_CHUNK
 from .errors import OptionError
+from .modeling.config import StepShape, step_shape
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -73,7 +74,7 @@ def size_text(size: float) -> str:
 class MemoryLayout(Protocol):
     """What the estimate asks of a kind's layout (`kinds.Layout`): the shapes its graphs allocate."""
 
-    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
+    def cache_groups(self, items: int, width: int, shape: StepShape) -> list[int]:
         """Rows G of each decoder layer's slot cache (G, H, K, C, d) for `items` inputs of `width` units each."""
 
     def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
@@ -133,14 +134,14 @@ def estimate_memory(model: dict[str, Any], layout: MemoryLayout, batch: int, wid
         tokens: input tokens paged (for the paging term).
         selection: bytes of the selection stage's largest run (`Summarizer.selection_memory`), 0 without one.
     """
-    d, layers = model["d_model"], model["decoder_layers"]
+    shape = step_shape(model)
     rows = batch * width  # grid rows: every item is padded to the widest
-    cross = rows * length * d * 2 * layers * FLOAT
+    cross = rows * length * shape.kv_width * 2 * shape.layers * FLOAT
     inputs = rows * length * INDEX * 3  # ids, mask, grid mask
     steps = max(1, max_length - 1)
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
     held = capacity + max(0, capacity - CACHE_CHUNK)  # old and new buffers during the last growth
-    cache = sum(layout.cache_groups(batch, width, layers)) * beams * held * d * 2 * FLOAT
+    cache = sum(layout.cache_groups(batch, width, shape)) * beams * held * shape.kv_width * 2 * FLOAT
     search = 3 * batch * beams * steps * width * FLOAT
     return MemoryEstimate(
         paging=tokens * PAGING_BYTES_PER_TOKEN,

@@ -91,6 +91,15 @@ def tiny_config(vocab_size: int, **changes):
     return BartConfig(**{**values, **changes})
 
 
+def tiny_llama_config(vocab_size: int, **changes):
+    """A two-layer Llama backbone config with grouped-query attention (4 query heads share 2 key/value heads)."""
+    from locsum_sdk.modeling.llama_config import LlamaConfig
+
+    values = dict(vocab_size=vocab_size, d_model=32, layers=2, heads=4, kv_heads=2, ffn_dim=48, max_positions=128,
+                  rope_base=10000.0, bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    return LlamaConfig(**{**values, **changes})
+
+
 def random_model(build, seed: int = 0, std: float = 0.3):
     """`build()`'s model with seeded random weights large enough that greedy choices are not near-ties, in eval
     mode."""
@@ -102,11 +111,12 @@ def random_model(build, seed: int = 0, std: float = 0.3):
     return model.eval()
 
 
-def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3):
-    """A tiny PageSum with random weights (`random_model`)."""
+def random_pagesum(vocab_size: int, seed: int = 0, std: float = 0.3, backbone: str = "bart"):
+    """A tiny PageSum with random weights (`random_model`) on a BART or a Llama backbone."""
     from locsum_sdk.modeling.pagesum import PageSum
 
-    return random_model(lambda: PageSum(tiny_config(vocab_size)), seed, std)
+    config = tiny_llama_config(vocab_size) if backbone == "llama" else tiny_config(vocab_size)
+    return random_model(lambda: PageSum(config), seed, std)
 
 
 def random_checkpoint(model, directory: Path, tokenizer_file: Path, units: dict) -> Path:

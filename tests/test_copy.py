@@ -23,6 +23,7 @@ from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.memory import estimate_memory
 from locsum_sdk.modeling import copy
 from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.modeling.config import step_shape
 from locsum_sdk.modeling.dyle import Dyle
 from locsum_sdk.modeling.hierencdec import HierEncDec
 from locsum_sdk.modeling.hiersumm import HierSumm
@@ -149,7 +150,7 @@ def test_cached_steps_equal_teacher_forcing(kind):
         steps = dec.shape[1]
         slots = BeamSlots(batch, 1, chunk=steps)
         cache = [tuple(torch.zeros(g, cfg.decoder_heads, 1, steps, cfg.head_dim) for _ in "kv")
-                 for g in kinds.get(kind).layout.cache_groups(batch, units, cfg.decoder_layers)]
+                 for g in kinds.get(kind).layout.cache_groups(batch, units, step_shape(cfg.to_dict()))]
         for t in range(steps):
             slots.advance(None)
             log_probs, weights = model.step(dec[:, t : t + 1], unit_mask, mask.view(-1, length), torch.tensor([t]),

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from conftest import tiny_config
 
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
@@ -17,7 +18,7 @@ from locsum_sdk.units import PagingOptions
 def test_pagesum_is_registered_with_its_unit_options_and_graphs():
     kind = kinds.get("pagesum")
     assert kind.unit_options is PagingOptions and kind.revision >= 1 and "page" in kind.units
-    io = kind.graphs({"decoder_layers": 3})
+    io = kind.graphs(tiny_config(50, decoder_layers=3).to_dict())
     assert set(io) == {"encoder", "decoder"}
     assert io["decoder"].input_names[:5] == [C.INPUT_IDS, C.UNIT_MASK, C.ENCODER_ATTENTION_MASK, C.POSITION,
                                              C.CACHE_SLOTS]

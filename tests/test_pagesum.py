@@ -1,9 +1,12 @@
 """PageSum maths in torch: cached steps == teacher forcing, padding pages change nothing, one page == BART."""
 
+import pytest
 import torch
 from conftest import random_pagesum
 
 from locsum_sdk.backends.base import BeamSlots
+from locsum_sdk.backends.torch import generate_from_ids
+from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.modeling.bart import attention_bias
 
 VOCAB = 400
@@ -20,14 +23,15 @@ def inputs(seed=0, batch=2, units=3, length=20, steps=7):
 
 
 def empty_cache(model, batch, units, beams, capacity):
-    """Slot caches of every layer: layer 0 per item, the others per page."""
+    """Slot caches of every layer: per page, except BART's layer 0, per item."""
     cfg = model.config
-    groups = [batch] + [batch * units] * (cfg.decoder_layers - 1)
-    return [tuple(torch.zeros(g, cfg.decoder_heads, beams, capacity, cfg.head_dim) for _ in "kv") for g in groups]
+    groups = [batch if model.model.shares_first_layer else batch * units] + [batch * units] * (cfg.decoder_layers - 1)
+    return [tuple(torch.zeros(g, cfg.cache_heads, beams, capacity, cfg.head_dim) for _ in "kv") for g in groups]
 
 
-def test_cached_steps_equal_teacher_forcing():
-    model = random_pagesum(VOCAB)
+@pytest.mark.parametrize("backbone", ["bart", "llama"])
+def test_cached_steps_equal_teacher_forcing(backbone):
+    model = random_pagesum(VOCAB, backbone=backbone)
     ids, mask, unit_mask, dec = inputs()
     batch, units, length = ids.shape
     with torch.no_grad():
@@ -42,11 +46,12 @@ def test_cached_steps_equal_teacher_forcing():
             assert torch.allclose(weights[..., 0], expected_w[..., t], atol=1e-6)
 
 
-def test_reordered_beams_equal_teacher_forcing_of_their_sequences():
+@pytest.mark.parametrize("backbone", ["bart", "llama"])
+def test_reordered_beams_equal_teacher_forcing_of_their_sequences(backbone):
     """K beams of B items over U pages, reordered at random every step: each beam's step scores are the teacher-
-    forced scores of the sequence it ends up with (the layer-0 cache is per item, the others per page), though the
-    cache never moves: each beam reads its history from the slots where it was written."""
-    model = random_pagesum(VOCAB)
+    forced scores of the sequence it ends up with (BART's layer-0 cache is per item, the others per page), though
+    the cache never moves: each beam reads its history from the slots where it was written."""
+    model = random_pagesum(VOCAB, backbone=backbone)
     ids, mask, unit_mask, _ = inputs(3)
     batch, units, length = ids.shape
     beams, steps = 3, 6
@@ -111,3 +116,50 @@ def test_one_page_is_plain_bart():
         hidden = model.model.decoder(dec, model.model.cross_kv(memory), attention_bias(mask[:, 0], memory.dtype))
         expected = torch.log_softmax(model.model.lm_logits(hidden), -1)
     assert torch.allclose(got, expected, atol=1e-6) and torch.all(weights == 1)
+
+
+@pytest.mark.parametrize("backbone", ["bart", "llama"])
+def test_a_padding_page_changes_nothing_on_either_backbone(backbone):
+    model = random_pagesum(VOCAB, backbone=backbone)
+    ids, mask, unit_mask, dec = inputs(1)
+    garbage = torch.randint(5, VOCAB, (2, 1, ids.shape[2]))
+    padded = (torch.cat([ids, garbage], 1), torch.cat([mask, torch.ones_like(garbage)], 1),
+              torch.cat([unit_mask, torch.zeros(2, 1, dtype=torch.bool)], 1))
+    with torch.no_grad():
+        expected, _ = model(ids, mask, unit_mask, dec)
+        got, padded_weights = model(*padded, dec)
+    assert torch.allclose(got, expected, atol=1e-6) and torch.all(padded_weights[:, 3] == 0)
+
+
+def test_one_page_on_a_llama_is_the_language_model_continuing_it():
+    model = random_pagesum(VOCAB, backbone="llama")
+    ids, mask, _, dec = inputs(2, units=1)
+    mask[:] = 1
+    with torch.no_grad():
+        got, _ = model(ids, mask, torch.ones(2, 1, dtype=torch.bool), dec)
+        whole = torch.log_softmax(model.model(torch.cat([ids[:, 0], dec], 1)), -1)[:, ids.shape[2]:]
+    assert torch.allclose(got, whole, atol=1e-5)
+
+
+def test_the_torch_backend_decodes_a_llama_pagesum_as_teacher_forcing_chooses():
+    """Greedy generation through the runtime's decoding loop and the torch backend (unit encodings in the grid, slot
+    caches per page) picks, at every step, the argmax of the teacher-forced scores of the tokens before it."""
+    model = random_pagesum(VOCAB, backbone="llama")
+    g = torch.Generator().manual_seed(7)
+    items = [[tuple(torch.randint(5, VOCAB, (n,), generator=g).tolist()) for n in sizes] for sizes in ((9, 4, 7), (6,))]
+    steps = 6
+    hypotheses = generate_from_ids(model, items, GenerationOptions(num_beams=1, max_length=steps + 1,
+                                                                   min_length=steps + 1))
+    start = model.config.decoder_start_token_id
+    for item, hypothesis in zip(items, hypotheses):
+        length = max(len(u) for u in item)
+        ids = torch.tensor([list(u) + [1] * (length - len(u)) for u in item])[None]
+        mask = torch.tensor([[1] * len(u) + [0] * (length - len(u)) for u in item])[None]
+        tokens = [start]
+        with torch.no_grad():
+            for _ in range(steps):
+                log_probs, _ = model(ids, mask, torch.ones(1, len(item), dtype=torch.bool), torch.tensor([tokens]))
+                scores = log_probs[0, -1].clone()
+                scores[model.config.eos_token_id] = -float("inf")  # min_length holds end-of-sequence back
+                tokens.append(int(scores.argmax()))
+        assert list(hypothesis.token_ids) == tokens[1:]

@@ -24,6 +24,7 @@ from locsum_sdk.errors import (  # noqa: E402
     OptionError,
 )
 from locsum_sdk.exporters import tensorrt as trt_export  # noqa: E402
+from locsum_sdk.modeling.config import step_shape  # noqa: E402
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
 PLUGIN_TYPES = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
@@ -322,10 +323,10 @@ def encode_and_step(directory: Path, bundle: Bundle, batch, steps: int = 3) -> l
     types = {t.name: np.float16 if t.type == "tensor(float16)" else None
              for t in [*encoder.get_outputs(), *decoder.get_inputs()]}
     layout, config = kinds.get(bundle.manifest.kind).layout, bundle.manifest.model
-    heads, length, rows = config["decoder_heads"], batch.input_ids.shape[1], batch.batch * batch.width
-    dim = config["d_model"] // heads
+    shape = step_shape(config)
+    heads, dim, length, rows = shape.cache_heads, shape.head_dim, batch.input_ids.shape[1], batch.batch * batch.width
     cross = {}
-    for i in range(config["decoder_layers"]):
+    for i in range(shape.layers):
         cross[C.cross_key(i)] = np.zeros((rows, heads, dim, length), types[C.cross_key(i)] or np.float32)
         cross[C.cross_value(i)] = np.zeros((rows, heads, length, dim), types[C.cross_value(i)] or np.float32)
     for first, end, row in layout.encoder_runs(batch, 2):
@@ -336,7 +337,7 @@ def encode_and_step(directory: Path, bundle: Bundle, batch, steps: int = 3) -> l
                 cross[output.name][row : row + end - first] = value
     slots = BeamSlots(batch.batch, 1)
     caches = {}
-    for i, groups in enumerate(layout.cache_groups(batch.batch, batch.width, config["decoder_layers"])):
+    for i, groups in enumerate(layout.cache_groups(batch.batch, batch.width, shape)):
         for name in (C.past_key(i), C.past_value(i)):
             caches[name] = np.zeros((groups, heads, 1, slots.capacity, dim), types[name] or np.float32)
     tokens, out = np.full((batch.batch, 1), config["decoder_start_token_id"], np.int64), []

@@ -25,6 +25,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
+from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from . import DEVICES
 from .base import (
@@ -98,7 +99,8 @@ class OnnxRuntimeBackend:
             providers = [CUDA, "CPUExecutionProvider"]
         self.config = bundle.manifest.model
         self.kind = kinds.get(bundle.manifest.kind, BundleError)  # its graphs' IO and how a session binds them
-        self.layers = self.config["decoder_layers"]
+        self.shape = step_shape(self.config)
+        self.layers = self.shape.layers
         self.threads = threads or os.cpu_count() or 1
         self.providers = providers or ["CPUExecutionProvider"]
         self.profile_dir = profile_dir
@@ -194,7 +196,7 @@ class OnnxRuntimeSession:
         ort, cfg = backend.ort, backend.config
         self.backend, self.batch, self.beams, self.layout = backend, batch, beams, backend.kind.layout
         self.rows = batch.batch * batch.width  # N, grid rows
-        heads, dim = cfg["decoder_heads"], cfg["d_model"] // cfg["decoder_heads"]
+        heads, dim = backend.shape.cache_heads, backend.shape.head_dim
         length = batch.input_ids.shape[1]
         self.device = backend.device
         self.cross = {}
@@ -222,7 +224,7 @@ class OnnxRuntimeSession:
             **{name: self._value(buffer) for name, buffer in self.cross.items()},
         }
         self.cache = {}  # (past, present) name -> (G, H, K, C, d), G rows as the kind lays them out
-        for i, groups in enumerate(self.layout.cache_groups(batch.batch, batch.width, backend.layers)):
+        for i, groups in enumerate(self.layout.cache_groups(batch.batch, batch.width, backend.shape)):
             for past, present in ((C.past_key(i), C.present_key(i)), (C.past_value(i), C.present_value(i))):
                 self.cache[past, present] = self._buffer((groups, heads, beams, self.slots.capacity, dim))
         self.binding = backend.decoder.io_binding()

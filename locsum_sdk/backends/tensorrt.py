@@ -28,6 +28,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle, check_engine_host
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
+from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from .base import BeamSlots, UnitBatch, fixed_decoder_inputs, scatter_top
 
@@ -159,7 +160,8 @@ class TensorRTBackend:
         logger.info("tensorrt backend on %s (compute capability %s)", gpu, capability)
         self.config = bundle.manifest.model
         self.kind = kinds.get(bundle.manifest.kind, BundleError)
-        self.layers = self.config["decoder_layers"]
+        self.shape = step_shape(self.config)
+        self.layers = self.shape.layers
         self.graphs = self.kind.graphs(self.config)
         self.stream = cuda.Stream()
         self.runtime = self.trt.Runtime(self.trt.Logger(self.trt.Logger.WARNING))
@@ -198,7 +200,7 @@ class TensorRTSession:
         cfg = backend.config
         self.backend, self.batch, self.beams, self.layout = backend, batch, beams, backend.kind.layout
         self.rows = batch.batch * batch.width
-        self.heads, self.head_dim = cfg["decoder_heads"], cfg["d_model"] // cfg["decoder_heads"]
+        self.heads, self.head_dim = backend.shape.cache_heads, backend.shape.head_dim
         self.length = batch.input_ids.shape[1]
         self._encode(unit_batch_size)
         decoder = backend.decoder
@@ -212,7 +214,7 @@ class TensorRTSession:
         self.slots = BeamSlots(batch.batch, beams)
         self.partial_log_probs = C.TOP_TOKENS in decoder.outputs  # only each beam's best tokens come to the host
         self.log_probs = np.zeros((batch.batch, beams, cfg["vocab_size"]), dtype=np.float32)
-        self.groups = self.layout.cache_groups(batch.batch, batch.width, backend.layers)
+        self.groups = self.layout.cache_groups(batch.batch, batch.width, backend.shape)
         self.current = {key: 0 for key in backend.cache}  # which of the two buffers holds the past
         for buffers in backend.cache.values():
             buffers[0].zero(backend.stream)

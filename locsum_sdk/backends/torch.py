@@ -14,6 +14,7 @@ from .. import constants as C
 from .. import kinds
 from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
+from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from ..units import Unit
 from .base import (
@@ -89,14 +90,14 @@ class TorchSession:
                  cache: UnitCache | None = None):
         torch, tensor = backend.torch, backend.tensor
         self.torch, self.model, self.batch, self.beams, self.tensor = torch, backend.model, batch, beams, tensor
-        layout, cfg = backend.kind.layout, self.model.config
+        layout, shape = backend.kind.layout, step_shape(self.model.config.to_dict())
         rows, length = batch.batch * batch.width, batch.input_ids.shape[1]
         dtype = next(self.model.parameters()).dtype
-        heads, dim = cfg.decoder_heads, cfg.head_dim
+        heads, dim = shape.cache_heads, shape.head_dim
         # per layer, the grid's cross key (N, H, d, L) and value (N, H, L, d), written run by run
         self.cross = [(torch.zeros(rows, heads, dim, length, dtype=dtype, device=backend.device),
                        torch.zeros(rows, heads, length, dim, dtype=dtype, device=backend.device))
-                      for _ in range(cfg.decoder_layers)]
+                      for _ in range(shape.layers)]
         with torch.inference_mode():
             if cache is not None and layout.units_alone:
                 self._encode_cached(backend, unit_batch_size, cache)
@@ -106,9 +107,8 @@ class TorchSession:
                       for name, value in fixed_decoder_inputs(layout, batch, backend.graphs["decoder"]).items()}
         self.slots = BeamSlots(batch.batch, beams)
         self.cache = [
-            tuple(torch.zeros(groups, cfg.decoder_heads, beams, self.slots.capacity, cfg.head_dim,
-                              device=backend.device) for _ in "kv")
-            for groups in layout.cache_groups(batch.batch, batch.width, cfg.decoder_layers)
+            tuple(torch.zeros(groups, heads, beams, self.slots.capacity, dim, device=backend.device) for _ in "kv")
+            for groups in layout.cache_groups(batch.batch, batch.width, shape)
         ]
 
     def _encode(self, layout, unit_batch_size: int) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from .. import constants as C
 from ..backends.base import UnitBatch
 from ..memory import FLOAT, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
+from ..modeling.config import StepShape, step_shape
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
@@ -33,7 +34,7 @@ class DocumentOptions(PagingOptions):
 
 def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
     """encoder and decoder IO of a HierEncDec with `model`'s decoder layers."""
-    layers = model["decoder_layers"]
+    layers = step_shape(model).layers
     encoder = GraphIO(
         C.ENCODER_FILE,
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "rows", 1: "length"}),
@@ -97,8 +98,8 @@ class HierEncDecLayout:
                 + attention_scores(queries * width, heads, length) + 2 * FLOAT * queries * width * dim
                 + attention_scores(queries, heads, beams * capacity) + lm_head(queries, vocab) + copying)
 
-    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
-        return [items] * layers
+    def cache_groups(self, items: int, width: int, shape: StepShape) -> list[int]:
+        return [items] * shape.layers
 
 
 UNITS = ("documents (or the sections or pages a long one was cut into); a unit's weight is its document weight in "

@@ -14,6 +14,7 @@ import numpy as np
 from .. import constants as C
 from ..backends.base import UnitBatch
 from ..memory import FLOAT, arrays_bytes, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
+from ..modeling.config import step_shape
 from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
 from ..units import Unit
@@ -76,7 +77,7 @@ def keep(units: Sequence[Unit], scores: np.ndarray, options: ParagraphOptions) -
 
 
 def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
-    layers = model["decoder_layers"]
+    layers = step_shape(model).layers
     ranker = GraphIO(
         "ranker.onnx",
         inputs=(TensorIO(TITLE_IDS, "int64", {0: "paragraphs", 1: "title_length"}),

@@ -13,6 +13,7 @@ import numpy as np
 from .. import constants as C
 from ..backends.base import UnitBatch
 from ..memory import attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
+from ..modeling.config import StepShape, step_shape
 from ..units import Pager, PagingOptions
 from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
@@ -21,22 +22,24 @@ REVISION = 1  # the layout of bundle format 4 (self-attention cache in beam slot
 
 def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
     """encoder and decoder IO of a PageSum with `model`'s decoder layers."""
-    layers = model["decoder_layers"]
+    shape = step_shape(model)
+    layers = shape.layers
     encoder = GraphIO(
         C.ENCODER_FILE,
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "units", 1: "length"}),
                 TensorIO(C.ATTENTION_MASK, "int64", {0: "units", 1: "length"})),
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "units", 1: "length"}), *cross_outputs(layers, "units")),
     )
-    # the decoder runs per page, except layer 0, whose cache the pages of an item share
-    decoder = step_graph(layers, lambda i: "batch" if i == 0 else "rows", model.get("copy", False))
+    # the decoder runs per page, except BART's layer 0, whose cache the pages of an item share
+    shared = shape.shares_first_layer
+    decoder = step_graph(layers, lambda i: "batch" if i == 0 and shared else "rows", model.get("copy", False))
     return {"encoder": encoder, "decoder": decoder}
 
 
 class PageSumLayout:
     """Pages are encoded alone, in micro-batches that never cross an item; the decoder runs once per page, so its
-    caches hold a row per grid page, except layer 0's, which the pages of an item share (its input is the same
-    for all of them)."""
+    caches hold a row per grid page, except BART's layer 0's, which the pages of an item share (its input is the
+    same for all of them; a Llama backbone's first layer already reads the page)."""
 
     units_alone = True
 
@@ -51,16 +54,17 @@ class PageSumLayout:
                 C.ENCODER_INPUT_IDS: batch.grid_ids()}
 
     def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
-        return encoder_pass(min(size, width), length, model["d_model"], model["encoder_heads"],
-                            model["encoder_ffn_dim"])
+        shape = step_shape(model)
+        return encoder_pass(min(size, width), length, shape.d_model, shape.unit_heads, shape.unit_ffn_dim)
 
     def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
                     capacity: int) -> int:
         """Every page decodes its own rows (B*U*K) against its own tokens; the LM head reads the mixed B*K rows;
         a copying model scatters every page's attention mass (B*U*K*L) into the head rows' distributions."""
-        queries, heads, head_rows = items * width * beams, model["decoder_heads"], self.head_rows(items, width, beams)
+        shape = step_shape(model)
+        queries, heads, head_rows = items * width * beams, shape.query_heads, self.head_rows(items, width, beams)
         copying = copy_scatter(queries * length, head_rows, model["vocab_size"]) if model.get("copy") else 0
-        return (step_rows(queries, model["d_model"], model["decoder_ffn_dim"])
+        return (step_rows(queries, shape.d_model, shape.ffn_dim)
                 + attention_scores(queries, heads, length) + attention_scores(queries, heads, beams * capacity)
                 + lm_head(head_rows, model["vocab_size"]) + copying)
 
@@ -68,8 +72,9 @@ class PageSumLayout:
         """Rows the LM head reads in a step: PageCombine mixes the pages' hidden states first."""
         return items * beams
 
-    def cache_groups(self, items: int, width: int, layers: int) -> list[int]:
-        return [items] + [items * width] * (layers - 1)
+    def cache_groups(self, items: int, width: int, shape: StepShape) -> list[int]:
+        first = items if shape.shares_first_layer else items * width
+        return [first] + [items * width] * (shape.layers - 1)
 
 
 UNITS = "pages of the input; a unit's weight is its page weight in the step's hidden-space mixture (PageCombine)"

@@ -339,6 +339,8 @@ class Decoder(Embeddings):
 class Bart(nn.Module):
     """BART backbone with the LM head tied to the shared embedding."""
 
+    shares_first_layer = True  # the units of an item share layer 0's self-attention cache (`Decoder.blocks`)
+
     def __init__(self, config: BartConfig):
         super().__init__()
         self.config = config
@@ -363,6 +365,23 @@ class Bart(nn.Module):
         rows = hidden.reshape(-1, hidden.shape[-1])  # (R, D)
         logits = F.linear(rows, self.shared.weight, self.final_logits_bias[0])  # (R, V)
         return logits.view(*hidden.shape[:-1], -1)
+
+    def encode_units(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
+        """Units (N, L) -> encoder states (N, L, D) and every decoder layer's cross key/value (`backbone.Backbone`)."""
+        memory = self.encoder(input_ids, attention_mask)
+        return memory, self.cross_kv(memory)
+
+    def decode(self, decoder_input_ids: torch.Tensor, cross: CrossKV, unit_attention_mask: torch.Tensor,
+               units: int = 1, read: bool = False):
+        """Teacher forcing over every unit of each item (`Decoder.forward`), the units' mask (N, L) as given."""
+        bias = attention_bias(unit_attention_mask, cross[0][1].dtype)
+        return self.decoder(decoder_input_ids, cross, bias, units=units, read=read)
+
+    def step(self, input_ids: torch.Tensor, cross: CrossKV, unit_attention_mask: torch.Tensor, cache: SlotCache,
+             position: torch.Tensor, cache_slots: torch.Tensor, units: int | torch.Tensor = 1, read: bool = False):
+        """One step of K beams over every unit of each item (`Decoder.step`), the units' mask (N, L) as given."""
+        bias = attention_bias(unit_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
+        return self.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units, read=read)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, decoder_input_ids: torch.Tensor

@@ -43,6 +43,40 @@ def from_fields(cls: type, values: Any, what: str = "model config") -> Any:
     return cls(**values)
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """The decoding step's contract as shapes, for any backbone: what each decoder layer caches and reads, per grid
+    row, and what the unit pass and a step compute. Read from a model config's dict (`step_shape`), so the runtime,
+    the memory estimate and the exporter size every buffer from one place."""
+
+    layers: int  # decoder layers: each has a slot cache and reads each unit's keys/values
+    cache_heads: int  # heads of every cached key/value (a unit's and the step's own)
+    head_dim: int
+    query_heads: int  # heads of a step's attention scores
+    d_model: int
+    ffn_dim: int  # a decoder layer's feed-forward width
+    unit_heads: int  # the unit pass (encoder, or the backbone over a unit's prefix)
+    unit_ffn_dim: int
+    shares_first_layer: bool  # layer 0's slot cache is one per item (its units decode the same tokens there)
+
+    @property
+    def kv_width(self) -> int:
+        """Floats of one cached key (or value) position of one row."""
+        return self.cache_heads * self.head_dim
+
+
+def step_shape(model: dict[str, Any]) -> StepShape:
+    """The `StepShape` of a bundle's `model` settings: a Llama backbone (`backbone: llama`; every layer reads the
+    unit, grouped-query heads) or BART's encoder-decoder (the default)."""
+    d = model["d_model"]
+    if model.get("backbone") == "llama":
+        return StepShape(model["layers"], model["kv_heads"], d // model["heads"], model["heads"], d, model["ffn_dim"],
+                         model["heads"], model["ffn_dim"], shares_first_layer=False)
+    heads = model["decoder_heads"]
+    return StepShape(model["decoder_layers"], heads, d // heads, heads, d, model["decoder_ffn_dim"],
+                     model["encoder_heads"], model["encoder_ffn_dim"], shares_first_layer=True)
+
+
 class EncoderDecoderConfig:
     """What the runtime reads of any kind's model config: its decoder's head size and its special token ids
     (mixed into the config dataclasses)."""
@@ -57,6 +91,11 @@ class EncoderDecoderConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.decoder_heads
+
+    @property
+    def cache_heads(self) -> int:
+        """Heads of the keys/values a decoding step caches and reads (its units' and its own)."""
+        return self.decoder_heads
 
     def special_tokens(self) -> dict[str, int]:
         """The ids the runtime needs, keyed as `units.SpecialTokens`."""

@@ -14,6 +14,7 @@ from .. import constants as C
 from .. import kinds
 from ..kinds import GraphIO
 from ..ops import doc_scaled_attention, page_combine
+from .config import step_shape
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def decoder_spec(
 ) -> GraphSpec:
     """decoder.onnx, traced at position 2 of a cache of `capacity` positions."""
     cfg = model.config
-    heads, dim, rows = cfg.decoder_heads, cfg.head_dim, batch * units
+    shape = step_shape(cfg.to_dict())
+    heads, dim, rows = shape.cache_heads, shape.head_dim, batch * units
     unit_mask = torch.ones(batch, units, dtype=torch.bool)
     unit_mask[1, units - 1] = False
     encoder_attention_mask = torch.ones(rows, length, dtype=torch.int64)
@@ -153,9 +155,9 @@ def decoder_spec(
         torch.tensor([2]),
         cache_slots,
     ]
-    for groups in kinds.get(model.kind).layout.cache_groups(batch, units, cfg.decoder_layers):
+    for groups in kinds.get(model.kind).layout.cache_groups(batch, units, shape):
         example += [torch.randn(groups, heads, beams, capacity, dim, generator=g) for _ in range(2)]
-    for _ in range(cfg.decoder_layers):
+    for _ in range(shape.layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),
                     torch.randn(rows, heads, length, dim, generator=g)]
     io = declared(model)["decoder"]

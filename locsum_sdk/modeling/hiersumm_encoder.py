@@ -66,8 +66,9 @@ class ParagraphEmbedding(nn.Module):
         """input_ids (B, P, T) -> (B, P, T, D)."""
         batch, paragraphs, tokens = input_ids.shape
         if max(paragraphs, tokens) > len(self.table):
-            raise InputTooLongError(f"{paragraphs} paragraphs of {tokens} tokens: the model codes at most {len(self.table)} "
-                             "paragraph ranks and positions; keep fewer paragraphs (top_paragraphs) or shorter ones")
+            raise InputTooLongError(f"{paragraphs} paragraphs of {tokens} tokens: the model codes at most "
+                                    f"{len(self.table)} paragraph ranks and positions; keep fewer paragraphs "
+                                    "(top_paragraphs) or shorter ones")
         local = self.table[:tokens][None, None, :, :].expand(batch, paragraphs, -1, -1)
         rank = self.table[:paragraphs][None, :, None, :].expand(batch, -1, tokens, -1)
         if not self.paragraph_position:

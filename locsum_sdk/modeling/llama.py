@@ -158,10 +158,15 @@ class Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def refuse_read(read: bool) -> None:
+    if read:
+        raise ValueError("a Llama backbone has no cross-attention for a copy distribution to read; copy is off")
+
+
 class Llama(nn.Module):
     """The backbone: token embedding, pre-norm layers, final norm, LM head tied to the embedding."""
 
-    kind = "llama"
+    shares_first_layer = False  # every layer's self-attention reads the unit: no cache is shared by an item's units
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
@@ -195,26 +200,41 @@ class Llama(nn.Module):
             kv.append(new)
         return self.norm(h).view(rows, length, -1), kv
 
-    def encode(self, input_ids: torch.Tensor) -> UnitKV:
-        """A unit's encoding: its tokens (N, L) at positions 0..L-1 (padding only at the end) -> every layer's
-        key_t (N, KV, d, L) and value (N, KV, L, d). Padded positions come last and are hidden from the summary by
-        its unit mask, so a padded unit encodes like an unpadded one."""
-        return self.extend(input_ids)[1]
+    def encode_units(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, UnitKV]:
+        """Units (N, L) at positions 0..L-1, padding only at the end -> their hidden states (N, L, D) and every
+        layer's key_t (N, KV, d, L) and value (N, KV, L, d): each unit's encoding (`backbone.Backbone`). Padded
+        positions come last, so no real position reads them, and the summary's steps hide them (`attention_mask`);
+        a padded unit encodes as it would alone."""
+        return self.extend(input_ids)
 
-    def step(self, input_ids: torch.Tensor, lengths: torch.Tensor, unit: UnitKV, unit_mask: torch.Tensor,
-             cache: SlotCache, position: torch.Tensor, cache_slots: torch.Tensor) -> torch.Tensor:
-        """One new position of K beams: input_ids (N, K) at summary position `position` (1,) of units of `lengths`
-        (N,) tokens (rotary position length + position), cache_slots (N, K, C) -> hidden (N*K, D) after the final
-        norm. Writes each beam's keys/values into `cache` (per layer (N, KV, K, C, d)) at `position`, in place."""
+    def decode(self, decoder_input_ids: torch.Tensor, cross: UnitKV, unit_attention_mask: torch.Tensor,
+               units: int = 1, read: bool = False) -> torch.Tensor:
+        """Teacher forcing: decoder_input_ids (B, T), the summary of each item, continue every one of its U units
+        (cross: N = B*U rows) -> hidden (B*U, T, D)."""
+        refuse_read(read)
+        rows = decoder_input_ids.repeat_interleave(units, dim=0)  # (B*U, T)
+        return self.extend(rows, unit_attention_mask.sum(-1), cross, unit_attention_mask)[0]
+
+    def step(self, input_ids: torch.Tensor, cross: UnitKV, unit_attention_mask: torch.Tensor, cache: SlotCache,
+             position: torch.Tensor, cache_slots: torch.Tensor, units: int | torch.Tensor = 1,
+             read: bool = False) -> torch.Tensor:
+        """One new position of K beams: input_ids (B, K) at summary position `position` (1,), cache_slots (B, K, C)
+        (see `bart.slot_bias`), for every one of an item's U units (cross: N = B*U rows; a unit of L' real tokens
+        puts the summary's position p at rotary position L' + p) -> hidden (B*U*K, D) after the final norm. Writes
+        each beam's keys/values into `cache` (per layer (N, KV, K, C, d)) at `position`, in place."""
+        refuse_read(read)
         beams = input_ids.shape[1]
-        x = self.embed_tokens(input_ids.reshape(-1))  # (N*K, D)
+        ids = input_ids.repeat_interleave(units, dim=0)  # (N, K)
+        x = self.embed_tokens(ids.reshape(-1))  # (N*K, D)
+        lengths = unit_attention_mask.sum(-1)  # (N,)
         cos, sin = self.codes((lengths + position)[:, None], x.dtype)  # (N, 1, 1, d)
-        unit_bias = attention_bias(unit_mask, x.dtype)  # (N, 1, 1, L)
-        self_bias = slot_bias(cache_slots, x.dtype)  # (N, 1, K, K*C)
+        unit_bias = attention_bias(unit_attention_mask, x.dtype)  # (N, 1, 1, L)
+        self_bias = slot_bias(cache_slots, x.dtype)  # (B, 1, K, K*C)
+        self_bias = self_bias.repeat_interleave(units, dim=0)  # (N, 1, K, K*C)
         at = write_index(cache[0][0], position)
         h = x
         for i, layer in enumerate(self.layers):
-            out = layer.self_attn.step(layer.input_layernorm(h), beams, cos, sin, unit[i], unit_bias, cache[i], at,
+            out = layer.self_attn.step(layer.input_layernorm(h), beams, cos, sin, cross[i], unit_bias, cache[i], at,
                                        self_bias)
             h = layer.finish(h, out)
         return self.norm(h)
@@ -232,6 +252,10 @@ class Llama(nn.Module):
         """hidden (..., D) -> logits (..., V) through the tied embedding, rows flattened (one Gemm when exported)."""
         rows = hidden.reshape(-1, hidden.shape[-1])
         return F.linear(rows, self.embed_tokens.weight).view(*hidden.shape[:-1], -1)
+
+    def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids (...) -> the tokens' embeddings (..., D)."""
+        return self.embed_tokens(input_ids)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Logits (R, T, V) of unpadded sequences, as `LlamaForCausalLM(input_ids).logits`."""

@@ -10,6 +10,8 @@ from ..errors import BundleError
 from ..validation import check_float, check_int
 from .config import from_fields
 
+BACKBONE = "llama"
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -29,11 +31,13 @@ class LlamaConfig:
     bos_token_id: int = 1
     eos_token_id: int = 2
     pad_token_id: int = 2
+    decoder_start_token_id: int = 198  # the summary's first input: the last token of the prompt that ends each unit
+    # (SmolLM2's chat template: the newline after `<|im_start|>assistant`)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "layers", "heads", "kv_heads", "ffn_dim", "max_positions"):
             check_int(f"model.{name}", getattr(self, name), 1, error=BundleError)
-        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
             check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
         check_float("model.rope_base", self.rope_base, 1.0, error=BundleError)
         check_float("model.rms_eps", self.rms_eps, 0.0, 1.0, error=BundleError)
@@ -47,14 +51,37 @@ class LlamaConfig:
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    def special_tokens(self) -> dict[str, int]:
+        """The ids the runtime needs, keyed as `units.SpecialTokens`."""
+        return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
+                "decoder_start": self.decoder_start_token_id}
+
+    @property
+    def cache_heads(self) -> int:
+        """Heads of the keys/values a decoding step caches and reads (its units' and its own)."""
+        return self.kv_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        """Layers a decoding step runs (all of them: the model is its own decoder)."""
+        return self.layers
+
+    @property
+    def copy(self) -> bool:
+        """A decoder-only backbone has no cross-attention for a copy distribution to read."""
+        return False
+
     @property
     def group(self) -> int:
         """Query heads per key/value head."""
         return self.heads // self.kv_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, and `backbone: llama` (how a bundle's model settings say which backbone they describe)."""
+        return {"backbone": BACKBONE, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, values: Any) -> LlamaConfig:
+        if isinstance(values, dict) and values.get("backbone") == BACKBONE:
+            values = {k: v for k, v in values.items() if k != "backbone"}
         return from_fields(cls, values, "backbone config")

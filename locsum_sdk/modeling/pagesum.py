@@ -18,9 +18,11 @@ from torch import nn
 from ..errors import BundleNotFoundError
 from ..ops import page_combine
 from . import copy
-from .bart import Bart, init_weights
+from .backbone import backbone
+from .bart import init_weights
 from .config import BartConfig
 from .copy import CopySource
+from .llama_config import LlamaConfig
 from .per_unit import PerUnitModel
 
 KIND = "pagesum"
@@ -31,10 +33,10 @@ logger = logging.getLogger("locsum_sdk")
 class PageSum(PerUnitModel):
     kind = KIND
 
-    def __init__(self, config: BartConfig):
+    def __init__(self, config: BartConfig | LlamaConfig):
         super().__init__()
         self.config = config
-        self.model = Bart(config)
+        self.model = backbone(config)
         self.page_conf = nn.Linear(config.d_model, 1)
         self.combine = page_combine.torch_op()
 

@@ -1,19 +1,20 @@
 """Units encoded alone and decoded one decoder per unit, the units of an item mixed at every step: PageSum's pages
 (mixed in hidden space) and DYLE's snippets (token distributions marginalized). A kind's module derives from
-`PerUnitModel`, holds its BART in `self.model` and says how a step's unit states become log-probabilities (`mix`);
-with the config's `copy`, `mix` also gets what the decoder read (`copy.CopySource`)."""
+`PerUnitModel`, holds its backbone in `self.model` (`backbone.Backbone`: BART, or a pretrained decoder-only Llama)
+and says how a step's unit states become log-probabilities (`mix`); with the config's `copy`, `mix` also gets what
+the decoder read (`copy.CopySource`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .bart import CrossKV, SlotCache, attention_bias
+from .bart import CrossKV, SlotCache
 from .copy import CopySource
 
 
 class PerUnitModel(nn.Module):
-    model: nn.Module  # the BART backbone (`bart.Bart`)
+    model: nn.Module  # the backbone (`backbone.Backbone`)
 
     def mix(self, hidden: torch.Tensor, unit_mask: torch.Tensor,
             source: CopySource | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,9 +23,8 @@ class PerUnitModel(nn.Module):
         raise NotImplementedError
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CrossKV]:
-        """Units (N, L) -> encoder states (N, L, D) and every layer's cross key/value."""
-        memory = self.model.encoder(input_ids, attention_mask)  # (N, L, D)
-        return memory, self.model.cross_kv(memory)
+        """Units (N, L) -> their states (N, L, D) and every layer's key/value that the decoding steps read."""
+        return self.model.encode_units(input_ids, attention_mask)
 
     def decode(self, decoded, tokens: torch.Tensor, unit_ids: torch.Tensor | None, unit_mask: torch.Tensor,
                queries: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,9 +53,8 @@ class PerUnitModel(nn.Module):
         -> log-probabilities (B, T, V) and unit weights (B, U, T)."""
         batch, units, length = input_ids.shape
         flat_ids, flat_mask = input_ids.reshape(batch * units, length), attention_mask.reshape(batch * units, length)
-        memory, cross = self.encode(flat_ids, flat_mask)
-        bias = attention_bias(flat_mask, memory.dtype)
-        decoded = self.model.decoder(decoder_input_ids, cross, bias, units=units, read=self.config.copy)
+        _, cross = self.encode(flat_ids, flat_mask)
+        decoded = self.model.decode(decoder_input_ids, cross, flat_mask, units, read=self.config.copy)
         return self.decode(decoded, decoder_input_ids, flat_ids, unit_mask, decoder_input_ids.shape[1])
 
     def step(
@@ -78,7 +77,6 @@ class PerUnitModel(nn.Module):
         Returns log-probabilities (B, K, V) and unit weights (B, U, K).
         """
         beams, units = input_ids.shape[1], unit_mask.shape[1]
-        bias = attention_bias(encoder_attention_mask, cross[0][1].dtype)  # (N, 1, 1, L)
-        decoded = self.model.decoder.step(input_ids, cross, bias, cache, position, cache_slots, units,
-                                          read=self.config.copy)
+        decoded = self.model.step(input_ids, cross, encoder_attention_mask, cache, position, cache_slots, units,
+                                  read=self.config.copy)
         return self.decode(decoded, input_ids, encoder_input_ids, unit_mask, beams)
