@@ -132,7 +132,7 @@ def _check_schema(manifest: Manifest) -> None:
         check_mapping(name, getattr(manifest, name), error=error)
     check_choice("dtype", manifest.dtype, DTYPES, error=error)
     try:
-        config = kind.config.from_dict(manifest.model)
+        config = kind.model_config(manifest.model)
     except BundleError as err:
         raise error(str(err)) from None
     missing = [name for name in _missing_settings(config.to_dict(), manifest.model) if name not in ADDED_SETTINGS]

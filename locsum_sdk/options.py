@@ -77,12 +77,17 @@ class Options:
 
     def check_model(self, model: dict[str, Any], error: type[LocsumError] = OptionError) -> None:
         """The options fit the model (its config as a dict): the unit size and max_length within its learned
-        positions, and whatever else the kind's unit options check (their `check_model`, when they have one)."""
+        positions (on a Llama backbone, their sum), and whatever else the kind's unit options check (their
+        `check_model`, when they have one)."""
         positions = model["max_positions"]
         field = type(self.units).UNIT_TOKENS
         for name, value in ((field, getattr(self.units, field)), ("max_length", self.generation.max_length)):
             if value > positions:
                 raise error(f"{name}={value} is over the model's {positions} positions; use at most {positions}")
+        unit, length = getattr(self.units, field), self.generation.max_length
+        if model.get("backbone") == "llama" and unit + length > positions:  # the summary continues each unit
+            raise error(f"{field}={unit} and max_length={length} are over the model's {positions} positions together "
+                        f"(a summary continues each unit); keep their sum at most {positions}")
         if hasattr(self.units, "check_model"):
             self.units.check_model(model, error)
 

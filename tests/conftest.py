@@ -256,6 +256,23 @@ def bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_checkpoint_dir(tmp_path_factory, tokenizer, tokenizer_file) -> Path:
+    """A tiny PageSum on a Llama backbone (random weights)."""
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    model = random_pagesum(tokenizer.get_vocab_size(), backbone="llama")
+    return save_checkpoint(model, tmp_path_factory.mktemp("llama_ckpt"), tokenizer_file, units=TINY_UNITS,
+                           generation=TINY_GENERATION)
+
+
+@pytest.fixture(scope="session")
+def llama_bundle_dir(tmp_path_factory, llama_checkpoint_dir) -> Path:
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    return export_onnx(llama_checkpoint_dir, tmp_path_factory.mktemp("bundles") / "llama").path
+
+
+@pytest.fixture(scope="session")
 def hierencdec_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     """The tiny PageSum checkpoint's BART weights exported as hierencdec (`locsum export --kind hierencdec`)."""
     from locsum_sdk.cli import main

@@ -51,16 +51,16 @@ PLUGIN_FIELDS = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.Attrib
 
 
 @pytest.fixture(scope="module")
-def tiny(bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hiersumm_bundle_dir):
+def tiny(bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hiersumm_bundle_dir, llama_bundle_dir):
     return {"pagesum": bundle_dir, "hierencdec": hierencdec_bundle_dir, "dyle": dyle_bundle_dir,
-            "hiersumm": hiersumm_bundle_dir}
+            "hiersumm": hiersumm_bundle_dir, "llama": llama_bundle_dir}
 
 
 def bundle_path(name, tiny):
     return tiny[name[len("tiny-"):]] if name.startswith("tiny-") else ENGINES / name
 
 
-BUNDLES = [*SHIPPED, *(f"tiny-{kind}" for kind in ("pagesum", "hierencdec", "dyle", "hiersumm"))]
+BUNDLES = [*SHIPPED, *(f"tiny-{kind}" for kind in ("pagesum", "hierencdec", "dyle", "hiersumm", "llama"))]
 
 
 def prepared_graphs(path: Path, target: Path, fp16: bool):
@@ -151,7 +151,7 @@ def feeds(model, shapes: dict[str, list[int]], vocab: int, rng: np.random.Genera
         elif kind in (TensorProto.INT64, TensorProto.INT32):
             dtype = np.int64 if kind == TensorProto.INT64 else np.int32
             values[value.name] = (rng.integers(0, vocab, shape) if value.name.endswith("_ids")
-                                  else np.zeros(shape)).astype(dtype)
+                                  else np.ones(shape) if value.name.endswith("mask") else np.zeros(shape)).astype(dtype)
         else:
             dtype = np.float16 if kind == TensorProto.FLOAT16 else np.float32
             values[value.name] = rng.normal(0, 0.5, shape).astype(dtype)
@@ -180,14 +180,16 @@ def test_every_profile_runs_at_min_opt_and_max(name, max_batch, tiny, tmp_path):
                     assert np.isfinite(output).all(), f"{name} {graph} at {label}: {meta.name}"
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tmp_path):
-    """`to_trt.py`'s default maxima for a shipped bundle: every axis the model's positions bound (unit tokens, the
-    cache) at most its positions, and every graph runs on ONNX Runtime with those axes at their maxima (the others
-    at 1), where a profile past the positions failed on the position lookup. A maximum past them is refused."""
+@pytest.mark.parametrize("name", [*SHIPPED, "tiny-llama"])
+def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tiny, tmp_path):
+    """`to_trt.py`'s default maxima for a shipped bundle (and a Llama-backed one, whose units and summary share the
+    positions): every axis the model's positions bound (unit tokens, the cache) at most its positions, and every
+    graph runs on ONNX Runtime with those axes at their maxima (the others at 1, the decoding step at its last
+    position, every unit full), where a profile past the positions failed on the position lookup. A maximum past
+    them is refused."""
     import onnxruntime as ort
 
-    path = ENGINES / name
+    path = bundle_path(name, tiny)
     manifest = Bundle.load(path).manifest
     positions = trt_export.model_positions(manifest.model)
     plan = trt_export.build_engines(path, tmp_path / "trt", dry_run=True)
@@ -200,8 +202,11 @@ def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tmp_path):
             bounded = [axis in trt_export.POSITIONAL_AXES for axis in axes[value]]
             assert all(h <= positions for h, b in zip(high, bounded) if b), (graph.name, value, high)
             shapes[value] = [h if b else lo for lo, h, b in zip(low, high, bounded)]
+        inputs = feeds(model, shapes, manifest.model["vocab_size"], rng)
+        if "position" in inputs:
+            inputs["position"][:] = trt_export.EngineShapes().fitted(manifest.model).maxima()["capacity"] - 1
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        session.run(None, feeds(model, shapes, manifest.model["vocab_size"], rng))
+        session.run(None, inputs)
     with pytest.raises(OptionError, match=f"past the model's {positions} positions"):
         trt_export.build_engines(path, tmp_path / "over", trt_export.EngineShapes(max_unit_len=positions + 1),
                                  dry_run=True)

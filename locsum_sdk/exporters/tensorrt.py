@@ -57,8 +57,9 @@ class EngineShapes:
     """The largest input the engines take: the maxima of their optimization profiles.
 
     `dims` overrides or adds the maximum of any named axis of the graphs (`--dim NAME=MAX`). Unit tokens and
-    decoding steps default to the model's positions (`fitted`), the most any input can use; a maximum past them is
-    refused, since the graphs cannot take such shapes (their position lookup would fail)."""
+    decoding steps default to the model's positions (`fitted`), the most any input can use; on a Llama backbone,
+    whose summary continues each unit, half of them each (or what the other leaves). A maximum past them is refused,
+    since the graphs cannot take such shapes (their position lookup would fail)."""
 
     max_batch: int = 1  # items summarized together
     max_units: int = 64  # pages, documents or snippets per item after selection
@@ -83,10 +84,14 @@ class EngineShapes:
         """These shapes for a bundle's `model` settings: unit tokens and steps not given become the model's
         positions (the least of its networks'); a maximum past them is refused with OptionError."""
         positions = model_positions(model)
-        unit_len = positions if self.max_unit_len is None else self.max_unit_len
-        steps = positions if self.max_steps is None else self.max_steps
+        continued = model.get("backbone") == "llama"  # the summary continues each unit: they share the positions
+        half = positions // 2 if continued else positions
+        unit_len = half if self.max_unit_len is None else self.max_unit_len
+        steps = (positions - unit_len if continued else positions) if self.max_steps is None else self.max_steps
         bounded = [("max_unit_len", unit_len), ("max_steps", steps),
                    *((f"dims[{axis!r}]", value) for axis, value in self.dims.items() if axis in POSITIONAL_AXES)]
+        if continued:
+            bounded.append(("max_unit_len + max_steps", unit_len + steps))
         for name, value in bounded:
             if value > positions:
                 raise OptionError(f"{name}={value} is past the model's {positions} positions: the graphs cannot take "

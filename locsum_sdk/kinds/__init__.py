@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .. import constants as C
-from ..errors import LocsumError, OptionError
+from ..errors import BundleError, LocsumError, OptionError
 from ..limits import tfidf_feature
 from ..memory import MemoryLayout
 from ..modeling.config import BartConfig
+from ..modeling.llama_config import BACKBONE as LLAMA
+from ..modeling.llama_config import LlamaConfig
 from ..units import Unit
 
 if TYPE_CHECKING:
     from ..backends.base import UnitBatch
 
+BART = "bart"
 ONNX_TYPES = {"int64": "int64", "int32": "int32", "float32": "float", "bool": "bool"}  # dtype -> ONNX element type name
 DTYPES = tuple(ONNX_TYPES)
 
@@ -208,6 +211,15 @@ class Kind:
     layout: Layout  # how a session binds the graphs' inputs
     config: type = BartConfig  # the model config dataclass (`from_dict`, `to_dict`) the manifest's `model` holds
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
+    backbones: tuple[str, ...] = (BART,)  # the backbones its model runs on (`modeling.backbone`)
+
+    def model_config(self, values: Any) -> Any:
+        """A manifest's or checkpoint's `model` settings as a config: a Llama backbone's (`backbone: llama`), for a
+        kind that runs on one, or the kind's own dataclass; BundleError naming what is wrong."""
+        backbone = values.get("backbone", BART) if isinstance(values, dict) else BART
+        if backbone not in self.backbones:
+            raise BundleError(f"model.backbone={backbone!r}: a {self.name} model runs on {list(self.backbones)}")
+        return LlamaConfig.from_dict(values) if backbone == LLAMA else self.config.from_dict(values)
 
     def own_tokenizer(self, model: dict[str, Any]) -> OwnTokenizer | None:
         """The tokenizer of its own this model's selection stage reads (its bundle carries `file`), if any."""

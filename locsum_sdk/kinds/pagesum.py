@@ -14,8 +14,9 @@ from .. import constants as C
 from ..backends.base import UnitBatch
 from ..memory import attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
 from ..modeling.config import StepShape, step_shape
+from ..modeling.llama_config import BACKBONE as LLAMA
 from ..units import Pager, PagingOptions
-from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
+from . import BART, GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
 
 REVISION = 1  # the layout of bundle format 4 (self-attention cache in beam slots, written in place)
 
@@ -79,4 +80,5 @@ class PageSumLayout:
 
 UNITS = "pages of the input; a unit's weight is its page weight in the step's hidden-space mixture (PageCombine)"
 
-KIND = register(Kind("pagesum", REVISION, UNITS, PagingOptions, Pager, graphs, PageSumLayout()))
+KIND = register(Kind("pagesum", REVISION, UNITS, PagingOptions, Pager, graphs, PageSumLayout(),
+                     backbones=(BART, LLAMA)))

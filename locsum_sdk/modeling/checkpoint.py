@@ -47,7 +47,7 @@ def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
     if "model" not in config:
         raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
     state = read_state_dict(directory / WEIGHTS_FILE)
-    model = registry.build(kind, kinds.get(saved).config.from_dict(config["model"]), state, str(directory))
+    model = registry.build(kind, kinds.get(saved).model_config(config["model"]), state, str(directory))
     settings = {k: config[k] for k in ("units", "limits", "generation") if k in config}
     for key, value in settings.items():
         if not isinstance(value, dict):

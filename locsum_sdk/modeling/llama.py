@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bart import attention_bias, causal_bias, slot_bias, write_index
+from .bart import attention_bias, slot_bias, write_index
 from .llama_config import LlamaConfig
 
 UnitKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, KV, d, L), value (N, KV, L, d)
@@ -42,13 +42,33 @@ class RMSNorm(nn.Module):
         return self.weight * wide.to(x.dtype)
 
 
-def rotary(positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Integer positions (...) -> cos, sin (..., d) of the rotary code: pair (i, i + d/2) turns by
+def rotary(positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
+    """Integer positions (...) -> cos and sin (2, ..., d) of the rotary code, float32: pair (i, i + d/2) turns by
     position / base^(2i/d)."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
     angles = positions[..., None].float() * (1.0 / base**exponents)  # (..., d/2)
     angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return torch.stack([angles.cos(), angles.sin()])
+
+
+def causal_bias(length: int | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(T, T) additive bias letting each of T positions attend to itself and those before it (a comparison of
+    positions, which every runtime's parser takes)."""
+    positions = torch.arange(length, device=device)
+    future = positions[None, :] > positions[:, None]
+    return torch.zeros(future.shape, dtype=dtype, device=device).masked_fill(future, torch.finfo(dtype).min)
+
+
+def stacked(bias: torch.Tensor, times: int) -> torch.Tensor:
+    """bias (..., Q, S) -> (..., times*Q, S): the same rows for each of `times` query heads stacked on the query
+    axis (an Expand and a Reshape, not a Tile)."""
+    shape = bias.shape
+    return bias.unsqueeze(-3).expand(*shape[:-2], times, *shape[-2:]).reshape(*shape[:-2], -1, shape[-1])
+
+
+def per_unit(x: torch.Tensor, units: int | torch.Tensor) -> torch.Tensor:
+    """x (B, ...) -> (B*U, ...): each item's rows once for each of its U units."""
+    return x.unsqueeze(1).expand(x.shape[0], units, *x.shape[1:]).reshape(-1, *x.shape[1:])
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -108,7 +128,7 @@ class Attention(nn.Module):
         q, k, v = self.project(x, length, cos, sin)
         k_t = k.transpose(2, 3)
         parts = [] if past is None else [(past[0], past[1], past_bias)]
-        parts.append((k_t, v, causal.repeat(self.group, 1)))
+        parts.append((k_t, v, stacked(causal, self.group)))
         return self.merge(self.attend(q, parts), length), (k_t, v)
 
     def step(self, x: torch.Tensor, beams: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -127,7 +147,7 @@ class Attention(nn.Module):
         rows = keys.shape[0]
         flat = (rows, self.kv_heads, -1, self.head_dim)  # (N, KV, K*C, d)
         parts = [(unit[0], unit[1], unit_bias),
-                 (keys.view(flat).transpose(2, 3), values.view(flat), self_bias.repeat(1, 1, self.group, 1))]
+                 (keys.view(flat).transpose(2, 3), values.view(flat), stacked(self_bias, self.group))]
         return self.merge(self.attend(q, parts), beams)
 
 
@@ -174,11 +194,14 @@ class Llama(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
+        positions = torch.arange(config.max_positions)
+        self.register_buffer("rotary_table", rotary(positions, config.head_dim, config.rope_base), persistent=False)
 
     def codes(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads."""
-        cos, sin = rotary(positions, self.config.head_dim, self.config.rope_base, dtype)
-        return cos[:, None], sin[:, None]
+        """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads: rows of the model's table (a
+        Gather when exported)."""
+        code = self.rotary_table[:, positions].to(dtype)  # (2, R, T, d)
+        return code[0][:, None], code[1][:, None]
 
     def extend(self, input_ids: torch.Tensor, start: torch.Tensor | None = None, past: UnitKV | None = None,
                past_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, UnitKV]:
@@ -190,7 +213,7 @@ class Llama(nn.Module):
         positions = offsets if start is None else start[:, None] + offsets  # (1 or R, T)
         x = self.embed_tokens(input_ids)  # (R, T, D)
         cos, sin = self.codes(positions, x.dtype)
-        causal = causal_bias(length, x.dtype, x.device)
+        causal = causal_bias(length, x.dtype, x.device)  # (T, T)
         bias = None if past is None else attention_bias(past_mask, x.dtype)
         h, kv = x.reshape(-1, x.shape[-1]), []
         for i, layer in enumerate(self.layers):
@@ -204,15 +227,18 @@ class Llama(nn.Module):
         """Units (N, L) at positions 0..L-1, padding only at the end -> their hidden states (N, L, D) and every
         layer's key_t (N, KV, d, L) and value (N, KV, L, d): each unit's encoding (`backbone.Backbone`). Padded
         positions come last, so no real position reads them, and the summary's steps hide them (`attention_mask`);
-        a padded unit encodes as it would alone."""
-        return self.extend(input_ids)
+        a padded unit encodes as it would alone, its padded positions zeros."""
+        hidden, kv = self.extend(input_ids)
+        keep = attention_mask.to(hidden.dtype)  # (N, L)
+        kv = [(k_t * keep[:, None, None, :], v * keep[:, None, :, None]) for k_t, v in kv]
+        return hidden * keep[..., None], kv
 
     def decode(self, decoder_input_ids: torch.Tensor, cross: UnitKV, unit_attention_mask: torch.Tensor,
                units: int = 1, read: bool = False) -> torch.Tensor:
         """Teacher forcing: decoder_input_ids (B, T), the summary of each item, continue every one of its U units
         (cross: N = B*U rows) -> hidden (B*U, T, D)."""
         refuse_read(read)
-        rows = decoder_input_ids.repeat_interleave(units, dim=0)  # (B*U, T)
+        rows = per_unit(decoder_input_ids, units)  # (B*U, T)
         return self.extend(rows, unit_attention_mask.sum(-1), cross, unit_attention_mask)[0]
 
     def step(self, input_ids: torch.Tensor, cross: UnitKV, unit_attention_mask: torch.Tensor, cache: SlotCache,
@@ -224,13 +250,13 @@ class Llama(nn.Module):
         each beam's keys/values into `cache` (per layer (N, KV, K, C, d)) at `position`, in place."""
         refuse_read(read)
         beams = input_ids.shape[1]
-        ids = input_ids.repeat_interleave(units, dim=0)  # (N, K)
+        ids = per_unit(input_ids, units)  # (N, K)
         x = self.embed_tokens(ids.reshape(-1))  # (N*K, D)
         lengths = unit_attention_mask.sum(-1)  # (N,)
         cos, sin = self.codes((lengths + position)[:, None], x.dtype)  # (N, 1, 1, d)
         unit_bias = attention_bias(unit_attention_mask, x.dtype)  # (N, 1, 1, L)
         self_bias = slot_bias(cache_slots, x.dtype)  # (B, 1, K, K*C)
-        self_bias = self_bias.repeat_interleave(units, dim=0)  # (N, 1, K, K*C)
+        self_bias = per_unit(self_bias, units)  # (N, 1, K, K*C)
         at = write_index(cache[0][0], position)
         h = x
         for i, layer in enumerate(self.layers):
