@@ -99,9 +99,9 @@ def step_rows(rows: int, d_model: int, ffn_dim: int) -> int:
     return rows * FLOAT * (8 * d_model + 2 * ffn_dim)
 
 
-def attention_scores(queries: int, heads: int, keys: int) -> int:
-    """One attention's scores, mask and probabilities for `queries` rows over `keys` positions."""
-    return 3 * queries * heads * keys * FLOAT
+def attention_scores(queries: int, heads: int, keys: int, tensors: int = 3) -> int:
+    """One attention's scores, mask and probabilities (`tensors` of them) for `queries` rows over `keys` positions."""
+    return tensors * queries * heads * keys * FLOAT
 
 
 def lm_head(rows: int, vocab: int) -> int:

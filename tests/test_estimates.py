@@ -13,6 +13,7 @@ estimate adds the selection stage to the decoding step, which do not peak togeth
 wide grid, up to 5,000 documents, is `benchmarks/test_estimates.py`.
 """
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,34 @@ def test_the_estimate_holds_over_generated_shapes(kind):
     @given(cases(kind))
     def holds(case):
         check(measure_case_in_fresh_process(case))
+
+    holds()
+
+
+@pytest.fixture(scope="module")
+def llama_bundle(tmp_path_factory, tokenizer, tokenizer_file):
+    """A PageSum on a Llama backbone large enough that a long input's peak is well above FLOOR (random weights)."""
+    from conftest import random_model, tiny_llama_config
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.pagesum import PageSum
+
+    config = tiny_llama_config(tokenizer.get_vocab_size(), d_model=128, layers=4, heads=8, kv_heads=2, ffn_dim=384,
+                               max_positions=1024)
+    model = random_model(lambda: PageSum(config), std=0.05)
+    checkpoint = save_checkpoint(model, tmp_path_factory.mktemp("llama_ckpt"), tokenizer_file,
+                                 units={"policy": "spatial", "page_tokens": 256}, generation={"max_length": 40})
+    return export_onnx(checkpoint, tmp_path_factory.mktemp("bundles") / "llama").path
+
+
+def test_the_estimate_holds_for_a_llama_backbone(llama_bundle):
+    """The same generated shapes on a Llama-backed PageSum: grouped-query caches of every layer per page, each
+    unit's prefix keys/values, the continued summary's positions."""
+    @settings(max_examples=CASES_PER_KIND)
+    @given(cases("pagesum"))
+    def holds(case):
+        check(measure_case_in_fresh_process(dataclasses.replace(case, bundle=str(llama_bundle))))
 
     holds()
 

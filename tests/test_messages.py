@@ -16,6 +16,7 @@ from locsum_sdk.errors import InputTooLongError, OptionError
 from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.limits import LimitOptions
 from locsum_sdk.modeling.config import BartConfig
+from locsum_sdk.modeling.llama_config import LlamaConfig
 from locsum_sdk.units import PagingOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ OTHER_NAMES = {"estimate_memory", "summarize_batch", "unit_scores", "page_conf",
 
 
 def option_names() -> set[str]:
-    groups = [LimitOptions, GenerationOptions, PagingOptions, BartConfig,
+    groups = [LimitOptions, GenerationOptions, PagingOptions, BartConfig, LlamaConfig,
               *(kind.unit_options for kind in kinds.REGISTRY.values())]
     names = {f.name for group in groups for f in dataclasses.fields(group)}
     for function in (Summarizer.from_pretrained, Summarizer.__init__, Summarizer.unit_scores):

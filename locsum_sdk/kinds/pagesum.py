@@ -56,7 +56,8 @@ class PageSumLayout:
 
     def encoder_memory(self, model: dict[str, Any], items: int, width: int, length: int, size: int) -> int:
         shape = step_shape(model)
-        return encoder_pass(min(size, width), length, shape.d_model, shape.unit_heads, shape.unit_ffn_dim)
+        return encoder_pass(min(size, width), length, shape.d_model, shape.unit_heads,
+                            shape.unit_ffn_dim * shape.ffn_streams)
 
     def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
                     capacity: int) -> int:
@@ -65,8 +66,8 @@ class PageSumLayout:
         shape = step_shape(model)
         queries, heads, head_rows = items * width * beams, shape.query_heads, self.head_rows(items, width, beams)
         copying = copy_scatter(queries * length, head_rows, model["vocab_size"]) if model.get("copy") else 0
-        return (step_rows(queries, shape.d_model, shape.ffn_dim)
-                + attention_scores(queries, heads, length) + attention_scores(queries, heads, beams * capacity)
+        return (step_rows(queries, shape.d_model, shape.ffn_dim * shape.ffn_streams)
+                + attention_scores(queries, heads, length + beams * capacity, shape.score_tensors)
                 + lm_head(head_rows, model["vocab_size"]) + copying)
 
     def head_rows(self, items: int, width: int, beams: int) -> int:

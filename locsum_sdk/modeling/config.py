@@ -58,6 +58,9 @@ class StepShape:
     unit_heads: int  # the unit pass (encoder, or the backbone over a unit's prefix)
     unit_ffn_dim: int
     shares_first_layer: bool  # layer 0's slot cache is one per item (its units decode the same tokens there)
+    ffn_streams: int = 1  # FFN-wide tensors per row: 1 (BART's hidden layer), 2 (a SwiGLU's gate and up branches)
+    score_tensors: int = 3  # attention tensors over all keys: scores, bias, probabilities (+1 where the unit's and
+    # the step's own scores are concatenated before one softmax)
 
     @property
     def kv_width(self) -> int:
@@ -71,7 +74,7 @@ def step_shape(model: dict[str, Any]) -> StepShape:
     d = model["d_model"]
     if model.get("backbone") == "llama":
         return StepShape(model["layers"], model["kv_heads"], d // model["heads"], model["heads"], d, model["ffn_dim"],
-                         model["heads"], model["ffn_dim"], shares_first_layer=False)
+                         model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4)
     heads = model["decoder_heads"]
     return StepShape(model["decoder_layers"], heads, d // heads, heads, d, model["decoder_ffn_dim"],
                      model["encoder_heads"], model["encoder_ffn_dim"], shares_first_layer=True)
