@@ -51,6 +51,11 @@ _LAYER_TENSORS = {
 
 _CONTROL = 3  # llama.cpp's token type of a control (special) token
 
+#: The prompt around a unit: before its text; before and after a query; after the text (and query) up to the
+#: assistant's turn, whose first newline (not included) is the summary's first input.
+CHAT_PROMPT = ("<|im_start|>user\n", "\n\nAnswer this question about the text: ", "",
+               "\n\nSummarize the text above in a few sentences.<|im_end|>\n<|im_start|>assistant")
+
 
 @dataclass(frozen=True)
 class BaseModel:
@@ -177,8 +182,21 @@ def read_base(path: str | os.PathLike | None = None) -> BaseModel:
     reader = _reader(path)
     config = read_config(reader)
     tokenizer = read_tokenizer(reader)
-    newline = tokenizer.encode("\n").ids
-    if len(newline) != 1:
-        raise BundleError(f"{path}: the vocabulary has no newline token for the summary to start from")
-    config["decoder_start_token_id"] = newline[0]  # the last token of a chat prompt (after `assistant`)
+    config.update(chat_frame(tokenizer, str(path)))
     return BaseModel(config, read_weights(reader, config), tokenizer, str(path))
+
+
+def chat_frame(tokenizer, source: str) -> dict[str, Any]:
+    """The chat prompt around each unit (`CHAT_PROMPT`) as token ids: the text after the user's turn opens, the
+    query (if any) and the instruction after it, and the assistant's turn up to its first newline, which is the
+    summary's first input (`decoder_start_token_id`)."""
+    def ids(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False).ids
+
+    head, query_head, query_tail, tail = (ids(text) for text in CHAT_PROMPT)
+    whole = ids(CHAT_PROMPT[3] + "\n")
+    if whole[:-1] != tail or ids("\n") != whole[-1:]:
+        raise BundleError(f"{source}: the prompt does not end in a newline token of its own; the summary cannot start "
+                          "from it")
+    return {"unit_head": head, "unit_tail": tail, "query_head": query_head, "query_tail": query_tail,
+            "decoder_start_token_id": whole[-1]}

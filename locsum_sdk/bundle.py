@@ -21,7 +21,7 @@ from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, Bund
 from .limits import split_legacy_units
 from .options import Options
 from .units import SpecialTokens
-from .validation import check_choice, check_float, check_int, check_keys, check_mapping, check_str
+from .validation import check_bool, check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
 DTYPES = ("float32", "int8")
 READABLE_VERSIONS = (3, C.FORMAT_VERSION)  # 3: limits in pages (migrated on load, see `_upgrade`)
@@ -143,9 +143,17 @@ def _check_schema(manifest: Manifest) -> None:
     except OptionError as err:
         raise error(f"default options: {err}") from None
     defaults.check_model(config.to_dict(), error)
-    check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_NAMES, error=error)
+    check_keys("special_tokens", manifest.special_tokens, SPECIAL_NAMES, SPECIAL_IDS, error=error)
     for name, value in manifest.special_tokens.items():
-        check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)
+        if name == "query_first":
+            check_bool(f"special_tokens.{name}", value, error=error)
+        elif name not in FRAME_NAMES:
+            check_int(f"special_tokens.{name}", value, 0, config.vocab_size - 1, error=error)
+        elif value is not None or name == "query_head":  # None: BART's frame
+            if not isinstance(value, list):
+                raise error(f"special_tokens.{name}={value!r} must be a list of token ids")
+            for i, token in enumerate(value):
+                check_int(f"special_tokens.{name}[{i}]", token, 0, config.vocab_size - 1, error=error)
     for name, value in manifest.files.items():
         if not _FILE_NAME.match(name) or not isinstance(value, str) or not _SHA256.match(value):
             raise error(f"files: {name!r}: {value!r} is not a plain file name with a sha256 hex digest")
@@ -205,6 +213,8 @@ def check_engine_host(manifest: Manifest, version: str, compute_capability: str)
 
 TENSORRT_KEYS = ("version", "gpu", "compute_capability", "precision", "plans", "profiles")
 SPECIAL_NAMES = tuple(f.name for f in fields(SpecialTokens))
+SPECIAL_IDS = ("bos", "pad", "eos", "decoder_start")  # every manifest has them; the unit frame's are optional
+FRAME_NAMES = ("unit_head", "unit_tail", "query_head", "query_tail")
 GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 
 

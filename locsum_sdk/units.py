@@ -47,10 +47,52 @@ class Tokenizer(Protocol):
 
 @dataclass(frozen=True)
 class SpecialTokens:
+    """The special ids, and the frame of a unit's tokens: `head [query] text [query] tail`, the query (when there
+    is one) between `query_head` and `query_tail`, before the text or (`query_first` false) after it. The default
+    frame is BART's, `<s> [query </s>] text </s>`; a chat model's is its prompt around the text, ending where the
+    answer begins (its last token is then `decoder_start`, the summary's first input)."""
+
     bos: int = 0
     pad: int = 1
     eos: int = 2
     decoder_start: int = 2
+    unit_head: tuple[int, ...] | None = None  # None: (bos,)
+    unit_tail: tuple[int, ...] | None = None  # None: (eos,)
+    query_head: tuple[int, ...] = ()
+    query_tail: tuple[int, ...] | None = None  # None: (eos,)
+    query_first: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("unit_head", "unit_tail", "query_head", "query_tail"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))  # a manifest's lists
+
+    @property
+    def head(self) -> tuple[int, ...]:
+        return (self.bos,) if self.unit_head is None else self.unit_head
+
+    @property
+    def tail(self) -> tuple[int, ...]:
+        return (self.eos,) if self.unit_tail is None else self.unit_tail
+
+    def framed_query(self, query_ids: Sequence[int]) -> list[int]:
+        """The query's ids within its own frame, or none without a query."""
+        if not query_ids:
+            return []
+        after = (self.eos,) if self.query_tail is None else self.query_tail
+        return [*self.query_head, *query_ids, *after]
+
+    def frame_size(self, query_ids: Sequence[int]) -> int:
+        """Ids a unit spends on its frame and the query."""
+        return len(self.head) + len(self.tail) + len(self.framed_query(query_ids))
+
+    def frame(self, text_ids: Sequence[int], query_ids: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
+        """A unit's ids around `text_ids` -> (ids, ids before the text, ids after it)."""
+        query = self.framed_query(query_ids)
+        before = [*self.head, *query] if self.query_first else list(self.head)
+        after = list(self.tail) if self.query_first else [*query, *self.tail]
+        return (*before, *text_ids, *after), len(before), len(after)
 
 
 @dataclass(frozen=True)
@@ -92,14 +134,15 @@ class Unit:
     start: int  # character span [start, end) in that document
     end: int
     text: str
-    token_ids: tuple[int, ...]  # model input: <s> [query </s>] text </s>
+    token_ids: tuple[int, ...]  # model input: the text in its frame (`SpecialTokens.frame`), <s> [query </s>] text </s>
     head: int = 1  # ids before the text: <s> [query </s>]
     score: float | None = None  # its score in the kind's selection stage, when the kind has one
+    tail: int = 1  # ids after the text: </s>
 
     @property
     def text_ids(self) -> tuple[int, ...]:
         """The ids of the page's text alone (no special tokens, no query)."""
-        return self.token_ids[self.head : -1]
+        return self.token_ids[self.head : len(self.token_ids) - self.tail]
 
     def to_dict(self) -> dict:
         out = {"document": self.document, "start": self.start, "end": self.end, "text": self.text}
@@ -262,8 +305,7 @@ class Pager:
 
     def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
         """As calling the pager, with the query already tokenized by `query_ids`."""
-        frame = 2 + (len(query_ids) + 1 if query_ids else 0)
-        body = self.options.page_tokens - frame
+        body = self.options.page_tokens - self.special.frame_size(query_ids)
         if self.options.policy == "document":
             groups = [self._fill(self._spans(i, doc, body), body) for i, doc in enumerate(documents)]
             pages = [page for group in groups for page in group]
@@ -368,11 +410,9 @@ class Pager:
         return pages
 
     def _unit(self, documents: Sequence[str], page: list[Span], query_ids: list[int]) -> Unit:
-        sp = self.special
-        head = [sp.bos] + (query_ids + [sp.eos] if query_ids else [])
-        ids = head + [t for span in page for t in span.token_ids] + [sp.eos]
+        ids, head, tail = self.special.frame([t for span in page for t in span.token_ids], query_ids)
         document, start, end = page[0].document, page[0].start, page[-1].end
-        return Unit(document, start, end, documents[document][start:end], tuple(ids), len(head))
+        return Unit(document, start, end, documents[document][start:end], ids, head, tail=tail)
 
 
 MAX_PIECE_CHARS = 2000  # longest text handed to the tokenizer at once

@@ -255,12 +255,18 @@ def bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     return output
 
 
+LLAMA_FRAME = {"unit_head": (5, 6), "unit_tail": (7, 8, 9), "query_head": (10,), "query_tail": (11,)}
+
+
 @pytest.fixture(scope="session")
 def llama_checkpoint_dir(tmp_path_factory, tokenizer, tokenizer_file) -> Path:
-    """A tiny PageSum on a Llama backbone (random weights)."""
+    """A tiny PageSum on a Llama backbone (random weights), its units in a prompt: `LLAMA_FRAME` ids around the text
+    and the query after it."""
     from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.pagesum import PageSum
 
-    model = random_pagesum(tokenizer.get_vocab_size(), backbone="llama")
+    config = tiny_llama_config(tokenizer.get_vocab_size(), **LLAMA_FRAME)
+    model = random_model(lambda: PageSum(config))
     return save_checkpoint(model, tmp_path_factory.mktemp("llama_ckpt"), tokenizer_file, units=TINY_UNITS,
                            generation=TINY_GENERATION)
 

@@ -13,10 +13,10 @@ import torch
 from gguf_files import write_gguf
 
 from locsum_sdk import base_model
-from locsum_sdk.base_model import BASE_FILE, INSTALL_BASE, base_file, read_base
+from locsum_sdk.base_model import BASE_FILE, CHAT_PROMPT, INSTALL_BASE, base_file, read_base
 from locsum_sdk.errors import BundleError, BundleNotFoundError
 from locsum_sdk.modeling.llama import Llama
-from locsum_sdk.modeling.llama_config import LlamaConfig
+from locsum_sdk.modeling.llama_config import FRAME, LlamaConfig
 
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # noqa: E402
@@ -69,7 +69,12 @@ def check_against_transformers(path, base, texts=TEXTS, atol=1e-4):
 def test_a_gguf_reads_as_transformers_reads_it(tiny_gguf, tiny_base):
     path, config, weights = tiny_gguf
     newline = tiny_base.tokenizer.token_to_id("Ċ")  # byte-level "\n"
-    assert tiny_base.config == pytest.approx({**config, "decoder_start_token_id": newline}, rel=1e-7)  # float32
+    shape = {k: v for k, v in tiny_base.config.items() if k not in FRAME}
+    assert shape == pytest.approx({**config, "decoder_start_token_id": newline}, rel=1e-7)  # float32 in the file
+    decode = tiny_base.tokenizer.decode
+    head, tail = (tiny_base.config[name] for name in ("unit_head", "unit_tail"))
+    assert decode(head, skip_special_tokens=False) + "T" + decode(tail + [newline], skip_special_tokens=False) == \
+        CHAT_PROMPT[0] + "T" + CHAT_PROMPT[3] + "\n"
     q = tiny_base.weights["layers.1.self_attn.q_proj.weight"]  # unpermuted back to HF's layout (4 bits of error)
     assert np.abs(q - weights["layers.1.self_attn.q_proj.weight"]).max() < 0.05
     check_against_transformers(path, tiny_base, atol=1e-5)
@@ -150,6 +155,7 @@ def test_the_installed_base_model_reads_as_transformers_reads_it():
     except BundleNotFoundError:
         pytest.skip(f"{BASE_FILE} is not installed here ({INSTALL_BASE})")
     base = read_base(path)
-    expected = {k: v for k, v in LlamaConfig().to_dict().items() if k != "backbone"}  # SmolLM2-135M: the defaults
-    assert base.config == pytest.approx(expected, rel=1e-7)
+    expected = {k: v for k, v in LlamaConfig().to_dict().items() if k != "backbone" and k not in FRAME}
+    assert {k: v for k, v in base.config.items() if k not in FRAME} == pytest.approx(expected, rel=1e-7)  # SmolLM2
+    assert base.tokenizer.decode(base.config["unit_tail"], skip_special_tokens=False) == CHAT_PROMPT[3]
     check_against_transformers(path, base)

@@ -75,3 +75,17 @@ def test_a_unit_and_its_summary_must_fit_the_positions_together(llama_bundle_dir
     with pytest.raises(OptionError, match="page_tokens=100 and max_length=29 are over the model's 128 positions"):
         summarizer.options(page_tokens=100, max_length=29)
     assert summarizer.options(page_tokens=100, max_length=28).generation.max_length == 28
+
+
+def test_units_are_framed_in_the_prompt_with_the_query_after_the_text(llama_bundle_dir):
+    summarizer = Summarizer.from_pretrained(llama_bundle_dir)
+    special = json.loads((llama_bundle_dir / C.MANIFEST_FILE).read_text())["special_tokens"]
+    assert special["unit_tail"] == [7, 8, 9] and special["query_first"] is False
+    text = "The board met on Monday. " * 30
+    pager = summarizer.kind.pager(summarizer.tokenizer, summarizer.special, summarizer.defaults.units)
+    query = pager.query_ids("the budget")
+    for unit in pager.pages([text], query):
+        assert unit.token_ids[:2] == (5, 6) and unit.token_ids[-3 - len(query) - 2:] == (10, *query, 11, 7, 8, 9)
+        assert unit.text_ids == unit.token_ids[2 : -3 - len(query) - 2] and len(unit.token_ids) <= 64
+        assert summarizer.tokenizer.decode(list(unit.text_ids)).strip() in text
+    assert summarizer.summarize(text, query="the budget", max_length=6).token_ids

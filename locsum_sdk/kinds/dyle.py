@@ -64,8 +64,7 @@ class SnippetPager(Pager):
     `<s> [query </s>] text </s>` like a page."""
 
     def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
-        frame = 2 + (len(query_ids) + 1 if query_ids else 0)
-        body = self.options.snippet_tokens - frame
+        body = self.options.snippet_tokens - self.special.frame_size(query_ids)
         snippets: list[list[Span]] = []
         for index, text in enumerate(documents):
             spans = self._spans(index, text, body)

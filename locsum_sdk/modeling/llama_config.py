@@ -11,6 +11,7 @@ from ..validation import check_float, check_int
 from .config import from_fields
 
 BACKBONE = "llama"
+FRAME = ("unit_head", "unit_tail", "query_head", "query_tail")
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,23 @@ class LlamaConfig:
     pad_token_id: int = 2
     decoder_start_token_id: int = 198  # the summary's first input: the last token of the prompt that ends each unit
     # (SmolLM2's chat template: the newline after `<|im_start|>assistant`)
+    unit_head: tuple[int, ...] = ()  # the prompt around each unit's text (`units.SpecialTokens`): before it,
+    unit_tail: tuple[int, ...] = ()  # after it (the query, if any, between the two) up to decoder_start,
+    query_head: tuple[int, ...] = ()  # and around a query
+    query_tail: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "layers", "heads", "kv_heads", "ffn_dim", "max_positions"):
             check_int(f"model.{name}", getattr(self, name), 1, error=BundleError)
         for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
             check_int(f"model.{name}", getattr(self, name), 0, self.vocab_size - 1, error=BundleError)
+        for name in FRAME:
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise BundleError(f"model.{name}={value!r} must be a list of token ids")
+            for i, token in enumerate(value):
+                check_int(f"model.{name}[{i}]", token, 0, self.vocab_size - 1, error=BundleError)
+            object.__setattr__(self, name, tuple(value))  # JSON's lists
         check_float("model.rope_base", self.rope_base, 1.0, error=BundleError)
         check_float("model.rms_eps", self.rms_eps, 0.0, 1.0, error=BundleError)
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
@@ -51,10 +63,12 @@ class LlamaConfig:
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
-    def special_tokens(self) -> dict[str, int]:
-        """The ids the runtime needs, keyed as `units.SpecialTokens`."""
+    def special_tokens(self) -> dict[str, Any]:
+        """The ids the runtime needs and the prompt around a unit, keyed as `units.SpecialTokens`: the query goes
+        after the text, as a question to a chat model does."""
         return {"bos": self.bos_token_id, "pad": self.pad_token_id, "eos": self.eos_token_id,
-                "decoder_start": self.decoder_start_token_id}
+                "decoder_start": self.decoder_start_token_id, "query_first": False,
+                **{name: list(getattr(self, name)) for name in FRAME}}
 
     @property
     def cache_heads(self) -> int:
@@ -78,7 +92,8 @@ class LlamaConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, and `backbone: llama` (how a bundle's model settings say which backbone they describe)."""
-        return {"backbone": BACKBONE, **dataclasses.asdict(self)}
+        values = dataclasses.asdict(self)
+        return {"backbone": BACKBONE, **values, **{name: list(values[name]) for name in FRAME}}
 
     @classmethod
     def from_dict(cls, values: Any) -> LlamaConfig:
