@@ -17,6 +17,7 @@ from .errors import LocsumError, OptionError
 from .generation import GenerationOptions
 from .kinds import Kind
 from .limits import LimitOptions
+from .modeling.config import step_shape
 from .validation import check_keys, is_int
 
 SHARED = {"limits": LimitOptions, "generation": GenerationOptions}
@@ -85,7 +86,7 @@ class Options:
             if value > positions:
                 raise error(f"{name}={value} is over the model's {positions} positions; use at most {positions}")
         unit, length = getattr(self.units, field), self.generation.max_length
-        if model.get("backbone") == "llama" and unit + length > positions:  # the summary continues each unit
+        if step_shape(model).continues_units and unit + length > positions:
             raise error(f"{field}={unit} and max_length={length} are over the model's {positions} positions together "
                         f"(a summary continues each unit); keep their sum at most {positions}")
         if hasattr(self.units, "check_model"):

@@ -38,6 +38,7 @@ import numpy as np
 from .. import constants as C
 from ..bundle import Bundle, write_manifest
 from ..errors import BackendUnavailableError, ExportError, OptionError
+from ..modeling.config import step_shape
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
 from .staging import staged
 
@@ -84,7 +85,7 @@ class EngineShapes:
         """These shapes for a bundle's `model` settings: unit tokens and steps not given become the model's
         positions (the least of its networks'); a maximum past them is refused with OptionError."""
         positions = model_positions(model)
-        continued = model.get("backbone") == "llama"  # the summary continues each unit: they share the positions
+        continued = step_shape(model).continues_units  # a unit and its summary share the positions
         half = positions // 2 if continued else positions
         unit_len = half if self.max_unit_len is None else self.max_unit_len
         steps = (positions - unit_len if continued else positions) if self.max_steps is None else self.max_steps

@@ -61,6 +61,7 @@ class StepShape:
     ffn_streams: int = 1  # FFN-wide tensors per row: 1 (BART's hidden layer), 2 (a SwiGLU's gate and up branches)
     score_tensors: int = 3  # attention tensors over all keys: scores, bias, probabilities (+1 where the unit's and
     # the step's own scores are concatenated before one softmax)
+    continues_units: bool = False  # the summary continues each unit's tokens: a unit and its summary share positions
 
     @property
     def kv_width(self) -> int:
@@ -74,7 +75,8 @@ def step_shape(model: dict[str, Any]) -> StepShape:
     d = model["d_model"]
     if model.get("backbone") == "llama":
         return StepShape(model["layers"], model["kv_heads"], d // model["heads"], model["heads"], d, model["ffn_dim"],
-                         model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4)
+                         model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4,
+                         continues_units=True)
     heads = model["decoder_heads"]
     return StepShape(model["decoder_layers"], heads, d // heads, heads, d, model["decoder_ffn_dim"],
                      model["encoder_heads"], model["encoder_ffn_dim"], shares_first_layer=True)
