@@ -8,8 +8,10 @@ float32 under HF Llama's parameter names and builds the byte-level BPE tokenizer
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +134,7 @@ def read_weights(reader, config: dict[str, Any]) -> dict[str, np.ndarray]:
     weights: dict[str, np.ndarray] = {}
     for tensor in reader.tensors:
         name = tensor.name
-        array = quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+        array = np.array(quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)  # writable
         array = array.reshape([int(n) for n in reversed(tensor.shape)])
         if name == "token_embd.weight":
             weights["embed_tokens.weight"] = array
@@ -200,3 +202,27 @@ def chat_frame(tokenizer, source: str) -> dict[str, Any]:
                           "from it")
     return {"unit_head": head, "unit_tail": tail, "query_head": query_head, "query_tail": query_tail,
             "decoder_start_token_id": whole[-1]}
+
+
+def is_gguf(path: str | os.PathLike) -> bool:
+    """Whether the file starts with GGUF's magic."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def saved_tokenizer(base: BaseModel) -> Path:
+    """The base model's tokenizer as a `tokenizer.json` in the user's cache (`$XDG_CACHE_HOME/locsum/base/...`),
+    written once per tokenizer, atomically."""
+    text = base.tokenizer.to_str()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "base" / digest
+    path = root / "tokenizer.json"
+    if not path.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=root, delete=False, suffix=".part", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(handle.name, path)
+    return path

@@ -159,3 +159,22 @@ def test_the_installed_base_model_reads_as_transformers_reads_it():
     assert {k: v for k, v in base.config.items() if k not in FRAME} == pytest.approx(expected, rel=1e-7)  # SmolLM2
     assert base.tokenizer.decode(base.config["unit_tail"], skip_special_tokens=False) == CHAT_PROMPT[3]
     check_against_transformers(path, base)
+
+
+def test_a_gguf_loads_as_a_pagesum_on_its_backbone(tiny_gguf, tiny_base, tmp_path, monkeypatch):
+    """`load_checkpoint` takes the base model's file by its magic: a PageSum whose page weights start equal, its
+    one-page scores the language model's own, the tokenizer written once to the user's cache."""
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    checkpoint = load_checkpoint(tiny_gguf[0])
+    model = checkpoint.model
+    assert model.kind == "pagesum" and torch.all(model.page_conf.weight == 0)
+    assert checkpoint.tokenizer_file.is_relative_to(tmp_path) and checkpoint.tokenizer_file.name == "tokenizer.json"
+    assert load_checkpoint(tiny_gguf[0]).tokenizer_file == checkpoint.tokenizer_file
+    ids = torch.tensor([tiny_base.tokenizer.encode(TEXTS[0]).ids])
+    with torch.no_grad():
+        scores, _ = model(ids[:, None, :-3], torch.ones_like(ids[:, None, :-3]), torch.ones(1, 1, dtype=torch.bool),
+                          ids[:, -3:])
+        expected = torch.log_softmax(llama(tiny_base)(ids), -1)[:, -3:]
+    assert torch.allclose(scores, expected, atol=1e-5)

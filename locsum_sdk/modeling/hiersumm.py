@@ -323,7 +323,8 @@ def register_model_kind() -> None:
     from .hiersumm_research import load_research
     from .registry import Loader, ModelKind, register, register_loader
 
-    register_loader(Loader("hiersumm-research", claims=lambda file: file.state is None, load=load_research))
+    register_loader(Loader("hiersumm-research", claims=lambda file: file.state is None, load=load_research,
+                           fallback=True))  # any file that is not a state dict: asked after the specific formats
     register(ModelKind(
         name=KIND, model=HierSumm, complete=complete,
         graphs=lambda model: {"ranker": ranker_spec(model), "encoder": encoder_spec(model),
