@@ -211,3 +211,7 @@ def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tiny, tmp_
         trt_export.build_engines(path, tmp_path / "over", trt_export.EngineShapes(max_unit_len=positions + 1),
                                  dry_run=True)
     assert not (tmp_path / "over").exists()
+    if manifest.kind == "hiersumm":  # each kept paragraph's rank is coded: no more of them than positions
+        with pytest.raises(OptionError, match=f"max_units={positions + 1} is past the model's {positions} positions"):
+            trt_export.build_engines(path, tmp_path / "ranks", trt_export.EngineShapes(max_units=positions + 1),
+                                     dry_run=True)

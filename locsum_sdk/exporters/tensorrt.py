@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import constants as C
+from .. import kinds
 from ..bundle import Bundle, write_manifest
 from ..errors import BackendUnavailableError, ExportError, OptionError
 from ..modeling.config import step_shape
@@ -81,9 +82,10 @@ class EngineShapes:
             if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"dims[{name!r}]={value!r}: give each axis a whole number of at least 1")
 
-    def fitted(self, model: dict[str, Any]) -> EngineShapes:
+    def fitted(self, model: dict[str, Any], units_ranked: bool = False) -> EngineShapes:
         """These shapes for a bundle's `model` settings: unit tokens and steps not given become the model's
-        positions (the least of its networks'); a maximum past them is refused with OptionError."""
+        positions (the least of its networks'); a maximum past them is refused with OptionError, and so are more
+        units than positions for a kind whose encoder codes each unit's rank (`Kind.units_ranked`)."""
         positions = model_positions(model)
         continued = step_shape(model).continues_units  # a unit and its summary share the positions
         half = positions // 2 if continued else positions
@@ -93,6 +95,8 @@ class EngineShapes:
                    *((f"dims[{axis!r}]", value) for axis, value in self.dims.items() if axis in POSITIONAL_AXES)]
         if continued:
             bounded.append(("max_unit_len + max_steps", unit_len + steps))
+        if units_ranked:
+            bounded.append(("max_units", self.dims.get("units", self.max_units)))
         for name, value in bounded:
             if value > positions:
                 raise OptionError(f"{name}={value} is past the model's {positions} positions: the graphs cannot take "
@@ -535,7 +539,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
         raise ExportError(f"--output {output} is the bundle itself; choose a new directory")
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    shapes = (shapes or EngineShapes()).fitted(source.manifest.model)
+    shapes = (shapes or EngineShapes()).fitted(source.manifest.model, kinds.get(source.manifest.kind).units_ranked)
     if not dry_run:
         from ..backends import cuda
         from ..backends.tensorrt import import_tensorrt

@@ -212,6 +212,7 @@ class Kind:
     config: type = BartConfig  # the model config dataclass (`from_dict`, `to_dict`) the manifest's `model` holds
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
     backbones: tuple[str, ...] = (BART,)  # the backbones its model runs on (`modeling.backbone`)
+    units_ranked: bool = False  # its encoder codes each unit's rank: no more units than the model's positions
 
     def model_config(self, values: Any) -> Any:
         """A manifest's or checkpoint's `model` settings as a config: a Llama backbone's (`backbone: llama`), for a

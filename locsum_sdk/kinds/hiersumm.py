@@ -137,4 +137,5 @@ UNITS = ("paragraphs (blank-line blocks, or runs of speaker turns) the ranker ke
 
 KIND = register(Kind("hiersumm", REVISION, UNITS, ParagraphOptions, ParagraphPager, graphs, HierSummLayout(),
                      HierSummConfig, Selection("ranker", ranker_inputs, SCORES, keep, memory=ranker_memory,
-                                                     features=tfidf_features(reads_tfidf))))
+                                                     features=tfidf_features(reads_tfidf)),
+                     units_ranked=True))
