@@ -16,6 +16,13 @@ evaluation set holds, nor the `known` words given (e.g. the words of every split
 that strings copied subword pieces into words no text holds ("Ganymedriveration") shows here, where neither ROUGE
 nor input-specific words sees it; extractive baselines score 0 by construction.
 
+Words repeated: the share (percent) of a summary's words of four or more letters, in order, that repeat an earlier
+word of the same summary ("the budget of the budget": 50). A summary that loops on a few words scores high where
+ROUGE barely moves; references score about 14 on QMSum.
+
+Specific words also in the reference: a summary's input-specific words that its reference holds too, the facts of
+this input that a person also chose to write; the references' own row counts their input-specific words.
+
 Distinct summaries: the share (percent) of a system's summaries that no example with another input or query
 repeats, compared lowercased with whitespace collapsed; a model that writes one summary for every input scores 0.
 Examples that repeat one input and query (L-Eval holds 30 such repeats in 218 examples) may share their summary:
@@ -37,7 +44,7 @@ import numpy as np
 
 from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
-from .words import CONTENT_LETTERS, RARE_SHARE, words_of
+from .words import CONTENT_LETTERS, RARE_SHARE, WORD, words_of
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -45,6 +52,8 @@ METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 SPECIFIC = "specific_words"  # input-specific words per summary, reported beside ROUGE
 MADE_UP = "made_up_words"  # words per summary that no text of the set (nor the known words) holds
 DISTINCT = "distinct"  # percent of summaries that no example with another input or query repeats
+REPEATED = "repeated_words"  # percent of a summary's words of 4+ letters that repeat an earlier one of it
+SHARED = "specific_in_reference"  # input-specific words of a summary that its reference holds too
 REFERENCE = "reference"  # the row of the references' own input-specific words and distinct share
 BASELINES = ("lead", "random", "oracle")
 
@@ -260,6 +269,27 @@ def specific_counts(summaries: Sequence[str], specific: Sequence[set[str]]) -> l
     return [len(content_words(summary) & words) for summary, words in zip(summaries, specific)]
 
 
+def repeated_shares(summaries: Sequence[str]) -> list[float]:
+    """Per summary, the percent of its words of four or more letters (lowercased, in order) that repeat an earlier
+    one of it (0 for a summary without such words)."""
+    shares = []
+    for summary in summaries:
+        words = [word for word in WORD.findall(summary.lower()) if len(word) >= CONTENT_LETTERS]
+        seen: set[str] = set()
+        repeats = 0
+        for word in words:
+            repeats += word in seen
+            seen.add(word)
+        shares.append(100.0 * repeats / len(words) if words else 0.0)
+    return shares
+
+
+def shared_counts(summaries: Sequence[str], specific: Sequence[set[str]], references: Sequence[str]) -> list[int]:
+    """Per summary, its input-specific words that its reference also holds."""
+    return [len(content_words(summary) & words & content_words(reference))
+            for summary, words, reference in zip(summaries, specific, references)]
+
+
 def set_words(examples: Sequence[EvalExample]) -> set[str]:
     """The words (as `content_words`) of every input, query and reference of `examples`."""
     words: set[str] = set()
@@ -286,24 +316,28 @@ def distinct_flags(summaries: Sequence[str], examples: Sequence[EvalExample]) ->
 def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output: str | Path | None = None,
              samples: int = 1000, known: Iterable[str] = ()) -> dict[str, dict[str, dict[str, float]]]:
     """ROUGE, input-specific words (`SPECIFIC`), made-up words (`MADE_UP`; `known`: words beside the set's own that
-    are real) and distinct summaries (`DISTINCT`) with intervals for every system, and the references' own
-    input-specific words and distinct share (row `REFERENCE`); per-example rows (outputs and scores) to `output`
-    as JSONL."""
+    are real), distinct summaries (`DISTINCT`), words repeated (`REPEATED`) and specific words also in the reference
+    (`SHARED`) with intervals for every system, and the references' own input-specific words, distinct share and
+    words repeated (row `REFERENCE`); per-example rows (outputs and scores) to `output` as JSONL."""
     references = [ex.reference for ex in examples]
     report, per_example = {}, {}
     specific = input_specific_words(examples)  # once each: they read every input
     real = set_words(examples) | set(known)
     for name, predictions in systems.items():
         rows = rouge_scores(predictions, references)
-        counts, flags = specific_counts(predictions, specific), distinct_flags(predictions, examples)
-        for row, count, made_up, flag in zip(rows, counts, made_up_counts(predictions, real), flags):
-            row[SPECIFIC], row[MADE_UP], row[DISTINCT] = count, made_up, flag
+        measures = zip(specific_counts(predictions, specific), made_up_counts(predictions, real),
+                       distinct_flags(predictions, examples), repeated_shares(predictions),
+                       shared_counts(predictions, specific, references))
+        for row, values in zip(rows, measures):
+            row.update(zip((SPECIFIC, MADE_UP, DISTINCT, REPEATED, SHARED), values))
         report[name] = {**bootstrap(rows, samples),
                         **{m: interval([r[m] for r in rows], np.random.default_rng(0), samples)
-                           for m in (SPECIFIC, MADE_UP, DISTINCT)}}
+                           for m in (SPECIFIC, MADE_UP, DISTINCT, REPEATED, SHARED)}}
         per_example[name] = rows
-    report[REFERENCE] = {SPECIFIC: interval(specific_counts(references, specific), np.random.default_rng(0), samples),
-                         DISTINCT: interval(distinct_flags(references, examples), np.random.default_rng(0), samples)}
+    own = specific_counts(references, specific)
+    report[REFERENCE] = {m: interval(values, np.random.default_rng(0), samples) for m, values in (
+        (SPECIFIC, own), (DISTINCT, distinct_flags(references, examples)), (REPEATED, repeated_shares(references)),
+        (SHARED, own))}
     if output is not None:
         with open(output, "w", encoding="utf-8") as handle:
             for i, ex in enumerate(examples):
@@ -316,7 +350,7 @@ def evaluate(systems: dict[str, list[str]], examples: list[EvalExample], output:
 def format_report(report: dict[str, dict[str, dict[str, float]]]) -> str:
     """The report as a table: a row per system, a column per metric (blank where a row has none)."""
     width = max(14, *(len(name) + 1 for name in report))
-    columns = [*METRICS, SPECIFIC, MADE_UP, DISTINCT]
+    columns = [*METRICS, SPECIFIC, MADE_UP, DISTINCT, REPEATED, SHARED]
     lines = [f"{'system':{width}s}" + "".join(f"{m:>22s}" for m in columns)]
     for name, metrics in report.items():
         cells = "".join(f"{metrics[m]['mean']:8.2f} [{metrics[m]['low']:5.2f},{metrics[m]['high']:6.2f}]"

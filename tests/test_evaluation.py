@@ -21,9 +21,11 @@ from locsum_sdk.evaluation import (  # noqa: E402
     made_up_counts,
     oracle,
     read_examples,
+    repeated_shares,
     rouge_scores,
     run_baseline,
     set_words,
+    shared_counts,
     specific_counts,
 )
 
@@ -69,6 +71,29 @@ def test_input_specific_words_follow_their_definition():
     assert report["reference"]["specific_words"]["mean"] == 0
 
 
+def test_words_repeated_count_each_repeat_of_an_earlier_word_of_the_summary():
+    assert repeated_shares(["The budget of the budget.", "Daniel Hannah Daniel Priya Daniel.", "A cat sat.", ""]) == [
+        50.0, 40.0, 0.0, 0.0]  # words of four or more letters only; a summary without one repeats nothing
+    assert repeated_shares(["Roof, ROOF and roof's repair"]) == [50.0]  # lowercased runs of letters: roof x3, repair
+    data = [EvalExample("a", ["The roof budget and the crane."], None, "The roof and the roof again.")]
+    report = evaluate({"loop": ["The crane, the crane, the crane."]}, data)
+    assert report["loop"]["repeated_words"]["mean"] == pytest.approx(200 / 3)
+    assert report["reference"]["repeated_words"]["mean"] == pytest.approx(100 / 3)  # roof roof again
+
+
+def test_specific_words_also_in_the_reference_are_those_both_hold():
+    common = "meeting agenda "
+    texts = [common + "roof budget crane", common + "library", common + "garden", common + "parking"]
+    data = [EvalExample(f"e{i}", [text], None, ref) for i, (text, ref) in
+            enumerate(zip(texts, ["The roof budget.", "Library.", "x", "x"]))]
+    specific = input_specific_words(data)
+    assert shared_counts(["Roof, crane and budget; the meeting.", "Garden.", "x", "x"], specific,
+                         [ex.reference for ex in data]) == [2, 0, 0, 0]  # crane: not in the reference
+    report = evaluate({"model": ["Roof, crane and budget.", "Library hours.", "x", "x"]}, data)
+    assert report["model"]["specific_in_reference"]["mean"] == pytest.approx(3 / 4)
+    assert report["reference"]["specific_in_reference"]["mean"] == report["reference"]["specific_words"]["mean"]
+
+
 def test_made_up_words_are_those_no_text_of_the_set_holds():
     data = [EvalExample("a", ["The crew reached Ganymede."], "Where did the crew go?", "They went to Ganymede."),
             EvalExample("b", ["A sandwich shop opened."], None, "A shop opened downtown.")]
@@ -112,11 +137,12 @@ def test_locsum_eval_writes_outputs_and_report(bundle_dir, tmp_path, capsys):
                  "--max-length", "8"])
     assert code == 0
     assert "rougeLsum" in (printed := capsys.readouterr().out) and "specific_words" in printed
-    assert "made_up_words" in printed
+    assert "made_up_words" in printed and "repeated_words" in printed and "specific_in_reference" in printed
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and set(rows[0]) >= {"id", "reference", "model", "lead"}
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report) == {"model", "lead", "reference"} and set(report["reference"]) == {"specific_words", "distinct"}
+    assert set(report) == {"model", "lead", "reference"}
+    assert set(report["reference"]) == {"specific_words", "distinct", "repeated_words", "specific_in_reference"}
     assert {"rouge1", "specific_words", "made_up_words"} <= set(report["model"])
     assert "specific_words" in rows[0]["model"] and "made_up_words" in rows[0]["model"]
 
