@@ -226,3 +226,27 @@ def test_a_weights_file_that_is_damaged_or_holds_objects_is_refused_in_one_line(
     with pytest.raises(BundleError, match=f"{path} cannot be read as weights .*{message}") as refused:
         read_state_dict(path)
     assert "\n" not in str(refused.value) and "weights_only" not in str(refused.value)
+
+
+def test_validation_scales_its_tolerance_with_the_outputs_magnitude(tmp_path):
+    """A deep model's hidden states reach the hundreds, where float32 rounding alone passes 1e-4: the tolerance is
+    `atol` times an output's largest magnitude over 1, and an error past that is still refused."""
+    import types
+
+    import torch
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "identity.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = torch.tensor([500.0, -20.0])
+    spec = types.SimpleNamespace(inputs=["x"], outputs=["y"], example=(x,))
+    assert exporter.validate(path, spec, [x.numpy() + np.float32(0.03)], 1e-4) == pytest.approx(0.03, rel=1e-3)
+    with pytest.raises(ExportError, match="differs from torch by 6.0.e-02 .*largest magnitude 500"):
+        exporter.validate(path, spec, [x.numpy() + np.float32(0.06)], 1e-4)
+    small = torch.tensor([0.5, -0.2])
+    with pytest.raises(ExportError, match="largest magnitude 1"):  # under 1: the plain tolerance
+        exporter.validate(path, types.SimpleNamespace(inputs=["x"], outputs=["y"], example=(small,)),
+                          [small.numpy() + np.float32(2e-4)], 1e-4)
