@@ -212,6 +212,7 @@ class Kind:
     config: type = BartConfig  # the model config dataclass (`from_dict`, `to_dict`) the manifest's `model` holds
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
     backbones: tuple[str, ...] = (BART,)  # the backbones its model runs on (`modeling.backbone`)
+    llama_config: type = LlamaConfig  # its model config on a Llama backbone
     units_ranked: bool = False  # its encoder codes each unit's rank: no more units than the model's positions
 
     def model_config(self, values: Any) -> Any:
@@ -220,7 +221,7 @@ class Kind:
         backbone = values.get("backbone", BART) if isinstance(values, dict) else BART
         if backbone not in self.backbones:
             raise BundleError(f"model.backbone={backbone!r}: a {self.name} model runs on {list(self.backbones)}")
-        return LlamaConfig.from_dict(values) if backbone == LLAMA else self.config.from_dict(values)
+        return self.llama_config.from_dict(values) if backbone == LLAMA else self.config.from_dict(values)
 
     def own_tokenizer(self, model: dict[str, Any]) -> OwnTokenizer | None:
         """The tokenizer of its own this model's selection stage reads (its bundle carries `file`), if any."""

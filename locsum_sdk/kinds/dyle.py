@@ -19,10 +19,11 @@ import numpy as np
 from .. import constants as C
 from ..errors import LocsumError, OptionError
 from ..memory import arrays_bytes, encoder_pass
-from ..modeling.dyle_config import DyleConfig
+from ..modeling.dyle_config import DyleConfig, LlamaDyleConfig
+from ..modeling.llama_config import BACKBONE as LLAMA
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
-from . import GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register, tfidf_features, tfidf_input
+from . import BART, GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register, tfidf_features, tfidf_input
 from .pagesum import PageSumLayout
 from .pagesum import graphs as per_unit_graphs
 
@@ -120,7 +121,7 @@ def extractor_inputs(units: Sequence[Unit], query_ids: Sequence[int], options: S
 
 def extractor_memory(model: dict[str, Any], inputs: dict[str, np.ndarray]) -> int:
     """Working memory of one extractor run: its inputs and an encoder pass over its chunks."""
-    extractor = DyleConfig.from_dict(model).extractor
+    extractor = KIND.model_config(model).extractor
     rows, length = inputs[C.INPUT_IDS].shape
     return arrays_bytes(inputs) + encoder_pass(rows, length, extractor.d_model, extractor.heads, extractor.ffn_dim)
 
@@ -133,7 +134,7 @@ def own_ids(units: Sequence[Unit], query: str | None, tokenizer, chunk_tokens: i
     head = [start, *query_ids, separator] if query_ids else [start]
     room = chunk_tokens - len(head) - 1
     encodings = tokenizer.encode_batch([u.text for u in units], add_special_tokens=False) if units else []
-    framed = [replace(u, token_ids=(*head, *enc.ids[:room], separator), head=len(head))
+    framed = [replace(u, token_ids=(*head, *enc.ids[:room], separator), head=len(head), tail=1)
               for u, enc in zip(units, encodings)]
     return framed, query_ids
 
@@ -141,7 +142,7 @@ def own_ids(units: Sequence[Unit], query: str | None, tokenizer, chunk_tokens: i
 def reframe(units: Sequence[Unit], query: str | None, tokenizer, options: SnippetOptions,
             model: dict[str, Any]) -> tuple[list[Unit], list[int]]:
     """`own_ids` with the extractor's start and separator ids."""
-    extractor = DyleConfig.from_dict(model).extractor
+    extractor = KIND.model_config(model).extractor
     return own_ids(units, query, tokenizer, options.chunk_tokens, extractor.start_token_id,
                    extractor.separator_token_id)
 
@@ -151,7 +152,7 @@ def reads_own_tokenizer(model: dict[str, Any]) -> bool:
 
 
 def extractor_vocab_size(model: dict[str, Any]) -> int:
-    return DyleConfig.from_dict(model).extractor.vocab_size
+    return KIND.model_config(model).extractor.vocab_size
 
 
 EXTRACTOR_TOKENIZER = OwnTokenizer("extractor_tokenizer.json", reads_own_tokenizer, extractor_vocab_size, reframe)
@@ -192,4 +193,5 @@ UNITS = ("snippets (sentences, or the speaker turns of a dialogue) the extractor
 
 KIND = register(Kind("dyle", REVISION, UNITS, SnippetOptions, SnippetPager, graphs, DyleLayout(), DyleConfig,
                      Selection("extractor", extractor_inputs, SCORES, keep, extractor_runs,
-                               extractor_memory, EXTRACTOR_TOKENIZER, tfidf_features(reads_tfidf))))
+                               extractor_memory, EXTRACTOR_TOKENIZER, tfidf_features(reads_tfidf)),
+                     backbones=(BART, LLAMA), llama_config=LlamaDyleConfig))

@@ -22,11 +22,13 @@ from torch import nn
 from ..errors import BundleError, BundleNotFoundError
 from ..ops import snippet_marginalize
 from . import copy
-from .bart import Bart, Encoder, init_weights
+from .backbone import backbone
+from .bart import Encoder, init_weights
 from .bert import BertEncoder
 from .config import BartConfig
 from .copy import CopySource
-from .dyle_config import DyleConfig, ExtractorConfig
+from .dyle_config import DyleConfig, ExtractorConfig, LlamaDyleConfig
+from .llama_config import LlamaConfig
 from .objectives import IGNORE, label_smoothed_nll, unit_grid
 from .per_unit import PerUnitModel
 
@@ -72,12 +74,13 @@ class Extractor(nn.Module):
 class Dyle(PerUnitModel):
     kind = KIND
 
-    def __init__(self, config: BartConfig):
-        """config: a DyleConfig, or a BartConfig (the extractor then takes its encoder's shape)."""
+    def __init__(self, config: BartConfig | LlamaDyleConfig):
+        """config: a DyleConfig, a BartConfig (the extractor then takes its encoder's shape), or a LlamaDyleConfig
+        (a Llama generator, its extractor an encoder of its own)."""
         super().__init__()
-        config = config if isinstance(config, DyleConfig) else DyleConfig.from_bart(config)
+        config = config if isinstance(config, (DyleConfig, LlamaDyleConfig)) else DyleConfig.from_bart(config)
         self.config = config
-        self.model = Bart(config)
+        self.model = backbone(config)
         d = config.d_model
         self.dynamic_mlp = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 1))
         self.extractor = Extractor(config.extractor)
@@ -166,11 +169,14 @@ def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) ->
     has_extractor = any(name.startswith("extractor.") for name in state)
     if has_mlp and has_extractor:
         return state
+    if isinstance(config, LlamaConfig) and not has_extractor:
+        raise BundleError(f"{source}: a DYLE on a Llama backbone needs its extractor's weights (an encoder of its own, "
+                          "e.g. MiniLM); a decoder-only generator has none to start it from")
     lacking = [part for part, has in (("extractor", has_extractor), ("dynamic MLP", has_mlp)) if not has]
     logger.warning("%s has no DYLE %s: %s", source, " or ".join(lacking),
                    "the extractor starts from its encoder, snippets weigh equally until trained")
     state = {k: v for k, v in state.items() if not k.startswith("page_conf.")}  # a PageSum's page confidence
-    config = config if isinstance(config, DyleConfig) else DyleConfig.from_bart(config)
+    config = config if isinstance(config, (DyleConfig, LlamaDyleConfig)) else DyleConfig.from_bart(config)
     fresh = Dyle(config)
     generator = torch.Generator().manual_seed(0)
     for index in (0, 2):
@@ -178,7 +184,7 @@ def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) ->
         with torch.no_grad():
             layer.weight.normal_(0.0, 0.02, generator=generator)
             layer.bias.zero_()
-    same_shape = config.extractor == ExtractorConfig.from_bart(config)
+    same_shape = isinstance(config, DyleConfig) and config.extractor == ExtractorConfig.from_bart(config)
     out = dict(state)
     for name, tensor in fresh.state_dict().items():
         if name.startswith("dynamic_mlp.") and not has_mlp:

@@ -1,4 +1,5 @@
-"""DYLE's model configuration: the generator's `BartConfig` plus its extractor's (plain dataclasses, no torch)."""
+"""DYLE's model configuration: the generator's config (BART's, or a Llama backbone's) plus its extractor's (plain
+dataclasses, no torch)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from ..errors import BundleError
 from ..validation import check_bool, check_choice, check_float, check_int
 from .config import ACTIVATIONS, BartConfig, from_fields
+from .llama_config import LlamaConfig
 
 ARCHITECTURES = ("bart", "bert")  # our BART's encoder (the generator's tokenizer), or a BERT (its own tokenizer)
 
@@ -126,3 +128,22 @@ class DyleConfig(BartConfig):
         """A DYLE whose generator is `config`; the extractor is `config`'s encoder shape unless given."""
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(BartConfig)}
         return cls(**values, extractor=extractor)
+
+
+@dataclass(frozen=True)
+class LlamaDyleConfig(LlamaConfig):
+    """A DYLE whose generator is a Llama backbone; its extractor is an encoder of its own (a BERT such as MiniLM,
+    reading its own tokenizer): a decoder-only generator has no encoder to start one from."""
+
+    extractor: ExtractorConfig | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.extractor, dict):
+            object.__setattr__(self, "extractor", ExtractorConfig.from_dict(self.extractor))
+        if not isinstance(self.extractor, ExtractorConfig):
+            raise BundleError("model.extractor: a DYLE on a Llama backbone needs its extractor's config (an encoder "
+                              "of its own, e.g. MiniLM)")
+        if not self.extractor.own_tokenizer:
+            raise BundleError("model.extractor.own_tokenizer must be true on a Llama backbone: its units are framed "
+                              "as prompts, which an extractor cannot share")
