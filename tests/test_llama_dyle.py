@@ -96,3 +96,43 @@ def test_a_llama_dyle_needs_an_extractor_of_its_own(extractor):
     generator = {k: v for k, v in llama_dyle(400, extractor[1]).state_dict().items() if k.startswith("model.")}
     with pytest.raises(BundleError, match="needs its extractor's weights"):
         complete(LlamaDyleConfig(**config, extractor=extractor[1]), generator, "generator.safetensors")
+
+
+def test_a_dyle_starts_from_the_base_model_and_a_bert(tmp_path, tokenizer_file, extractor, monkeypatch):
+    """train.kinds.dyle.from_base: the generator is the base model's language model, the extractor the BERT with a
+    zero scoring layer and its tf-idf feature at the given weight, the dynamic snippet weights equal."""
+    from gguf_files import write_gguf
+
+    from train.kinds.dyle import from_base
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file)
+    model, tokenizer_json = from_base(path, extractor[0], tfidf_weight=0.4)
+    assert model.config.extractor.tfidf and model.extractor.tfidf_weight.item() == pytest.approx(0.4)
+    assert torch.all(model.extractor.classifier.weight == 0) and torch.all(model.dynamic_mlp[4].weight == 0)
+    assert model.config.extractor.own_tokenizer and tokenizer_json.name == "tokenizer.json"
+    ids = torch.randint(5, model.config.vocab_size, (1, 2, 9))
+    with torch.no_grad():
+        scores, weights = model(ids, torch.ones_like(ids), torch.ones(1, 2, dtype=torch.bool), ids[:, 0, :3])
+        alone = [torch.softmax(model.model(torch.cat([ids[:, u], ids[:, 0, :3]], 1)), -1)[:, 9:] for u in (0, 1)]
+    assert torch.allclose(weights, torch.full_like(weights, 0.5))  # equal snippet weights
+    assert torch.allclose(scores.exp(), 0.5 * (alone[0] + alone[1]), atol=1e-6)  # the snippets' mixture
+
+
+def test_base_start_writes_checkpoints_that_load_as_their_kind(tmp_path, tokenizer_file, extractor, monkeypatch):
+    from gguf_files import write_gguf
+
+    from locsum_sdk.errors import OptionError
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from train.base_start import base_start, main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file)
+    dyle = base_start("dyle", tmp_path / "dyle", path, extractor[0])
+    assert (dyle / "extractor_tokenizer.json").read_bytes() == (extractor[0] / "tokenizer.json").read_bytes()
+    loaded = load_checkpoint(dyle)
+    assert loaded.model.kind == "dyle" and loaded.model.config.extractor.own_tokenizer and loaded.tokenizer_file
+    main(["--kind", "pagesum", "--base", str(path), "--output", str(tmp_path / "pagesum")])
+    assert load_checkpoint(tmp_path / "pagesum").model.kind == "pagesum"
+    with pytest.raises(OptionError, match="needs --extractor"):
+        base_start("dyle", tmp_path / "none", path)

@@ -184,29 +184,62 @@ def prepare_model(model, config: TrainConfig):
     return model
 
 
-def extractor_from(model, directory: Path):
-    """The model with its extractor replaced by the HF BERT in `directory` (see `prepare_model`)."""
+def hf_bert_extractor(directory: Path):
+    """The HF BERT in `directory` as an extractor: its config (reading its own tokenizer) and its encoder's weights
+    under the extractor's names, with a zero scoring layer."""
     from tokenizers import Tokenizer
 
     from locsum_sdk.modeling.bert import from_hf_bert_names
-    from locsum_sdk.modeling.config import BartConfig
-    from locsum_sdk.modeling.dyle import Dyle
-    from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
-    from locsum_sdk.modeling.weights import load_into, read_config, read_state_dict
+    from locsum_sdk.modeling.dyle_config import ExtractorConfig
+    from locsum_sdk.modeling.weights import read_config, read_state_dict
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    extractor = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
-                                             tokenizer.token_to_id("[SEP]"))
-    bart = {f.name: getattr(model.config, f.name) for f in dataclasses.fields(BartConfig)}
-    replaced = Dyle(DyleConfig(**bart, extractor=extractor))
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("extractor.")}
+    config = ExtractorConfig.from_hf_bert(read_config(directory / "config.json"), tokenizer.token_to_id("[CLS]"),
+                                          tokenizer.token_to_id("[SEP]"))
     encoder = from_hf_bert_names(read_state_dict(directory / "model.safetensors"))
-    state.update({f"extractor.encoder.{k}": v for k, v in encoder.items()})
-    state.update({k: torch.zeros_like(v) for k, v in replaced.state_dict().items()
-                  if k.startswith("extractor.classifier.")})
-    load_into(replaced, state, str(directory))
+    state = {f"extractor.encoder.{k}": v for k, v in encoder.items()}
+    state["extractor.classifier.weight"] = torch.zeros(1, config.d_model)
+    state["extractor.classifier.bias"] = torch.zeros(1)
+    return config, state
+
+
+def extractor_from(model, directory: Path):
+    """The model with its extractor replaced by the HF BERT in `directory` (see `prepare_model`)."""
+    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.dyle_config import DyleConfig, LlamaDyleConfig
+    from locsum_sdk.modeling.llama_config import LlamaConfig
+    from locsum_sdk.modeling.weights import load_into
+
+    extractor, encoder = hf_bert_extractor(directory)
+    kind = LlamaDyleConfig if isinstance(model.config, LlamaConfig) else DyleConfig
+    generator = LlamaConfig if kind is LlamaDyleConfig else BartConfig
+    fields = {f.name: getattr(model.config, f.name) for f in dataclasses.fields(generator)}
+    replaced = Dyle(kind(**fields, extractor=extractor))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("extractor.")}
+    load_into(replaced, {**state, **encoder}, str(directory))
     logger.info("extractor from %s (%s, its own tokenizer)", directory, extractor.architecture)
     return replaced.train(model.training)
+
+
+def from_base(base: Path, extractor: Path, tfidf_weight: float = 0.4):
+    """A DYLE on the pretrained base model (its GGUF, `locsum_sdk.base_model`) with the HF BERT in `extractor` (e.g.
+    all-MiniLM-L6-v2) reading its own tokenizer, untrained: the extractor's scoring layer at zero and its tf-idf
+    feature at `tfidf_weight`, so snippets are chosen by tf-idf to the query until it is trained, and the dynamic
+    weights equal. Returns (model in eval mode, the base model's tokenizer file)."""
+    from locsum_sdk.base_model import read_base, saved_tokenizer
+    from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.dyle_config import LlamaDyleConfig
+    from locsum_sdk.modeling.weights import load_into
+
+    source = read_base(base)
+    config, encoder = hf_bert_extractor(extractor)
+    model = Dyle(LlamaDyleConfig(**source.config, extractor=config))
+    state = {f"model.{name}": torch.from_numpy(array) for name, array in source.weights.items()}
+    state.update({k: torch.zeros_like(v) if k.startswith("dynamic_mlp.4.") else v
+                  for k, v in model.state_dict().items() if k.startswith("dynamic_mlp.")})
+    load_into(model, {**state, **encoder}, str(base))
+    return with_tfidf(model, tfidf_weight).eval(), saved_tokenizer(source)
 
 
 def with_tfidf(model, weight: float = 1.0):
