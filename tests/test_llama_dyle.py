@@ -47,24 +47,10 @@ def checkpoint(tmp_path_factory, tokenizer, tokenizer_file, extractor):
     return directory
 
 
-def test_cached_steps_equal_teacher_forcing(tokenizer, extractor):
-    from test_pagesum import empty_cache, inputs
+def test_cached_steps_equal_teacher_forcing(extractor):
+    from test_pagesum import check_cached_steps
 
-    from locsum_sdk.backends.base import BeamSlots
-
-    model = llama_dyle(400, extractor[1])
-    ids, mask, unit_mask, dec = inputs()
-    batch, units, length = ids.shape
-    with torch.no_grad():
-        expected, expected_w = model(ids, mask, unit_mask, dec)
-        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
-        slots, cache = BeamSlots(batch, 1, chunk=dec.shape[1]), empty_cache(model, batch, units, 1, dec.shape[1])
-        for t in range(dec.shape[1]):
-            slots.advance(None)
-            log_probs, weights = model.step(dec[:, t : t + 1], unit_mask, mask.view(-1, length), torch.tensor([t]),
-                                            torch.from_numpy(slots.slots), cache, cross)
-            assert torch.allclose(log_probs[:, 0], expected[:, t], atol=1e-5)
-            assert torch.allclose(weights[..., 0], expected_w[..., t], atol=1e-6)
+    check_cached_steps(llama_dyle(400, extractor[1]))
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

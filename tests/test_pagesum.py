@@ -29,9 +29,8 @@ def empty_cache(model, batch, units, beams, capacity):
     return [tuple(torch.zeros(g, cfg.cache_heads, beams, capacity, cfg.head_dim) for _ in "kv") for g in groups]
 
 
-@pytest.mark.parametrize("backbone", ["bart", "llama"])
-def test_cached_steps_equal_teacher_forcing(backbone):
-    model = random_pagesum(VOCAB, backbone=backbone)
+def check_cached_steps(model):
+    """Each cached step's log-probabilities and unit weights equal teacher forcing's at that position."""
     ids, mask, unit_mask, dec = inputs()
     batch, units, length = ids.shape
     with torch.no_grad():
@@ -44,6 +43,11 @@ def test_cached_steps_equal_teacher_forcing(backbone):
                                             torch.from_numpy(slots.slots), cache, cross)
             assert torch.allclose(log_probs[:, 0], expected[:, t], atol=1e-5)
             assert torch.allclose(weights[..., 0], expected_w[..., t], atol=1e-6)
+
+
+@pytest.mark.parametrize("backbone", ["bart", "llama"])
+def test_cached_steps_equal_teacher_forcing(backbone):
+    check_cached_steps(random_pagesum(VOCAB, backbone=backbone))
 
 
 @pytest.mark.parametrize("backbone", ["bart", "llama"])
@@ -94,12 +98,17 @@ def test_the_shared_first_layer_equals_running_it_per_page():
     assert torch.allclose(got, expected, atol=1e-6)
 
 
+def with_padding_page(ids, mask, unit_mask):
+    """The inputs with one more page per item, of random tokens, that the unit mask marks as padding."""
+    garbage = torch.randint(5, VOCAB, (ids.shape[0], 1, ids.shape[2]))
+    return (torch.cat([ids, garbage], 1), torch.cat([mask, torch.ones_like(garbage)], 1),
+            torch.cat([unit_mask, torch.zeros(ids.shape[0], 1, dtype=torch.bool)], 1))
+
+
 def test_a_padding_page_changes_nothing():
     model = random_pagesum(VOCAB)
     ids, mask, unit_mask, dec = inputs(1)
-    garbage = torch.randint(5, VOCAB, (2, 1, ids.shape[2]))
-    padded = (torch.cat([ids, garbage], 1), torch.cat([mask, torch.ones_like(garbage)], 1),
-              torch.cat([unit_mask, torch.zeros(2, 1, dtype=torch.bool)], 1))
+    padded = with_padding_page(ids, mask, unit_mask)
     with torch.no_grad():
         expected, weights = model(ids, mask, unit_mask, dec)
         got, padded_weights = model(*padded, dec)
@@ -122,9 +131,7 @@ def test_one_page_is_plain_bart():
 def test_a_padding_page_changes_nothing_on_either_backbone(backbone):
     model = random_pagesum(VOCAB, backbone=backbone)
     ids, mask, unit_mask, dec = inputs(1)
-    garbage = torch.randint(5, VOCAB, (2, 1, ids.shape[2]))
-    padded = (torch.cat([ids, garbage], 1), torch.cat([mask, torch.ones_like(garbage)], 1),
-              torch.cat([unit_mask, torch.zeros(2, 1, dtype=torch.bool)], 1))
+    padded = with_padding_page(ids, mask, unit_mask)
     with torch.no_grad():
         expected, _ = model(ids, mask, unit_mask, dec)
         got, padded_weights = model(*padded, dec)

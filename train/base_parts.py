@@ -25,18 +25,11 @@ import tempfile
 from pathlib import Path
 
 from locsum_sdk.base_model import BASE_FILE, base_file
+from locsum_sdk.bundle import sha256
 from locsum_sdk.errors import DataError, OptionError
 from locsum_sdk.memory import parse_size
 
 INDEX = "index.json"
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def split(source: Path, into: Path, size: int) -> dict:
