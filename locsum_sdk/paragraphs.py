@@ -50,7 +50,7 @@ class ParagraphPager(Pager):
     """Paragraph units; `query_ids` (validated as a unit's half) are not framed into them."""
 
     def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
-        body = self.options.paragraph_tokens - self.special.frame_size([])
+        body = self.text_budget(query_ids, framed=False)
         paragraphs: list[list[Span]] = []
         for index, text in enumerate(documents):
             spans = self._spans(index, text, body)

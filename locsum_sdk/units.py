@@ -299,13 +299,28 @@ class Pager:
             )
         return ids
 
+    def text_budget(self, query_ids: Sequence[int], framed: bool = True) -> int:
+        """Ids a unit has for its text once its frame (and, when `framed`, the query) is spent: refused when that
+        leaves none (a bundle's prompt can be long: raise the unit size, or shorten the query)."""
+        name = self.options.UNIT_TOKENS
+        unit = getattr(self.options, name)
+        spent = self.special.frame_size(query_ids if framed else [])
+        if unit - spent >= 1:
+            return unit - spent
+        if framed and query_ids:
+            raise InputTooLongError(f"the query and the bundle's prompt around each unit take {spent} of "
+                                    f"{name}={unit} tokens, leaving none for the text: shorten the query or raise "
+                                    f"{name}")
+        raise OptionError(f"{name}={unit} leaves no tokens for the text: the bundle's prompt around each unit takes "
+                          f"{spent}; raise {name}")
+
     def __call__(self, documents: Sequence[str], query: str | None = None) -> list[Unit]:
         """Documents (already validated by `as_documents`) -> pages within the token budget."""
         return self.pages(documents, self.query_ids(query))
 
     def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
         """As calling the pager, with the query already tokenized by `query_ids`."""
-        body = self.options.page_tokens - self.special.frame_size(query_ids)
+        body = self.text_budget(query_ids)
         if self.options.policy == "document":
             groups = [self._fill(self._spans(i, doc, body), body) for i, doc in enumerate(documents)]
             pages = [page for group in groups for page in group]

@@ -5,7 +5,7 @@ import random
 import pytest
 from conftest import document
 
-from locsum_sdk.errors import EmptyInputError, EncodingError, InputError, OptionError
+from locsum_sdk.errors import EmptyInputError, EncodingError, InputError, InputTooLongError, OptionError
 from locsum_sdk.units import Pager, PagingOptions, SpecialTokens, as_documents, split_sentences
 
 SPECIAL = SpecialTokens()
@@ -179,3 +179,18 @@ def test_every_kind_of_line_break_makes_the_same_turns_blocks_and_sentences(toke
             lf, changed = make([text]), make([other])
             assert [u.text.replace(newline, "\n") for u in changed] == [u.text for u in lf]
             assert all(other[u.start:u.end] == u.text for u in changed)
+
+
+@pytest.mark.parametrize("policy", ["spatial", "document", "discourse"])
+def test_a_prompt_that_leaves_no_room_for_text_is_refused_by_name(tokenizer, policy):
+    prompt = SpecialTokens(unit_head=tuple(range(3, 23)), unit_tail=tuple(range(23, 43)), query_head=(5, 6))
+    text = document(random.Random(2), 30)
+    with pytest.raises(OptionError, match="page_tokens=40 leaves no tokens for the text.*takes 40"):
+        Pager(tokenizer, prompt, PagingOptions(policy=policy, page_tokens=40))(as_documents(text))
+    roomy = Pager(tokenizer, prompt, PagingOptions(policy=policy, page_tokens=64))
+    assert all(len(u.text_ids) <= 24 for u in roomy(as_documents(text)))
+    query = "budget"
+    while len(tokenizer.encode(" " + query + " budget", add_special_tokens=False).ids) <= 64 // 2:
+        query += " budget"  # within half a unit, but not beside a 40-token prompt
+    with pytest.raises(InputTooLongError, match="shorten the query or raise page_tokens"):
+        roomy(as_documents(text), query=query)

@@ -65,7 +65,7 @@ class SnippetPager(Pager):
     `<s> [query </s>] text </s>` like a page."""
 
     def pages(self, documents: Sequence[str], query_ids: list[int]) -> list[Unit]:
-        body = self.options.snippet_tokens - self.special.frame_size(query_ids)
+        body = self.text_budget(query_ids)
         snippets: list[list[Span]] = []
         for index, text in enumerate(documents):
             spans = self._spans(index, text, body)
