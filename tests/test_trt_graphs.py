@@ -31,12 +31,12 @@ B = {TensorProto.BOOL}
 # operator -> the types its data input (input 0) may have, for every operator the exported graphs use
 OPERATORS = {
     "Add": F | N, "And": B, "Cast": F | N | B | {TensorProto.UINT8}, "Clip": F, "Concat": F | N | B,
-    "Constant": F | N | B, "ConstantOfShape": N, "DequantizeLinear": {TensorProto.INT8}, "Div": F | N,
+    "Constant": F | N | B, "ConstantOfShape": N, "Cos": F, "DequantizeLinear": {TensorProto.INT8}, "Div": F | N,
     "Equal": F | N, "Erf": F, "Exp": F, "Expand": F | N | B, "Gather": F | N | B, "Gemm": F, "Greater": F | N,
     "Identity": F | N | B, "IsInf": F, "IsNaN": F | N, "LayerNormalization": F, "Less": F | N, "Log": F,
     "LogSoftmax": F, "LSTM": F, "MatMul": F, "Max": F | N, "Min": F | N, "Mul": F | N, "Neg": F | N, "Not": B,
     "Or": B, "Pow": F, "Range": F | N, "ReduceMax": F | N, "ReduceMean": F | N, "ReduceSum": F | N, "Relu": F | N,
-    "Reshape": F | N | B, "ScatterElements": F | N, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F,
+    "Reshape": F | N | B, "ScatterElements": F | N, "ScatterND": F | N, "Shape": F | N | B, "Sigmoid": F, "Sin": F,
     "Slice": F | N | B, "Softmax": F, "Sqrt": F, "Squeeze": F | N | B, "Sub": F | N, "Tanh": F, "TopK": F | N,
     "Transpose": F | N | B, "Unsqueeze": F | N | B, "Where": B,
 }

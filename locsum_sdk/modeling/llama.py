@@ -194,13 +194,11 @@ class Llama(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
-        positions = torch.arange(config.max_positions)
-        self.register_buffer("rotary_table", rotary(positions, config.head_dim, config.rope_base), persistent=False)
 
     def codes(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads: rows of the model's table (a
-        Gather when exported)."""
-        code = self.rotary_table[:, positions].to(dtype)  # (2, R, T, d)
+        """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads, computed for these positions
+        only (a graph holds no table of every position's codes)."""
+        code = rotary(positions, self.config.head_dim, self.config.rope_base).to(dtype)  # (2, R, T, d)
         return code[0][:, None], code[1][:, None]
 
     def extend(self, input_ids: torch.Tensor, start: torch.Tensor | None = None, past: UnitKV | None = None,
