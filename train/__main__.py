@@ -22,6 +22,7 @@ from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
 from locsum_sdk.words import WordList, words_of
 
+from .adapters import freeze, with_adapters
 from .config import TrainConfig
 from .data import check_data, read_jsonl, segments, unique_documents
 from .kinds import check_objective_options, denoising_set, prepare_model, training_set
@@ -84,7 +85,11 @@ def starting_model(config: TrainConfig, tokenizer):
         model_config = kinds.get(config.kind).config(**{**config.model, "vocab_size": tokenizer.get_vocab_size()})
         model = model_kind(config.kind).model(model_config)
         model.reset_parameters(0.02)
-    return prepare_model(config.kind, model, config)
+    model = prepare_model(config.kind, model, config)
+    if config.lora:
+        model = with_adapters(model, config.lora)
+    freeze(model, config.trainable)
+    return model
 
 
 def training_pager(config: TrainConfig, tokenizer, model):

@@ -49,6 +49,8 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip: float = 1.0
     label_smoothing: float = 0.1
+    lora: dict[str, Any] = field(default_factory=dict)  # low-rank adapters on the backbone: { rank, alpha }
+    trainable: list[str] = field(default_factory=list)  # glob patterns of the parameters trained (none: all)
     objective_options: dict[str, Any] = field(default_factory=dict)  # the kind's objective's own settings (DYLE:
     # loss_weights by term, hybrid)
     bf16: bool = True  # autocast matmuls to bfloat16 (CPU AMX / AVX-512 BF16, GPUs from Ampere on)
@@ -118,6 +120,19 @@ def read_values(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return {**inherited, **merged}
 
 
+def check_adapter_fields(lora: Any, trainable: Any) -> None:
+    """The config's `lora` table and `trainable` list have their types."""
+    if not isinstance(lora, dict) or (lora and "rank" not in lora) or set(lora) - {"rank", "alpha"}:
+        raise OptionError(f"lora={lora!r}: a table {{ rank = R, alpha = A }} (alpha defaults to 2R), or none")
+    if lora and (isinstance(lora["rank"], bool) or not isinstance(lora["rank"], int) or lora["rank"] < 1
+                 or isinstance(lora.get("alpha", 1.0), bool) or not isinstance(lora.get("alpha", 1.0), (int, float))
+                 or not 0 < lora.get("alpha", 1.0) < float("inf")):
+        raise OptionError(f"lora={lora!r}: rank is a positive integer and alpha a positive number")
+    if not isinstance(trainable, list) or not all(isinstance(p, str) and p for p in trainable):
+        raise OptionError(f"trainable={trainable!r}: a list of parameter-name patterns, e.g. [\"*.lora_a\", "
+                          "\"*.lora_b\"]")
+
+
 def _check_fields(config: TrainConfig) -> None:
     """Each field has its type and range: a TOML typo stops the run here, before anything loads."""
     check_str("name", config.name)
@@ -136,6 +151,7 @@ def _check_fields(config: TrainConfig) -> None:
         raise OptionError("train_files is empty: name at least one JSON Lines file of training examples")
     for name in ("model", "units", "generation", "objective_options"):
         check_mapping(name, getattr(config, name))
+    check_adapter_fields(config.lora, config.trainable)
     if not isinstance(config.lr_scale, dict):
         raise OptionError(f"lr_scale={config.lr_scale!r}: a table of parameter-name prefixes and scales, e.g. "
                           '{ "extractor.classifier." = 100.0 }')

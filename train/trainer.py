@@ -153,6 +153,8 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
                           f"{sorted({name.split('.')[0] for name in names})}")
     groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
+        if not param.requires_grad:  # frozen (`TrainConfig.trainable`)
+            continue
         decays = not (param.ndim < 2 or "layer_norm" in name or "layernorm" in name)
         matches = [prefix for prefix in config.lr_scale if name.startswith(prefix)]
         scale = float(config.lr_scale[max(matches, key=len)]) if matches else 1.0

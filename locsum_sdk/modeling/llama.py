@@ -23,6 +23,7 @@ from torch import nn
 
 from .bart import attention_bias, slot_bias, write_index
 from .llama_config import LlamaConfig
+from .lora import add_adapters
 
 UnitKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, KV, d, L), value (N, KV, L, d)
 SlotCache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key, value (N, KV, K, C, d)
@@ -194,6 +195,8 @@ class Llama(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
+        if config.lora_rank:
+            add_adapters(self.layers, config.lora_rank, config.lora_alpha)
 
     def codes(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads, computed for these positions

@@ -38,6 +38,8 @@ class LlamaConfig:
     unit_tail: tuple[int, ...] = ()  # after it (the query, if any, between the two) up to decoder_start,
     query_head: tuple[int, ...] = ()  # and around a query
     query_tail: tuple[int, ...] = ()
+    lora_rank: int = 0  # > 0: every projection of the layers has a low-rank adapter of this rank (`modeling.lora`)
+    lora_alpha: float = 16.0  # the adapters' scale is lora_alpha / lora_rank
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "layers", "heads", "kv_heads", "ffn_dim", "max_positions"):
@@ -51,6 +53,8 @@ class LlamaConfig:
             for i, token in enumerate(value):
                 check_int(f"model.{name}[{i}]", token, 0, self.vocab_size - 1, error=BundleError)
             object.__setattr__(self, name, tuple(value))  # JSON's lists
+        check_int("model.lora_rank", self.lora_rank, 0, min(self.d_model, self.ffn_dim), error=BundleError)
+        check_float("model.lora_alpha", self.lora_alpha, 0.0, error=BundleError)
         check_float("model.rope_base", self.rope_base, 1.0, error=BundleError)
         check_float("model.rms_eps", self.rms_eps, 0.0, 1.0, error=BundleError)
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
