@@ -3,8 +3,10 @@
     python -m benchmarks.gpu_child CHECKPOINT MODE UNITS UNIT_TOKENS BEAMS STEPS
 
 MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
-kernels. Encodes one item of UNITS units of UNIT_TOKENS random tokens, decodes STEPS steps greedily per beam;
-prints JSON: median step milliseconds, the tokens, and the peak of CUDA memory allocated.
+kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs. CHECKPOINT may
+name the kind to load it as after a colon (CKPT:hierencdec). Encodes one item of UNITS units of UNIT_TOKENS random
+tokens, decodes STEPS steps greedily per beam; prints JSON: median step milliseconds, the tokens, and the peak of
+CUDA memory allocated.
 """
 
 from __future__ import annotations
@@ -24,17 +26,19 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     from locsum_sdk.modeling.checkpoint import load_checkpoint
     from locsum_sdk.units import Unit
 
-    if mode == "triton":
+    ops, _, graphs = mode.partition("+")
+    if ops == "triton":
         from locsum_sdk.kernels.torch_ops import use_triton
 
         use_triton()
-    model = load_checkpoint(checkpoint).model.float()
+    path, _, kind = checkpoint.partition(":")
+    model = load_checkpoint(path, kind=kind or None).model.float()
     cfg = model.config
     rng = np.random.default_rng(0)
     items = [[Unit(0, 0, 0, "", tuple(int(t) for t in rng.integers(4, cfg.vocab_size, unit_tokens)))
               for _ in range(units)]]
     batch = UnitBatch.from_units(items, cfg.pad_token_id)
-    backend = TorchBackend(model, device="cuda")
+    backend = TorchBackend(model, device="cuda", cuda_graphs=graphs == "graphs")
     times: list[float] = []
 
     class Timed:

@@ -2,7 +2,9 @@
 GPU memory against input length for every kind (skipped without a CUDA GPU).
 
 - Step: bart-base-shaped PageSum, 8 pages of 1024 tokens, 4 beams, the torch reference backend on CUDA, each
-  configuration in its own process; median step time of each, their ratio, tokens identical (float32).
+  configuration in its own process; median step time of each, their ratio, tokens identical (float32): Triton
+  kernels against torch ops (eager steps), and for PageSum, DYLE and HierEncDec the step replayed from CUDA graphs
+  against the eager one.
 - Memory: each kind's bart-base-shaped model (the Hierarchical Transformer at the paper's sizes, its paragraphs of
   256 tokens so that 128k tokens are the 512 paragraphs its rank code holds), one input of 8k to 128k tokens, peak
   CUDA memory allocated over encoding and 8 decoding steps; it must grow no faster than
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LENGTHS = (8192, 16384, 32768, 65536, 131072)
 
 
-def child(checkpoint: Path, mode: str, units: int, unit_tokens: int, beams: int, steps: int) -> dict:
+def child(checkpoint: Path | str, mode: str, units: int, unit_tokens: int, beams: int, steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_child", str(checkpoint), mode, str(units),
                            str(unit_tokens), str(beams), str(steps)], capture_output=True, text=True, cwd=ROOT,
@@ -49,8 +51,8 @@ def child(checkpoint: Path, mode: str, units: int, unit_tokens: int, beams: int,
 
 def test_gpu_step_triton_vs_torch_ops():
     checkpoint, _ = bart_base_pagesum()
-    torch_ops = child(checkpoint, "torch", 8, 1024, 4, 32)
-    triton_ops = child(checkpoint, "triton", 8, 1024, 4, 32)
+    torch_ops = child(str(checkpoint), "torch", 8, 1024, 4, 32)
+    triton_ops = child(str(checkpoint), "triton", 8, 1024, 4, 32)
     ratio = torch_ops["median_ms"] / triton_ops["median_ms"]
     same = torch_ops["tokens"] == triton_ops["tokens"]
     print(f"\n{torch_ops['device']}: PageSum bart-base, 8 pages x 1024 tokens, 4 beams: median step torch ops "
@@ -61,6 +63,25 @@ def test_gpu_step_triton_vs_torch_ops():
     assert same
 
 
+@pytest.mark.parametrize("kind", ["pagesum", "dyle", "hierencdec"])
+def test_gpu_step_cuda_graphs_vs_eager(kind):
+    """The decoding step replayed from CUDA graphs against the eager step (torch ops), bart-base shape, 8 units of
+    1024 tokens, 4 beams; target for PageSum: at most 1.0 ms a step."""
+    checkpoint, _ = {"pagesum": bart_base_pagesum, "hierencdec": bart_base_pagesum, "dyle": bart_base_dyle}[kind]()
+    source = f"{checkpoint}:hierencdec" if kind == "hierencdec" else str(checkpoint)
+    eager = child(source, "torch", 8, 1024, 4, 64)
+    graphs = child(source, "torch+graphs", 8, 1024, 4, 64)
+    ratio = eager["median_ms"] / graphs["median_ms"]
+    same = eager["tokens"] == graphs["tokens"]
+    print(f"\n{eager['device']}: {kind} bart-base, 8 units x 1024 tokens, 4 beams: median step eager "
+          f"{eager['median_ms']:.2f} ms, CUDA graphs {graphs['median_ms']:.2f} ms -> {ratio:.2f}x; identical tokens: "
+          f"{same}")
+    write_result(f"gpu_step_graphs_{kind}", {"device": eager["device"], "eager_ms": eager["median_ms"],
+                                              "graphs_ms": graphs["median_ms"], "speedup": ratio,
+                                              "identical_tokens": same})
+    assert same
+
+
 @pytest.mark.parametrize("kind", ["pagesum", "hierencdec", "dyle", "hiersumm"])
 def test_gpu_memory_grows_linearly(kind):
     checkpoint, _ = {"pagesum": bart_base_pagesum, "hierencdec": bart_base_hierencdec, "dyle": bart_base_dyle,
@@ -68,10 +89,10 @@ def test_gpu_memory_grows_linearly(kind):
     unit_tokens = 256 if kind == "hiersumm" else 1024  # hiersumm: 512 ranks, so 128k tokens in 512 paragraphs
     points = []
     for length in LENGTHS:
-        measured = child(checkpoint, "triton", length // unit_tokens, unit_tokens, 4, 8)
+        measured = child(str(checkpoint), "triton", length // unit_tokens, unit_tokens, 4, 8)
         points.append((length, measured["peak_bytes"] / 2**20))
         print(f"\n{kind} {length} tokens: peak {points[-1][1]:.0f} MiB")
-    base = child(checkpoint, "triton", 1, 16, 1, 1)["peak_bytes"] / 2**20  # the weights and the smallest input
+    base = child(str(checkpoint), "triton", 1, 16, 1, 1)["peak_bytes"] / 2**20  # the weights and the smallest input
     per_token = [(peak - base) / length for length, peak in points]
     write_result(f"gpu_memory_{kind}", {"points": points, "base_mib": base, "mib_per_token": per_token})
     line_plot({kind: points}, RESULTS / f"gpu_memory_{kind}.png", "input tokens", "peak CUDA MiB",

@@ -181,6 +181,7 @@ class Summarizer:
         verify: bool = True,
         device: str = "auto",
         unit_cache: UnitCache | None = None,
+        cuda_graphs: bool | None = None,
     ) -> Summarizer:
         """Load a bundle (ONNX Runtime) or a checkpoint directory (torch reference backend).
 
@@ -196,6 +197,9 @@ class Summarizer:
                 "cuda".
             unit_cache: a `UnitCache` of encoded units, so that a text summarized again after it grew encodes only
                 its new or changed units (see `Summarizer.unit_cache`); None encodes every unit every time.
+            cuda_graphs: the torch backend on a CUDA GPU replays its decoding step from CUDA graphs
+                (`backends.step_graphs`); None: where it can, False: never, True: where it can, saying why not
+                elsewhere.
         """
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise OptionError(f"path is a {type(path).__name__}; pass a bundle or checkpoint directory (str or Path)")
@@ -204,6 +208,8 @@ class Summarizer:
         check_int("unit_batch_size", unit_batch_size, 1)
         check_bool("verify", verify)
         check_choice("device", device, DEVICES)
+        if cuda_graphs is not None:
+            check_bool("cuda_graphs", cuda_graphs)
         _check_cache(unit_cache)
         if backend == "tensorrt" and device == "cpu":
             raise OptionError("backend='tensorrt' does not run on device='cpu'; TensorRT runs on the GPU")
@@ -228,7 +234,7 @@ class Summarizer:
             runner = _bundle_backend(bundle, backend, threads, auto_engines and device != "cpu", device)
             settings = dataclasses.asdict(bundle.manifest) | {"tokenizer": bundle.file(C.TOKENIZER_FILE)}
         else:
-            runner, settings = _torch_backend(path, is_bundle, threads, device)
+            runner, settings = _torch_backend(path, is_bundle, threads, device, cuda_graphs)
         special = SpecialTokens(**settings["special_tokens"])
         tokenizer = _tokenizer(Path(settings["tokenizer"]), settings["model"]["vocab_size"], "the model")
         own = runner.kind.own_tokenizer(settings["model"])
@@ -596,7 +602,7 @@ def _bundle_backend(bundle: Bundle, backend: str, threads: int | None, auto: boo
     return OnnxRuntimeBackend(bundle, threads, device=device)
 
 
-def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str):
+def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str, cuda_graphs: bool | None):
     """The torch reference backend reads a checkpoint directory (weights + config + tokenizer)."""
     if is_bundle:
         raise OptionError(f"{path} is an ONNX bundle; the torch backend needs the checkpoint it was exported from")
@@ -614,4 +620,4 @@ def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str
         "special_tokens": cfg.special_tokens(),
         "tokenizer": loaded.tokenizer_file,
     }
-    return TorchBackend(loaded.model, threads, device), settings
+    return TorchBackend(loaded.model, threads, device, cuda_graphs), settings

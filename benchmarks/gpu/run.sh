@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared GPU run, for whoever is lent a GPU machine: its facts, `locsum doctor` on every shipped bundle,
-# `pytest tests/gpu` and `benchmarks/test_gpu.py` (the decoding step, Triton against torch ops; the memory sweeps),
+# `pytest tests/gpu` and `benchmarks/test_gpu.py` (the decoding step: Triton against torch ops, CUDA graphs against eager; the memory sweeps),
 # each stage under its own time limit, about 7 minutes in all (60 + 200 + 150 s at most). Installs nothing beyond the machine's torch, Triton
 # and transformers except the pure-Python test tools in benchmarks/gpu/wheels (`bash benchmarks/gpu/wheels.sh`
 # fills it here; the folder travels with the working tree). Small results go to $OUT (the device's folder that

@@ -1,12 +1,13 @@
 """The PyTorch reference backend: runs `locsum_sdk.modeling` directly, with the same layout as the exported graphs,
 on the CPU or a CUDA GPU (`device`; with `locsum_sdk.kernels.torch_ops.use_triton()` the custom ops run their
-Triton kernels there)."""
+Triton kernels there; the decoding step replays CUDA graphs there, `step_graphs`)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import logging
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from .base import (
     length_axes,
     write_unit,
 )
+from .step_graphs import StepGraphs, capture_unsupported
+
+logger = logging.getLogger("locsum_sdk")
 
 
 def _import_torch():
@@ -40,7 +44,9 @@ class TorchBackend:
     name = "torch"
     caches_units = True
 
-    def __init__(self, model, threads: int | None = None, device: str = "cpu"):
+    def __init__(self, model, threads: int | None = None, device: str = "cpu", cuda_graphs: bool | None = None):
+        """`cuda_graphs`: replay the decoding step from CUDA graphs (`step_graphs`): None where the device can,
+        False never, True where it can (elsewhere the step runs eagerly, with a log line saying why)."""
         self.torch = _import_torch()
         if threads:
             self.torch.set_num_threads(threads)
@@ -49,6 +55,10 @@ class TorchBackend:
         if device == "cuda" and not self.torch.cuda.is_available():
             raise BackendUnavailableError("device='cuda': this torch sees no CUDA GPU (a CPU build, or no GPU here)")
         self.device = device
+        unsupported = capture_unsupported(self.torch, device)
+        if cuda_graphs and unsupported:
+            logger.info("cuda_graphs: %s; the decoding step runs eagerly", unsupported)
+        self.cuda_graphs = bool(cuda_graphs is not False and not unsupported)
         self.model = model.eval().to(device)
         self.kind = kinds.get(model.kind, BackendError)
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
@@ -106,6 +116,7 @@ class TorchSession:
         self.fixed = {name: tensor(value)
                       for name, value in fixed_decoder_inputs(layout, batch, backend.graphs["decoder"]).items()}
         self.slots = BeamSlots(batch.batch, beams)
+        self.graphs = StepGraphs(torch, backend.device) if backend.cuda_graphs else None
         self.cache = [
             tuple(torch.zeros(groups, heads, beams, self.slots.capacity, dim, device=backend.device) for _ in "kv")
             for groups in layout.cache_groups(batch.batch, batch.width, shape)
@@ -142,23 +153,28 @@ class TorchSession:
         if self.slots.advance(beam_index):
             capacity = self.slots.capacity
             self.cache = [tuple(grown_cache(t, capacity, t.new_zeros) for t in layer) for layer in self.cache]
+        inputs = {"input_ids": tokens, "position": np.array([self.slots.position]), "cache_slots": self.slots.slots}
         with torch.inference_mode():
-            log_probs, weights = self.model.step(
-                input_ids=self.tensor(tokens), position=self.tensor(np.array([self.slots.position])),
-                cache_slots=self.tensor(self.slots.slots), cache=self.cache, cross=self.cross, **self.fixed,
-            )
+            if self.graphs is None:
+                log_probs, weights = self._step({name: self.tensor(value) for name, value in inputs.items()})
+            else:  # one bucket per cache capacity: the cache's tensors are replaced when it grows
+                log_probs, weights = self.graphs.step(self.slots.capacity, inputs, self._step)
         self.log_probs = log_probs.cpu().numpy()
         return self.log_probs, weights.cpu().numpy()
+
+    def _step(self, inputs: dict):
+        return self.model.step(**inputs, cache=self.cache, cross=self.cross, **self.fixed)
 
     def full_log_probs(self) -> np.ndarray:
         return self.log_probs
 
     def close(self) -> None:
-        self.cache, self.cross = [], []
+        self.cache, self.cross, self.graphs = [], [], None
 
 
 def generate_from_ids(model, units: list[list[tuple[int, ...]]], options: GenerationOptions | None = None,
-                      unit_batch_size: int = 4, device: str = "cpu") -> list[Hypothesis]:
+                      unit_batch_size: int = 4, device: str = "cpu", cuda_graphs: bool | None = None
+                      ) -> list[Hypothesis]:
     """Reference generation in torch from token ids: each item's units -> its best hypothesis.
 
     The decoding loop is `locsum_sdk.generation`, the one every backend runs; this skips the tokenizer and paging,
@@ -167,7 +183,8 @@ def generate_from_ids(model, units: list[list[tuple[int, ...]]], options: Genera
     cfg = model.config
     items = [[Unit(0, 0, 0, "", tuple(ids)) for ids in item] for item in units]
     batch = UnitBatch.from_units(items, cfg.pad_token_id)
-    session = TorchBackend(model, device=device).start(batch, options.num_beams, unit_batch_size)
+    session = TorchBackend(model, device=device, cuda_graphs=cuda_graphs).start(batch, options.num_beams,
+                                                                                unit_batch_size)
     try:
         return generate(session, batch.batch, options, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
     finally:
