@@ -106,3 +106,19 @@ def test_a_bucket_is_captured_over_copies_of_its_first_inputs():
     out = step({"input_ids": np.array([[7, 8]])}, lambda inputs: inputs["input_ids"] * 2)
     assert out.tolist() == [[14, 16]] and runs[0] is graphs.inputs["input_ids"]  # the same buffer, new values
     assert graphs.captures == 1
+
+
+def test_a_step_that_cannot_be_captured_runs_eagerly_saying_why(caplog):
+    import numpy as np
+    import torch
+
+    def refuse(torch, run):
+        run()  # warm-up ran; the capture itself fails
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graphs = step_graphs.StepGraphs(torch, "cpu", capture=refuse)
+    with caplog.at_level(logging.WARNING, logger="locsum_sdk"):
+        outs = [graphs.step(32 + 32 * (i // 2), {"x": np.array([i])}, lambda inputs: inputs["x"] + 1) for i in range(4)]
+    assert [o.tolist() for o in outs] == [[1], [2], [3], [4]]
+    assert graphs.captures == 0 and "capturing the decoding step failed" in caplog.text
+    assert caplog.text.count("failed") == 1  # said once; later buckets do not try again

@@ -65,16 +65,24 @@ class StepGraphs:
         self.inputs: dict[str, Any] = {}
         self.replay: Replay | None = None
         self.captures = 0
+        self.failed: str | None = None  # why capture failed, after which every step runs eagerly
 
     def step(self, bucket: int, inputs: dict[str, Any], run: Callable[[dict[str, Any]], Any]) -> Any:
         """The step's outputs for `inputs` (host arrays by name): a bucket seen for the first time is captured over
         static copies of them (`run(static inputs)` is the step), a known one replayed with them copied in."""
         torch = self.torch
+        if self.failed is not None:
+            return run({name: torch.as_tensor(value).to(self.device) for name, value in inputs.items()})
         if bucket != self.bucket or self.replay is None:
             self.replay = None  # the last bucket's graph and buffers go before the next ones are made
             static = {name: torch.as_tensor(value).to(self.device).clone() for name, value in inputs.items()}
             self.inputs, self.bucket = static, bucket
-            self.replay = self.capture(torch, lambda: run(static))
+            try:
+                self.replay = self.capture(torch, lambda: run(static))
+            except RuntimeError as error:  # an op that cannot be captured (a host sync, an unsupported kernel)
+                self.failed = f"{type(error).__name__}: {error}"
+                logger.warning("cuda_graphs: capturing the decoding step failed (%s); it runs eagerly", self.failed)
+                return run(static)
             self.captures += 1
             return self.replay()
         for name, value in inputs.items():
