@@ -5,8 +5,8 @@
 MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
 kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs. CHECKPOINT may
 name the kind to load it as after a colon (CKPT:hierencdec). Encodes one item of UNITS units of UNIT_TOKENS random
-tokens, decodes STEPS steps greedily per beam; prints JSON: median step milliseconds, the tokens, and the peak of
-CUDA memory allocated.
+tokens, decodes STEPS steps greedily per beam; prints JSON: median step milliseconds, the tokens, the peak of
+CUDA memory allocated and the bytes a step reads at least (`step_bytes`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,21 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
         finally:
             session.close()
     return {"median_ms": 1000 * float(np.median(times[1:])), "tokens": hypothesis.token_ids,
-            "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0)}
+            "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0),
+            "step_bytes": step_bytes(model, units, unit_tokens, beams, steps)}
+
+
+def step_bytes(model, units: int, unit_tokens: int, beams: int, steps: int) -> int:
+    """Bytes a decoding step reads at least: the weights it runs (every parameter but the encoder's and a
+    selection stage's), the units' keys and values in every layer, and the summary's own cache at its mean length."""
+    from locsum_sdk.modeling.config import step_shape
+
+    shape = step_shape(model.config.to_dict())
+    element = next(model.parameters()).element_size()
+    weights = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+                  if ".encoder." not in f".{name}" and not name.startswith(("extractor.", "ranker.")))
+    per_position = shape.layers * 2 * shape.cache_heads * shape.head_dim * element
+    return weights + per_position * (units * unit_tokens + beams * steps // 2)
 
 
 if __name__ == "__main__":

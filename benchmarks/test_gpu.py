@@ -37,6 +37,13 @@ pytest.importorskip("triton")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")]
 
 ROOT = Path(__file__).resolve().parents[1]
+BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s of HBM by GPU name (the vendors' figures)
+
+
+def floor_ms(device: str, step_bytes: int) -> float | None:
+    """The step time the GPU's memory bandwidth allows for `step_bytes`; None for a GPU not in BANDWIDTH."""
+    rate = next((value for name, value in BANDWIDTH.items() if name in device), None)
+    return None if rate is None else 1000 * step_bytes / rate
 LENGTHS = (8192, 16384, 32768, 65536, 131072)
 
 
@@ -73,12 +80,15 @@ def test_gpu_step_cuda_graphs_vs_eager(kind):
     graphs = child(source, "torch+graphs", 8, 1024, 4, 64)
     ratio = eager["median_ms"] / graphs["median_ms"]
     same = eager["tokens"] == graphs["tokens"]
+    floor = floor_ms(eager["device"], eager["step_bytes"])
     print(f"\n{eager['device']}: {kind} bart-base, 8 units x 1024 tokens, 4 beams: median step eager "
           f"{eager['median_ms']:.2f} ms, CUDA graphs {graphs['median_ms']:.2f} ms -> {ratio:.2f}x; identical tokens: "
-          f"{same}")
+          f"{same}; a step reads {eager['step_bytes'] / 1e9:.2f} GB"
+          + (f", {floor:.3f} ms at the GPU's bandwidth" if floor is not None else ""))
     write_result(f"gpu_step_graphs_{kind}", {"device": eager["device"], "eager_ms": eager["median_ms"],
                                               "graphs_ms": graphs["median_ms"], "speedup": ratio,
-                                              "identical_tokens": same})
+                                              "identical_tokens": same, "step_bytes": eager["step_bytes"],
+                                              "bandwidth_floor_ms": floor})
     assert same
 
 
