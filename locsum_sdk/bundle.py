@@ -104,7 +104,7 @@ def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
 
 #: Model settings added after bundle format 4: a manifest written before one lacks it, and its graphs were exported
 #: as its default says (`copy`: False, no copy distribution).
-ADDED_SETTINGS = ("model.copy",)
+ADDED_SETTINGS = ("model.copy", "model.lora_rank", "model.lora_alpha")  # lora: none, as before adapters existed
 
 
 def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:

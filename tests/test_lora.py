@@ -138,3 +138,20 @@ def test_a_lora_run_trains_the_adapters_alone_resumes_and_ships_without_its_base
     text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
     a, b = (Summarizer.from_pretrained(bundle.path).summarize(text) for bundle in (whole, small))
     assert a.token_ids == b.token_ids
+
+
+def test_a_llama_bundle_exported_before_adapters_existed_still_loads(llama_bundle_dir, tmp_path):
+    import json
+    import shutil
+
+    from locsum_sdk import kinds
+    from locsum_sdk.bundle import Bundle
+
+    copy = tmp_path / "older"
+    shutil.copytree(llama_bundle_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for key in ("lora_rank", "lora_alpha"):
+        del manifest["model"][key]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    loaded = Bundle.load(copy)
+    assert kinds.get(loaded.manifest.kind).model_config(loaded.manifest.model).lora_rank == 0
