@@ -3,7 +3,9 @@
     python -m benchmarks.gpu_child CHECKPOINT MODE UNITS UNIT_TOKENS BEAMS STEPS
 
 MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
-kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs. CHECKPOINT may
+kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs; "hf" runs HF
+transformers' `BartForConditionalGeneration.generate` at the checkpoint's BART shape (random weights) on one unit, the
+input cut to its first UNIT_TOKENS tokens as a user of it would, for STEPS new tokens per beam. CHECKPOINT may
 name the kind to load it as after a colon (CKPT:hierencdec). Encodes one item of UNITS units of UNIT_TOKENS random
 tokens, decodes STEPS steps greedily per beam; prints JSON: median step milliseconds, the tokens, the peak of
 CUDA memory allocated and the bytes a step reads at least (`step_bytes`).
@@ -26,6 +28,8 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     from locsum_sdk.modeling.checkpoint import load_checkpoint
     from locsum_sdk.units import Unit
 
+    if mode == "hf":
+        return hf_generate(checkpoint, unit_tokens, beams, steps)
     ops, _, graphs = mode.partition("+")
     if ops == "triton":
         from locsum_sdk.kernels.torch_ops import use_triton
@@ -66,9 +70,47 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
                                   cfg.pad_token_id)[0]
         finally:
             session.close()
-    return {"median_ms": 1000 * float(np.median(times[1:])), "tokens": hypothesis.token_ids,
+    return {"median_ms": 1000 * float(np.median(times[1:])), "decode_s": float(np.sum(times)),
+            "tokens_per_s": steps / float(np.sum(times)), "tokens": hypothesis.token_ids,
             "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0),
             "step_bytes": step_bytes(model, units, unit_tokens, beams, steps)}
+
+
+def hf_generate(checkpoint: str, unit_tokens: int, beams: int, steps: int) -> dict:
+    """HF transformers' BART generate at the checkpoint's shape: summary tokens per second over a timed run (after
+    one warm-up run), and the peak of CUDA memory allocated."""
+    import numpy as np
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+
+    ours = load_checkpoint(checkpoint.partition(":")[0]).model.config
+    config = BartConfig(vocab_size=ours.vocab_size, d_model=ours.d_model, encoder_layers=ours.encoder_layers,
+                        decoder_layers=ours.decoder_layers, encoder_attention_heads=ours.encoder_heads,
+                        decoder_attention_heads=ours.decoder_heads, encoder_ffn_dim=ours.encoder_ffn_dim,
+                        decoder_ffn_dim=ours.decoder_ffn_dim, max_position_embeddings=ours.max_positions,
+                        pad_token_id=ours.pad_token_id, bos_token_id=ours.bos_token_id,
+                        eos_token_id=ours.eos_token_id, decoder_start_token_id=ours.decoder_start_token_id,
+                        forced_bos_token_id=None, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(config).cuda().eval()
+    rng = np.random.default_rng(0)
+    length = min(unit_tokens, ours.max_positions)
+    ids = torch.tensor(rng.integers(4, ours.vocab_size, (1, length)), device="cuda")
+    options = dict(num_beams=beams, max_new_tokens=steps, min_new_tokens=steps, early_stopping=False,
+                   do_sample=False, length_penalty=1.0)
+    with torch.inference_mode():
+        model.generate(ids, **{**options, "max_new_tokens": 3, "min_new_tokens": 3})
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        out = model.generate(ids, **options)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    return {"decode_s": seconds, "tokens_per_s": steps / seconds, "input_tokens": length,
+            "tokens": out[0].tolist(), "peak_bytes": int(torch.cuda.max_memory_allocated()),
+            "device": torch.cuda.get_device_name(0)}
 
 
 def step_bytes(model, units: int, unit_tokens: int, beams: int, steps: int) -> int:
