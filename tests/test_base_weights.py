@@ -219,3 +219,12 @@ def test_the_cli_takes_base_only_when_exporting_a_checkpoint(installed, tmp_path
     for extra in (["--output", str(tmp_path / "copy"), "--num-beams", "1"], ["--trt", "--dry-run"]):
         assert main(["export", "--bundle", str(small.path), "--base", *extra]) != 0
         assert "--base" in capsys.readouterr().err
+
+
+def test_a_card_counts_the_base_vocabulary_as_real_words(installed):
+    from train.release import known_words, vocabulary_words
+
+    small = installed[3]
+    words = vocabulary_words(small.path)
+    assert words and all(word.isalpha() and word == word.lower() and len(word) >= 4 for word in words)
+    assert known_words(small.path) >= words

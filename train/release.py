@@ -49,6 +49,7 @@ from locsum_sdk.evaluation import (
     SHARED,
     SPECIFIC,
     EvalExample,
+    content_words,
     evaluate,
     read_examples,
     run_baseline,
@@ -79,6 +80,25 @@ def real_words(data: Path = DATA) -> frozenset[str]:
     them, nor in its evaluation set, counts as made up (`MADE_UP`)."""
     files = [data / name / f"{split}.jsonl" for name in TRAINING_DATA for split in ("train", "val", "test")]
     return frozenset(set_words([ex for file in files if file.is_file() for ex in read_examples(file)]))
+
+
+def vocabulary_words(bundle: Path) -> frozenset[str]:
+    """The whole words of a pretrained model's byte-level vocabulary (pieces that start a word and are letters
+    alone): real words its summaries may use that no training text holds, so not counted as made up."""
+    from tokenizers import Tokenizer
+
+    pieces = Tokenizer.from_file(str(bundle / "tokenizer.json")).get_vocab()
+    return frozenset(word for piece in pieces if piece.startswith("Ġ") and piece[1:].isalpha()
+                     for word in content_words(piece[1:]))
+
+
+def known_words(bundle: Path) -> frozenset[str]:
+    """The words a summary of `bundle` may use without counting as made up (`real_words`; and on the pretrained
+    backbone its vocabulary's whole words)."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    if manifest["model"].get("backbone") == "llama":
+        return real_words() | vocabulary_words(bundle)
+    return real_words()
 
 
 def cell(metrics: dict, column: str) -> str:
@@ -356,7 +376,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
         "other inputs do (the references' own count in the last row). Made-up words: a summary's distinct words of "
         "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
-        "set. Distinct: the percent of summaries that no "
+        "set" + (", nor a whole word of the base model's vocabulary" if model.get("backbone") == "llama" else "")
+        + ". Distinct: the percent of summaries that no "
         "example with another input or query repeats (repeated examples may share one). Repeated: the percent of a "
         "summary's words of four or more letters that repeat an earlier word of it. In reference: its input-specific "
         "words that the reference holds too. "
@@ -452,7 +473,7 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
     texts, seconds = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
                             lambda: side_by_side({"float32": fp32, "int8": int8}, qmsum))
     distinct(texts["float32"], args.min_distinct)
-    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum, known=real_words())
+    quantized = evaluate({"float32": texts["float32"], "int8": texts["int8"]}, qmsum, known=known_words(int8))
     float_r1, int8_r1 = quantized["float32"]["rouge1"]["mean"], quantized["int8"]["rouge1"]["mean"]
     int8_result = {"rouge1_float32": round(float_r1, 2), "rouge1_int8": round(int8_r1, 2),
                    **{f"{measure}_{dtype}": round(quantized[dtype][measure]["mean"], 2)
@@ -548,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
             systems[system] = cached(work, path, dataset, examples, options)
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
-        report = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=real_words())
+        report = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=known_words(ship))
         earlier = {f"{system} {EARLIER_MARK}": metrics for system, metrics in (measured.carried or {}).get(
             dataset, {}).items()}
         reports[dataset] = {"locsum (this bundle)": report.pop("locsum (this bundle)"), **earlier, **report}
