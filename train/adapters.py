@@ -28,12 +28,13 @@ def with_adapters(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Modu
     config = model.config
     if not hasattr(config, "lora_rank"):
         raise OptionError(f"lora: the {model.kind} model's backbone ({type(config).__name__}) takes no adapters; "
-                          "adapters are on the Llama backbone (init_from the base model, train.base_start)")
+                          "adapters are on the Llama backbone: start from the base model (python -m "
+                          "train.base_start)")
     rank, alpha = lora["rank"], float(lora.get("alpha", 2 * lora["rank"]))
     if config.lora_rank:
         if (config.lora_rank, config.lora_alpha) != (rank, alpha):
-            raise OptionError(f"lora = {lora}: init_from has adapters of rank {config.lora_rank} and alpha "
-                              f"{config.lora_alpha} already")
+            raise OptionError(f"lora = {lora}: the model started from has adapters of rank {config.lora_rank} "
+                              f"and alpha {config.lora_alpha} already")
         return model
     grown = model_kind(model.kind).model(dataclasses.replace(config, lora_rank=rank, lora_alpha=alpha))
     load_into(grown, {**grown.state_dict(), **model.state_dict()}, "the model with adapters")
