@@ -88,6 +88,48 @@ def test_the_estimate_holds_for_a_llama_backbone(llama_bundle):
     holds()
 
 
+@pytest.fixture(scope="module")
+def llama_dyle_bundle(tmp_path_factory, tokenizer, tokenizer_file):
+    """A DYLE on a Llama backbone with adapters (and a BERT extractor reading its own tokenizer), int8, random
+    weights."""
+    import json
+    import random
+    import shutil
+
+    from conftest import LLAMA_FRAME, document, random_model, tiny_llama_config
+    from test_dyle_training import bert_directory
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.dyle import Dyle
+    from locsum_sdk.modeling.dyle_config import ExtractorConfig, LlamaDyleConfig
+
+    rng = random.Random(0)
+    bert = bert_directory(tmp_path_factory.mktemp("minilm") / "bert", [document(rng, 8) for _ in range(50)])
+    vocab = json.loads((bert / "tokenizer.json").read_text())["model"]["vocab"]
+    extractor = ExtractorConfig.from_hf_bert(json.loads((bert / "config.json").read_text()), vocab["[CLS]"],
+                                             vocab["[SEP]"])
+    config = tiny_llama_config(tokenizer.get_vocab_size(), d_model=128, layers=4, heads=8, kv_heads=2, ffn_dim=384,
+                               max_positions=512, lora_rank=4, lora_alpha=8.0, **LLAMA_FRAME)
+    model = random_model(lambda: Dyle(LlamaDyleConfig(**config.__dict__, extractor=extractor)), std=0.05)
+    checkpoint = save_checkpoint(model, tmp_path_factory.mktemp("llama_dyle"), tokenizer_file,
+                                 units={"policy": "auto", "snippet_tokens": 64, "top_k": 6, "chunk_tokens": 96},
+                                 generation={"max_length": 40})
+    shutil.copyfile(bert / "tokenizer.json", checkpoint / "extractor_tokenizer.json")
+    return export_onnx(checkpoint, tmp_path_factory.mktemp("bundles") / "llama-dyle", quantize="int8").path
+
+
+def test_the_estimate_holds_for_a_llama_dyle_with_adapters(llama_dyle_bundle):
+    """DYLE on the Llama backbone: the extractor's chunks beside the selected snippets' prefix caches, every
+    projection with its low-rank adapter."""
+    @settings(max_examples=CASES_PER_KIND)
+    @given(cases("dyle"))
+    def holds(case):
+        check(measure_case_in_fresh_process(dataclasses.replace(case, bundle=str(llama_dyle_bundle))))
+
+    holds()
+
+
 @pytest.mark.parametrize("documents", [2000, 5000])
 def test_hierencdec_with_thousands_of_short_documents_is_within_its_estimate(documents):
     """The input shape HierEncDec exists for: a folder of short reviews or tickets, one item."""
