@@ -26,6 +26,7 @@ MAX_LENGTH_PENALTY = 10.0  # |length_penalty| beyond this makes scores overflow 
 LENGTH_NORMALIZATIONS = ("hf", "gnmt")
 MAX_KEYWORDS = 100  # keywords favoured per input
 MAX_KEYWORD_BONUS = 10.0  # a larger bonus writes nothing but keywords
+MAX_REPETITION_PENALTY = 10.0  # a larger penalty forbids every token once written
 
 
 def length_normalized(total: float, generated: int, options: GenerationOptions) -> float:
@@ -49,6 +50,7 @@ class GenerationOptions:
     known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
     keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
     keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's next piece
+    repetition_penalty: float = 1.0  # a token already written has its log-probability multiplied by this (1: off)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -61,6 +63,7 @@ class GenerationOptions:
         check_bool("known_words", self.known_words)
         check_int("keywords", self.keywords, 0, MAX_KEYWORDS)
         check_float("keyword_bonus", self.keyword_bonus, 0.0, MAX_KEYWORD_BONUS)
+        check_float("repetition_penalty", self.repetition_penalty, 1.0, MAX_REPETITION_PENALTY)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -140,6 +143,19 @@ def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: i
         prefix = tuple(seq[len(seq) - size + 1 :])
         banned = [seq[i + size - 1] for i in range(len(seq) - size + 1) if tuple(seq[i : i + size - 1]) == prefix]
         log_probs[b, k, banned] = -np.inf
+
+
+def repetition_penalty_filter(log_probs: np.ndarray, sequences: np.ndarray, penalty: float) -> None:
+    """Multiply the log-probability of every token a beam has already written (after its start token) by `penalty`
+    (HF's repetition penalty on a negative score: the token becomes less likely, once however often it was written).
+    sequences (B, K, T)."""
+    if penalty == 1.0 or sequences.shape[-1] < 2:
+        return
+    batch, beams, vocab = log_probs.shape
+    written = sequences[:, :, 1:].reshape(batch * beams, -1)
+    rows = np.repeat(np.arange(batch * beams), written.shape[1])
+    flat = log_probs.reshape(batch * beams, vocab)
+    flat[rows, written.reshape(-1)] *= np.float32(penalty)  # a token written twice is indexed twice, scaled once
 
 
 class GreedySearch:
@@ -256,9 +272,10 @@ class BeamSearch:
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
             guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray]) -> None:
-    """Every logit filter, in place: min_length, no_repeat_ngram_size, known words, then each input's max_length
-    (an input at its max_length ends there, as every input does at the option's)."""
+    """Every logit filter, in place: min_length, repetition_penalty, no_repeat_ngram_size, known words, then each
+    input's max_length (an input at its max_length ends there, as every input does at the option's)."""
     min_length_filter(log_probs, length, lengths[0], eos)
+    repetition_penalty_filter(log_probs, sequences, options.repetition_penalty)
     no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size)
     if guard is not None:
         guard.apply(log_probs, sequences, needed, complete)
@@ -276,7 +293,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
     unless the filters leave a beam fewer than that: then the step reads the full log-probabilities. With
-    keywords every step reads them (a keyword's next piece may be outside a beam's best before its bonus)."""
+    keywords every step reads them (a keyword's next piece may be outside a beam's best before its bonus), and with
+    a repetition penalty (a penalized token may fall below one outside a beam's best)."""
     if options.known_words and guard is None:
         raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
                           "Summarizer, or turn known_words off")
@@ -295,7 +313,7 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         partial = session.partial_log_probs
-        if partial and bonus is not None:
+        if partial and (bonus is not None or options.repetition_penalty != 1.0):
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers

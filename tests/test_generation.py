@@ -252,3 +252,51 @@ def test_on_step_reports_each_inputs_decoding_and_can_stop_it(bundle_dir, num_be
         summaries[1].token_ids  # the stopped call left nothing behind
     with pytest.raises(OptionError, match="on_step is a int"):
         summarizer.summarize(texts[0], on_step=3)
+
+
+def test_the_repetition_penalty_scales_each_written_token_once_and_is_refused_out_of_range():
+    from locsum_sdk.errors import OptionError
+    from locsum_sdk.generation import GenerationOptions, repetition_penalty_filter
+
+    log_probs = np.log(np.full((1, 2, 6), 1 / 6, dtype=np.float32))
+    sequences = np.array([[[0, 3, 3, 4], [0, 5, 1, 1]]])  # start token, then what each beam wrote
+    before = log_probs.copy()
+    repetition_penalty_filter(log_probs, sequences, 2.0)
+    assert np.allclose(log_probs[0, 0, [3, 4]], 2 * before[0, 0, [3, 4]])  # 3 written twice, penalized once
+    assert np.allclose(log_probs[0, 1, [1, 5]], 2 * before[0, 1, [1, 5]])
+    assert np.array_equal(log_probs[0, 0, [0, 1, 2, 5]], before[0, 0, [0, 1, 2, 5]])  # the start token is not written
+    for bad in (0.5, 11.0, float("nan")):
+        with pytest.raises(OptionError, match="repetition_penalty"):
+            GenerationOptions(repetition_penalty=bad)
+
+
+def test_a_repetition_penalty_reads_the_full_distribution_and_decides_as_without_partial_reads():
+    """A session that gives each beam's best tokens only decides as one giving all of them, penalty on."""
+    from locsum_sdk.generation import GenerationOptions, generate
+
+    rng = np.random.default_rng(3)
+    table = np.log(rng.dirichlet(np.ones(12) * 0.3, size=(40,)).astype(np.float32))
+
+    class Session:
+        def __init__(self, partial):
+            self.partial_log_probs, self.step_index = partial, 0
+
+        def step(self, tokens, beam_index):
+            self.full = np.repeat(table[self.step_index][None, None], 2, axis=1)
+            self.step_index += 1
+            if not self.partial_log_probs:
+                return self.full.copy(), np.ones((1, 1, 2), np.float32)
+            shown = np.full_like(self.full, -np.inf)
+            best = np.argsort(-self.full, axis=-1)[..., :4]
+            np.put_along_axis(shown, best, np.take_along_axis(self.full, best, -1), -1)
+            return shown, np.ones((1, 1, 2), np.float32)
+
+        def full_log_probs(self):
+            return self.full.copy()
+
+    options = GenerationOptions(num_beams=2, max_length=20, min_length=19, repetition_penalty=3.0)
+    full = generate(Session(False), 1, options, start=0, eos=1, pad=2)
+    partial = generate(Session(True), 1, options, start=0, eos=1, pad=2)
+    assert full[0].token_ids == partial[0].token_ids
+    plain = generate(Session(False), 1, GenerationOptions(num_beams=2, max_length=20, min_length=19), 0, 1, 2)
+    assert len(set(full[0].token_ids)) >= len(set(plain[0].token_ids))
