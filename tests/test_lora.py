@@ -4,7 +4,9 @@ to a bundle that carries them without the pretrained weights (assembled from a w
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -122,6 +124,12 @@ def test_a_lora_run_trains_the_adapters_alone_resumes_and_ships_without_its_base
     build(config("resumed"), progress=False).train(max_steps=2)
     resumed = build(config("resumed"), progress=False).train()
     assert [r["loss"] for r in log[2:]] == [r["loss"] for r in resumed]
+    from safetensors import safe_open
+
+    with safe_open(str(straight.latest() / "model.safetensors"), "pt") as stored:
+        held = set(stored.keys())  # the checkpoint holds what the run changed, over init_from
+    assert held and all("lora_" in name or name.startswith("page_conf.") for name in held)
+    assert json.loads((straight.latest() / "config.json").read_text())["over"] == str(base.resolve())
     trained = load_checkpoint(straight.latest()).model
     before = start.model.state_dict()
     for name, tensor in trained.state_dict().items():
@@ -155,3 +163,23 @@ def test_a_llama_bundle_exported_before_adapters_existed_still_loads(llama_bundl
     (copy / "manifest.json").write_text(json.dumps(manifest))
     loaded = Bundle.load(copy)
     assert kinds.get(loaded.manifest.kind).model_config(loaded.manifest.model).lora_rank == 0
+
+
+def test_a_checkpoint_of_changes_needs_the_one_it_changes(tmp_path, tokenizer, tokenizer_file):
+    from locsum_sdk.errors import BundleError, BundleNotFoundError
+
+    base = save_checkpoint(random_model(lambda: PageSum(tiny_llama_config(tokenizer.get_vocab_size()))),
+                           tmp_path / "base", tokenizer_file)
+    model = with_random_updates(with_adapters(load_checkpoint(base).model, {"rank": 2}))
+    changes = save_checkpoint(model, tmp_path / "changes", tokenizer_file, over=base)
+    assert (changes / "model.safetensors").stat().st_size < (base / "model.safetensors").stat().st_size / 2
+    reloaded = load_checkpoint(changes).model
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    shutil.move(base, tmp_path / "moved")
+    with pytest.raises(BundleNotFoundError, match="holds only its changes over .*missing"):
+        load_checkpoint(changes)
+    config = json.loads((changes / "config.json").read_text())
+    (changes / "config.json").write_text(json.dumps({**config, "over": str(changes)}))
+    with pytest.raises(BundleError, match="lead back to it"):
+        load_checkpoint(changes)

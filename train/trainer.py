@@ -350,7 +350,8 @@ class Trainer:
 
     def save(self) -> Path:
         """Write a checkpoint atomically (process 0): a loadable model directory plus optimizer, loss scaler,
-        position and every process's RNG state, all on the CPU."""
+        position and every process's RNG state, all on the CPU. A run that trains part of a model started from
+        `init_from` (`trainable`) writes only what differs from it (`save_checkpoint(over=...)`)."""
         states = self._rng_states()  # every process takes part; process 0 writes
         final = self.checkpoints / f"step-{self.position.step:07d}"
         if not self.processes.main:
@@ -359,7 +360,8 @@ class Trainer:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         work = self.checkpoints / f".{final.name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
-        save_checkpoint(self.model, work, self.tokenizer_file, self.words_file, self.common_words_file,
+        over = self.config.resolve(self.config.init_from) if self.config.init_from and self.config.trainable else None
+        save_checkpoint(self.model, work, self.tokenizer_file, self.words_file, self.common_words_file, over=over,
                         units=self.config.paging(), generation=self.config.generation, training=self.config.to_dict())
         for name, source in getattr(self.train_set, "checkpoint_files", {}).items():
             shutil.copyfile(source, work / name)
@@ -390,9 +392,10 @@ class Trainer:
         latest = self.latest()
         if latest is None:
             return
-        from locsum_sdk.modeling.weights import WEIGHTS_FILE, load_into, read_state_dict
+        from locsum_sdk.modeling.checkpoint import checkpoint_state
+        from locsum_sdk.modeling.weights import load_into
 
-        load_into(self.model, read_state_dict(latest / WEIGHTS_FILE), str(latest))
+        load_into(self.model, checkpoint_state(latest), str(latest))
         # map to the CPU first: a checkpoint written on a GPU resumes on the CPU and back (load_state_dict moves
         # the optimizer's state to each parameter's device)
         self.optimizer.load_state_dict(torch.load(latest / OPTIMIZER_FILE, map_location="cpu", weights_only=True))

@@ -46,7 +46,7 @@ def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
     kind = kind or saved
     if "model" not in config:
         raise BundleError(f"{directory / CONFIG_FILE} has no 'model' settings; restore it")
-    state = read_state_dict(directory / WEIGHTS_FILE)
+    state = checkpoint_state(directory, config)
     model = registry.build(kind, kinds.get(saved).model_config(config["model"]), state, str(directory))
     settings = {k: config[k] for k in ("units", "limits", "generation") if k in config}
     for key, value in settings.items():
@@ -58,6 +58,29 @@ def load_locsum(directory: Path, kind: str | None = None) -> Checkpoint:
     if kind != saved and settings.pop("units", None) is not None:
         logging.getLogger("locsum_sdk").info("%s: %s unit options left out (loaded as %s)", directory, saved, kind)
     return Checkpoint(model, tokenizer_beside(directory), settings)
+
+
+OVER = "over"  # config.json key of a checkpoint that holds only its changes over another one (`save_checkpoint`)
+
+
+def checkpoint_state(directory: Path, config: dict[str, Any] | None = None, seen: tuple[Path, ...] = ()
+                     ) -> dict[str, torch.Tensor]:
+    """The weights of our checkpoint at `directory`: its own tensors over those of the checkpoint it names as
+    `over` (and that one's, in turn), when it holds only its changes."""
+    config = read_config(directory / CONFIG_FILE) if config is None else config
+    state = read_state_dict(directory / WEIGHTS_FILE)
+    over = config.get(OVER)
+    if over is None:
+        return state
+    if not isinstance(over, str):
+        raise BundleError(f"{directory / CONFIG_FILE}: {OVER!r} must name a checkpoint directory")
+    base = Path(over)
+    if base.resolve() in seen or base.resolve() == directory.resolve():
+        raise BundleError(f"{directory}: the checkpoints it holds changes over lead back to it")
+    if not (base / CONFIG_FILE).is_file():
+        raise BundleNotFoundError(f"{directory} holds only its changes over {base}, which is missing; restore it or "
+                                  "save the checkpoint whole")
+    return {**checkpoint_state(base, None, (*seen, directory.resolve())), **state}
 
 
 def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
@@ -100,16 +123,25 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
 
 def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike,
                     tokenizer_file: str | os.PathLike | None = None, words_file: str | os.PathLike | None = None,
-                    common_words_file: str | os.PathLike | None = None, **settings: Any) -> Path:
+                    common_words_file: str | os.PathLike | None = None, over: str | os.PathLike | None = None,
+                    **settings: Any) -> Path:
     """Write our checkpoint format: config.json (kind, model config, settings) + model.safetensors, and copies of
-    the tokenizer and the word list (`locsum_sdk.words`) when given."""
+    the tokenizer and the word list (`locsum_sdk.words`) when given. With `over` (a checkpoint of ours), only the
+    tensors that differ from its weights, or that it lacks, are written (a fine-tune of a few adapters writes
+    megabytes, not the whole model); loading reads the rest from it."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    extra = {}
+    if over is not None:
+        base = checkpoint_state(Path(over))
+        state = {k: v for k, v in state.items()
+                 if k not in base or base[k].shape != v.shape or not torch.equal(base[k].to(v.dtype), v)}
+        extra = {OVER: str(Path(over).resolve())}
     save_file(state, str(directory / WEIGHTS_FILE))
-    config = {"kind": model.kind, "model": model.config.to_dict(), **settings}
+    config = {"kind": model.kind, "model": model.config.to_dict(), **extra, **settings}
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
     if tokenizer_file is not None:
         (directory / TOKENIZER_FILE).write_bytes(Path(tokenizer_file).read_bytes())
