@@ -125,10 +125,10 @@ class BaseRecord:
             raise error(f"{where}.sources must be a list of {{wheel, version, file, sha256}} strings")
         for source in sources:
             file = Path(source["file"])
-            if file.is_absolute() or ".." in file.parts or not _is_sha256(source["sha256"]):
+            if file.is_absolute() or ".." in file.parts or not is_sha256(source["sha256"]):
                 raise error(f"{where}.sources: {source['file']!r} must be a path inside its wheel, with a sha256")
         size, digest = values["size"], values["sha256"]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not _is_sha256(digest):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not is_sha256(digest):
             raise error(f"{where}: size must be a byte count and sha256 a hex digest")
         if not isinstance(tensors, list):
             raise error(f"{where}.tensors must be a list")
@@ -153,7 +153,8 @@ def _well_formed(t: BaseTensor, sources: int, size: int) -> bool:
             and all(v is None or (isinstance(v, float) and bool(np.isfinite(v)) and v != 0) for v in scales))
 
 
-def _is_sha256(value: Any) -> bool:
+def is_sha256(value: Any) -> bool:
+    """Whether `value` is a sha256 hex digest (64 lowercase hex digits)."""
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 

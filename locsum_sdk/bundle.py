@@ -17,7 +17,7 @@ from typing import Any
 
 from . import constants as C
 from . import kinds
-from .base_weights import BASE_FILE, BaseRecord, assembled_directory
+from .base_weights import BASE_FILE, BaseRecord, assembled_directory, file_sha256, is_sha256
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from .limits import split_legacy_units
 from .options import Options
@@ -27,7 +27,6 @@ from .validation import check_bool, check_choice, check_float, check_int, check_
 DTYPES = ("float32", "int8")
 READABLE_VERSIONS = (3, C.FORMAT_VERSION)  # 3: limits in pages (migrated on load, see `_upgrade`)
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a plain file name inside the bundle
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def _check_schema(manifest: Manifest) -> None:
             for i, token in enumerate(value):
                 check_int(f"special_tokens.{name}[{i}]", token, 0, config.vocab_size - 1, error=error)
     for name, value in manifest.files.items():
-        if not _FILE_NAME.match(name) or not isinstance(value, str) or not _SHA256.match(value):
+        if not _FILE_NAME.match(name) or not is_sha256(value):
             raise error(f"files: {name!r}: {value!r} is not a plain file name with a sha256 hex digest")
     for name, value in manifest.producer.items():
         check_str(f"producer.{name}", value, error=error)
@@ -224,14 +223,6 @@ FRAME_NAMES = ("unit_head", "unit_tail", "query_head", "query_tail")
 GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class Bundle:
     """A validated bundle directory. A bundle on pretrained weights (`manifest.base`) reads its graphs from the
@@ -265,7 +256,7 @@ class Bundle:
             file = path / name
             if not file.is_file():
                 raise BundleNotFoundError(f"bundle file {file} is missing; copy the whole bundle directory again")
-            if verify and sha256(file) != expected:
+            if verify and file_sha256(file) != expected:
                 raise BundleIntegrityError(
                     f"bundle file {file} does not match its checksum in {C.MANIFEST_FILE}: it was altered or "
                     "damaged; copy or export the bundle again"
@@ -293,7 +284,7 @@ class Bundle:
 def write_manifest(directory: Path, manifest: Manifest, **changes: Any) -> Manifest:
     """Checksum every file in `directory` (except the manifest) and write `manifest.json`: `manifest` with
     `changes` (fields by name, checked with the new checksums: a TensorRT record names plans only they list)."""
-    files = {p.name: sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != C.MANIFEST_FILE}
+    files = {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != C.MANIFEST_FILE}
     manifest = Manifest(**{**asdict(manifest), **changes, "files": files})
     (directory / C.MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
     return manifest

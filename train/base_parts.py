@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from locsum_sdk.base_model import BASE_FILE, base_file
-from locsum_sdk.bundle import sha256
+from locsum_sdk.base_weights import file_sha256
 from locsum_sdk.errors import DataError, OptionError
 from locsum_sdk.memory import parse_size
 
@@ -44,7 +44,7 @@ def split(source: Path, into: Path, size: int) -> dict:
             name = f"part-{number:03d}"
             (into / name).write_bytes(block)
             parts.append({"name": name, "bytes": len(block), "sha256": hashlib.sha256(block).hexdigest()})
-    index = {"file": source.name, "bytes": source.stat().st_size, "sha256": sha256(source), "parts": parts}
+    index = {"file": source.name, "bytes": source.stat().st_size, "sha256": file_sha256(source), "parts": parts}
     (into / INDEX).write_text(json.dumps(index, indent=1))
     return index
 
@@ -64,20 +64,20 @@ def join(parts: Path, into: Path) -> tuple[Path | None, list[str]]:
     for part in index["parts"]:
         carried, kept = parts / part["name"], into / part["name"]
         if carried.is_file():
-            if sha256(carried) != part["sha256"]:
+            if file_sha256(carried) != part["sha256"]:
                 raise DataError(f"{carried} does not match its sha256 in index.json: carry it again")
             if elsewhere:
                 shutil.copyfile(carried, kept)
-        if not (kept.is_file() and sha256(kept) == part["sha256"]):
+        if not (kept.is_file() and file_sha256(kept) == part["sha256"]):
             missing.append(part["name"])
     target = into / index["file"]
     if missing:
         return None, missing
-    if not (target.is_file() and sha256(target) == index["sha256"]):
+    if not (target.is_file() and file_sha256(target) == index["sha256"]):
         with tempfile.NamedTemporaryFile(dir=into, delete=False, suffix=".part") as handle:
             for part in index["parts"]:
                 handle.write((into / part["name"]).read_bytes())
-        if sha256(Path(handle.name)) != index["sha256"]:
+        if file_sha256(Path(handle.name)) != index["sha256"]:
             os.unlink(handle.name)
             raise DataError(f"the joined parts do not match the sha256 of {index['file']} in index.json")
         os.replace(handle.name, target)
