@@ -264,14 +264,13 @@ class Bundle:
         fingerprint = hashlib.sha256(data).hexdigest()
         if not manifest.base:
             return cls(path, manifest, fingerprint)
-        graph_files = {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE}
-        copies = {name: digest for name, digest in manifest.files.items() if name in graph_files}
+        copies = {name: digest for name, digest in manifest.files.items() if name in _read_beside_base(manifest)}
         root = assembled_directory(path, BaseRecord.from_dict(manifest.base), copies, fingerprint, verify)
         return cls(path, manifest, fingerprint, root)
 
     def file(self, name: str) -> Path:
         """A file of the bundle; a graph (or a weights file) where it is read from (see the class docstring)."""
-        if self.graph_path is not None and (self.graph_path / name).is_file():
+        if self.graph_path is not None and name in _read_beside_base(self.manifest):
             return self.graph_path / name
         return self.path / name
 
@@ -279,6 +278,12 @@ class Bundle:
         if name not in self.manifest.graphs:
             raise BundleError(f"{self.path} has no {name!r} graph; it has {sorted(self.manifest.graphs)}")
         return self.manifest.graphs[name]
+
+
+def _read_beside_base(manifest: Manifest) -> set[str]:
+    """The files a bundle on pretrained weights reads from beside base.bin: its graphs, their shared weights and
+    base.bin itself."""
+    return {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE, BASE_FILE}
 
 
 def write_manifest(directory: Path, manifest: Manifest, **changes: Any) -> Manifest:
