@@ -381,10 +381,13 @@ def _serve(args: argparse.Namespace) -> int:
                            batch_window=args.batch_window, concurrency=args.concurrency, timeout=args.timeout,
                            max_body=args.max_body, token=token)
     if args.engine == "ray":
+        if (args.backend, args.device) != ("auto", "auto"):
+            raise OptionError("--backend and --device are options of --engine local: a Ray replica runs its bundle "
+                              "on onnxruntime on the CPUs it is given")
         return _serve_on_ray(args, options)
     if (args.replicas, args.max_replicas, args.address) != (1, None, None):
         raise OptionError("--replicas, --max-replicas and --address are options of --engine ray")
-    app = create_app(args.bundle, options, threads=args.threads)
+    app = create_app(args.bundle, options, threads=args.threads, backend=args.backend, device=args.device)
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler it found: this one, so that a
     # graceful stop exits 0 (Ctrl-C still ends in KeyboardInterrupt: 130)
     previous = signal.signal(signal.SIGTERM, lambda number, frame: None)
@@ -676,6 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds in-flight requests get to finish on SIGTERM before they are cancelled")
     h.add_argument("--threads", type=int, help="intra-op threads of the model (default: every core; with --engine "
                                                "ray, each replica's, default 1)")
+    h.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="auto, onnxruntime, tensorrt, or torch (a checkpoint directory as --bundle)")
+    h.add_argument("--device", default="auto", choices=DEVICES,
+                   help="where the model runs (cuda: a GPU, with tensorrt engines, onnxruntime-gpu or torch)")
     scale = h.add_argument_group("scale-out (--engine ray)")
     scale.add_argument("--engine", choices=("local", "ray"), default="local",
                        help="local: this process; ray: Ray Serve replicas, one summarizer each (pip install "

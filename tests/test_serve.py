@@ -289,6 +289,33 @@ def test_serving_beyond_loopback_needs_a_token(bundle_dir, capsys, monkeypatch):
     assert "give a token" in capsys.readouterr().err
 
 
+def test_a_checkpoint_is_served_on_the_torch_backend_as_the_sdk_summarizes_it(checkpoint_dir):
+    app = create_app(str(checkpoint_dir), ServeOptions(), backend="torch", device="cpu", threads=1)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 30)
+        text = document(random.Random(3), 12)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            answer = client.post("/v1/summarize", json={"text": text, "options": {"num_beams": 1, "max_length": 12}})
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    expected = Summarizer.from_pretrained(checkpoint_dir, backend="torch", threads=1).summarize(
+        text, num_beams=1, max_length=12)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["summary"] == expected.text
+
+
+def test_ray_replicas_refuse_a_backend_or_device_of_their_own(bundle_dir, capsys):
+    from locsum_sdk.cli import main
+
+    assert main(["serve", "--bundle", str(bundle_dir), "--engine", "ray", "--device", "cuda"]) == 2
+    assert "options of --engine local" in capsys.readouterr().err
+
+
 @contextmanager
 def cli_server(bundle_dir, grace: float):
     """`locsum serve` in a process of its own, ready; yields the process and its base URL."""

@@ -147,7 +147,8 @@ def summary_body(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
 
 
 def create_app(bundle: str | None = None, options: ServeOptions | None = None, *,
-               summarizer: Summarizer | None = None, threads: int | None = None) -> FastAPI:
+               summarizer: Summarizer | None = None, threads: int | None = None, backend: str = "auto",
+               device: str = "auto") -> FastAPI:
     """The service as an ASGI app, to run with uvicorn (`locsum serve`) or mount in your own.
 
     Args:
@@ -155,12 +156,15 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         options: admission, batching, deadlines, body limit and token (`ServeOptions`).
         summarizer: a loaded `Summarizer` to serve instead of loading `bundle`.
         threads: intra-op threads of the loaded model (None: every core).
+        backend: the backend of the loaded model, as in `Summarizer.from_pretrained` (a checkpoint directory with
+            backend="torch" and device="cuda" serves from a GPU).
+        device: where the loaded model runs ("auto", "cpu" or "cuda").
     """
     options = options or ServeOptions()
     if not isinstance(options, ServeOptions):
         raise OptionError(f"options is a {type(options).__name__}; pass a ServeOptions or None")
     if summarizer is None:
-        summarizer = Summarizer.from_pretrained(bundle, threads=threads)
+        summarizer = Summarizer.from_pretrained(bundle, backend=backend, threads=threads, device=device)
     budget, body_limit = options.budget_bytes, options.body_bytes
     metrics = Metrics(budget)
     state: dict[str, Any] = {"closing": False, "admission": None}
