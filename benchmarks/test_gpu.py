@@ -5,6 +5,9 @@ GPU memory against input length for every kind (skipped without a CUDA GPU).
   configuration in its own process; median step time of each, their ratio, tokens identical (float32): Triton
   kernels against torch ops (eager steps), and for PageSum, DYLE and HierEncDec the step replayed from CUDA graphs
   against the eager one.
+- Serving: `locsum serve` of the bart-base-shaped PageSum on the torch backend on CUDA under 1, 4 and 16 concurrent
+  clients against `summarize_batch` of the same inputs in batches of 16 in a fresh process (4 beams, 64 tokens,
+  8 pages of 1024 tokens each); target: at 16 clients at least 0.9x, 0 lost.
 - Memory: each kind's bart-base-shaped model (the Hierarchical Transformer at the paper's sizes, its paragraphs of
   256 tokens so that 128k tokens are the 512 paragraphs its rank code holds), one input of 8k to 128k tokens, peak
   CUDA memory allocated over encoding and 8 decoding steps; it must grow no faster than
@@ -31,6 +34,7 @@ from benchmarks.common import (
     paper_hiersumm,
     write_result,
 )
+from locsum_sdk.profiling import text_of_tokens
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -107,6 +111,38 @@ def test_gpu_pagesum_against_hf_generate():
     write_result("gpu_vs_hf_generate", {"device": ours["device"], "locsum_tokens_per_s": ours["tokens_per_s"],
                                         "hf_tokens_per_s": hf["tokens_per_s"], "ratio": ratio,
                                         "locsum_peak_bytes": ours["peak_bytes"], "hf_peak_bytes": hf["peak_bytes"]})
+
+
+def test_gpu_serve_against_summarize_batch(tmp_path):
+    """`locsum serve --backend torch --device cuda` under 1, 4 and 16 clients against `summarize_batch` on the same
+    GPU in the same run; 32 inputs of 8 pages of 1024 tokens."""
+    for module in ("fastapi", "uvicorn", "httpx"):
+        pytest.importorskip(module, reason="the service's packages (benchmarks/gpu/wheels.sh fetches them)")
+    from tokenizers import Tokenizer
+
+    from benchmarks.test_serve_load import Server, baseline, load_and_print
+
+    checkpoint, _ = bart_base_pagesum()
+    tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    texts = [text_of_tokens(tokenizer, 8 * 1000, seed) for seed in range(32)]
+    options, batch = {"num_beams": 4, "max_length": 64}, 16
+    base = baseline(texts, tmp_path, options, batch, {"path": str(checkpoint), "backend": "torch", "device": "cuda"})
+    server = Server("--bundle", str(checkpoint), "--backend", "torch", "--device", "cuda", "--memory-budget", "40GB",
+                    max_batch=batch)
+    try:
+        server.warm(texts[0], options)
+        runs = [load_and_print(server.url, texts, clients, base, options) for clients in (1, 4, 16)]
+    finally:
+        server.stop()
+    device = torch.cuda.get_device_name(0)
+    write_result("gpu_serve", {"device": device, "options": options, "max_batch": batch, "requests": len(texts),
+                               "summarize_batch": base, "runs": runs})
+    line_plot({"requests/s": [(run["clients"], run["requests_per_second"]) for run in runs],
+               "summarize_batch": [(run["clients"], base["requests_per_second"]) for run in runs]},
+              RESULTS / "gpu_serve.png", "concurrent clients", "requests per second",
+              f"locsum serve on {device}, PageSum bart-base, 8 x 1024 tokens, 4 beams", log_x=True)
+    assert all(run["lost"] == 0 for run in runs)
+    assert runs[-1]["vs_summarize_batch"] >= 0.9, runs[-1]
 
 
 @pytest.mark.parametrize("kind", ["pagesum", "hierencdec", "dyle", "hiersumm"])

@@ -1,10 +1,11 @@
 """`locsum serve` under load: a bounded load generator on loopback (N concurrent clients, a fixed number of
 requests, short Multi-News and long QMSum test inputs mixed), against `summarize_batch` on the same inputs in a fresh
-process of the same threads, in one run. Reports throughput (and its ratio to `summarize_batch`), p50/p95/p99
-latency at 1, 2, 4 and 8 clients, the server's peak resident memory (total and above the loaded model) against its
-budget, and requests lost (no 200: must be 0); then 1 and 2 Ray Serve replicas of 1 thread at 8 clients. Settings:
-the shipped default bundle, greedy, at most 64 tokens (the defaults are 4 beams and 160 tokens, several times
-slower; the ratios are what this measures). Results in benchmarks/results/serve_load.{json,png}.
+process of the same threads, in one run (each warmed by one request first). Reports throughput (and its ratio to
+`summarize_batch`), p50/p95/p99 latency at 1, 2, 4 and 8 clients, the server's peak resident memory (total and above
+the loaded model) against its budget, and requests lost (no 200: must be 0); then 1 and 2 Ray Serve replicas of 1
+thread at 8 clients. Settings: the shipped default bundle, greedy, at most 64 tokens (the defaults are 4 beams and
+160 tokens, several times slower; the ratios are what this measures). Results in
+benchmarks/results/serve_load.{json,png}.
 
 Targets: at 8 clients 0 lost, peak memory above the loaded model within the budget, throughput at least 0.9x
 `summarize_batch`; 2 Ray replicas at least 1.6x one replica.
@@ -36,7 +37,8 @@ BASELINE = """
 import json, sys, time
 from locsum_sdk import Summarizer
 inputs, options, batch = json.loads(open(sys.argv[1]).read()), json.loads(sys.argv[2]), int(sys.argv[3])
-summarizer = Summarizer.from_pretrained()
+summarizer = Summarizer.from_pretrained(**json.loads(sys.argv[4]))
+summarizer.summarize_batch(inputs[:1], **options)  # warm, as the served model is before its first request
 started = time.perf_counter()
 texts = []
 for first in range(0, len(inputs), batch):
@@ -75,13 +77,13 @@ def replica_pids() -> list[int]:
 
 
 class Server:
-    """`locsum serve` in a process of its own, on a free port."""
+    """`locsum serve` in a process of its own, on a free port (later flags override the defaults here)."""
 
-    def __init__(self, *flags: str):
+    def __init__(self, *flags: str, max_batch: int = MAX_BATCH):
         self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "locsum_sdk.cli", "serve", "--port", str(self.port), "--memory-budget", BUDGET,
-             "--max-batch", str(MAX_BATCH), "--max-queue", "256", "--timeout", "900", *flags],
+             "--max-batch", str(max_batch), "--max-queue", "256", "--timeout", "900", *flags],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
             env={**os.environ, "RAY_ADDRESS": ""})
         self.url = f"http://127.0.0.1:{self.port}"
@@ -102,6 +104,13 @@ class Server:
             time.sleep(0.5)
         raise AssertionError("the server did not become ready")
 
+    def warm(self, text: str, options: dict) -> None:
+        """One request before the measured ones, as `baseline` summarizes one before its clock starts."""
+        import httpx
+
+        assert httpx.post(f"{self.url}/v1/summarize", json={"text": text, "options": options},
+                          timeout=900).status_code == 200
+
     def pids(self) -> list[int]:
         return replica_pids() or [self.process.pid]
 
@@ -116,7 +125,7 @@ class Server:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-async def load(url: str, texts: list[str], clients: int) -> dict:
+async def load(url: str, texts: list[str], clients: int, options: dict = OPTIONS) -> dict:
     """`clients` concurrent clients sending every text once; latencies of the 200s and the count of the others."""
     import httpx
 
@@ -128,7 +137,7 @@ async def load(url: str, texts: list[str], clients: int) -> dict:
             index, text = pending.pop(0)
             started = time.perf_counter()
             try:
-                answer = await http.post("/v1/summarize", json={"text": text, "options": OPTIONS})
+                answer = await http.post("/v1/summarize", json={"text": text, "options": options})
                 ok = answer.status_code == 200
             except httpx.HTTPError:
                 ok = False
@@ -143,10 +152,14 @@ async def load(url: str, texts: list[str], clients: int) -> dict:
             "requests_per_second": len(texts) / seconds, "p50": p50, "p95": p95, "p99": p99}
 
 
-def baseline(texts: list[str], tmp_path: Path) -> dict:
+def baseline(texts: list[str], tmp_path: Path, options: dict = OPTIONS, max_batch: int = MAX_BATCH,
+             loader: dict | None = None) -> dict:
+    """`summarize_batch` over `texts` in batches of `max_batch`, in a fresh process; `loader`: the keywords of
+    `Summarizer.from_pretrained` (None: the shipped default bundle)."""
     inputs = tmp_path / "inputs.json"
     inputs.write_text(json.dumps(texts))
-    done = subprocess.run([sys.executable, "-c", BASELINE, str(inputs), json.dumps(OPTIONS), str(MAX_BATCH)],
+    done = subprocess.run([sys.executable, "-c", BASELINE, str(inputs), json.dumps(options), str(max_batch),
+                           json.dumps(loader or {})],
                           cwd=ROOT, capture_output=True, text=True, check=True, timeout=3600)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {"seconds": result["seconds"], "requests_per_second": len(texts) / result["seconds"]}
@@ -161,6 +174,7 @@ def test_serve_under_load(tmp_path, quick):
     runs, memory = [], {}
     server = Server()
     try:
+        server.warm(texts[0], OPTIONS)
         for clients in (1, 2, 4, 8):
             runs.append(load_and_print(server.url, texts, clients, base))
         memory["local"] = {"loaded": server.loaded, "peak": server.peak()}
@@ -171,6 +185,7 @@ def test_serve_under_load(tmp_path, quick):
         for replicas in (1, 2):
             server = Server("--engine", "ray", "--replicas", str(replicas), "--threads", "1")
             try:
+                server.warm(texts[0], OPTIONS)
                 ray_runs[replicas] = load_and_print(server.url, texts, 8, base)
                 memory[f"ray x{replicas}"] = {"loaded": server.loaded, "peak": server.peak()}
             finally:
@@ -196,8 +211,8 @@ def test_serve_under_load(tmp_path, quick):
         assert ray_speedup >= 1.6
 
 
-def load_and_print(url: str, texts: list[str], clients: int, base: dict) -> dict:
-    run = asyncio.run(load(url, texts, clients))
+def load_and_print(url: str, texts: list[str], clients: int, base: dict, options: dict = OPTIONS) -> dict:
+    run = asyncio.run(load(url, texts, clients, options))
     run["vs_summarize_batch"] = run["requests_per_second"] / base["requests_per_second"]
     print(f"\n{clients} clients: {run['requests_per_second']:.2f} requests/s ({run['vs_summarize_batch']:.2f}x "
           f"summarize_batch's {base['requests_per_second']:.2f}), latency p50 {run['p50']:.2f} s, p95 "

@@ -24,7 +24,10 @@ need = {"pytest": "pytest", "pluggy": "pluggy", "iniconfig": "iniconfig", "packa
         "hypothesis": "hypothesis", "attrs": "attrs", "sortedcontainers": "sortedcontainers",
         "safetensors": "safetensors", "tqdm": "tqdm", "pytest_benchmark": "pytest-benchmark", "cpuinfo": "py-cpuinfo",
         "rouge_score": "rouge-score", "nltk": "nltk", "absl": "absl-py", "click": "click", "joblib": "joblib",
-        "six": "six", "regex": "regex"}
+        "six": "six", "regex": "regex", "fastapi": "fastapi", "starlette": "starlette", "uvicorn": "uvicorn",
+        "pydantic": "pydantic", "pydantic_core": "pydantic-core", "annotated_types": "annotated-types",
+        "typing_inspection": "typing-inspection", "annotated_doc": "annotated-doc", "opentelemetry": "opentelemetry-api",
+        "h11": "h11", "anyio": "anyio", "httpx": "httpx", "httpcore": "httpcore", "certifi": "certifi", "idna": "idna"}
 print(" ".join(dist for module, dist in need.items() if importlib.util.find_spec(module) is None))
 PY
 )

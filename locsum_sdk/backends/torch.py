@@ -48,6 +48,7 @@ class TorchBackend:
         """`cuda_graphs`: replay the decoding step from CUDA graphs (`step_graphs`): None where the device can,
         False never, True where it can (elsewhere the step runs eagerly, with a log line saying why)."""
         self.torch = _import_torch()
+        import torch._dynamo  # noqa: F401  the custom ops' first call imports it (seconds): at load, not in a summary
         if threads:
             self.torch.set_num_threads(threads)
         if device == "auto":
