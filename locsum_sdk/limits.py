@@ -34,7 +34,7 @@ class LimitOptions:
     max_tokens: int = DEFAULT_MAX_TOKENS  # most text tokens of one input (query and special tokens not counted)
     truncate: bool = False  # over a limit: False raises, True keeps the pages that fit (and warns)
     select: str = "first"  # which pages truncation keeps: one of SELECTIONS
-    memory_limit: int | str | None = None  # bytes (or "6GB"); None: memory.DEFAULT_SHARE of the available memory
+    memory_limit: int | str | None = None  # bytes (or "6GB"); None: memory.DEFAULT_SHARE of the backend's free_memory
 
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, 1)

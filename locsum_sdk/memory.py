@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -239,8 +240,9 @@ def parse_size(value: int | float | str, name: str = "memory_limit") -> int:
 _WARNED: set[int] = set()  # limits over the machine's memory already warned about in this process
 
 
-def memory_limit(option: int | str | None) -> int | None:
-    """The limit a call runs under: `option` parsed, or DEFAULT_SHARE of the available memory (None: unknown).
+def memory_limit(option: int | str | None, available: Callable[[], int | None] | None = None) -> int | None:
+    """The limit a call runs under: `option` parsed, or DEFAULT_SHARE of the memory `available` reports (the
+    backend's `free_memory`: the GPU's where its working memory lives; default, this machine's; None: unknown).
 
     A limit over the machine's physical memory is accepted, since swap or memory freed by others may serve it, but
     it no longer protects the machine: a warning (once per limit and process) names both figures."""
@@ -253,5 +255,5 @@ def memory_limit(option: int | str | None) -> int | None:
                            "through may still run out of memory; give at most %s", option, size_text(limit),
                            size_text(physical), size_text(physical))
         return limit
-    available = available_memory()
-    return None if available is None else int(available * DEFAULT_SHARE)
+    free = (available or available_memory)()
+    return None if free is None else int(free * DEFAULT_SHARE)

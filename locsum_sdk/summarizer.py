@@ -474,7 +474,7 @@ class Summarizer:
                 for number, unit in enumerate(units):
                     logger.debug("input %d unit %d: document %d, characters %d-%d, %d tokens", index, number,
                                  unit.document, unit.start, unit.end, len(unit.token_ids))
-        limit = memory_limit(limits.memory_limit)
+        limit = memory_limit(limits.memory_limit, self.backend.free_memory)
         selection = 0  # the selection stage's largest run: its session's allocator keeps it through the call
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
             chosen = [self._select(units, query, paging, limit) for units, query in

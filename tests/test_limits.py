@@ -134,6 +134,38 @@ def test_default_limit_is_a_share_of_the_available_memory():
     if available is not None:
         assert 0 < memory_limit(None) <= available
     assert memory_limit("1GB") == 10**9
+    assert memory_limit(None, lambda: 10**9) == 8 * 10**8  # the backend's free memory, e.g. a GPU's
+    assert memory_limit(None, lambda: None) is None
+    assert memory_limit("1GB", lambda: 10) == 10**9
+
+
+def test_the_default_limit_reads_the_free_memory_of_where_the_backend_runs(summarizer, monkeypatch):
+    """A backend whose working memory lives on a GPU reports the GPU's free memory: the default limit is a share of
+    that figure, not of this machine's."""
+    assert summarizer.backend.free_memory() == pytest.approx(available_memory(), rel=0.5)
+    monkeypatch.setattr(summarizer.backend, "free_memory", lambda: 5 * 10**6)
+    with pytest.raises(MemoryLimitError, match="memory limit of 4 MB"):
+        summarizer.summarize(topical_text(20), page_tokens=32)
+
+
+def test_onnxruntime_on_cuda_reads_the_gpus_free_memory_through_cuda_python(monkeypatch):
+    from types import SimpleNamespace
+
+    from locsum_sdk.backends import cuda
+    from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
+    from locsum_sdk.errors import BackendUnavailableError
+
+    runtime = SimpleNamespace(cudaError_t=SimpleNamespace(cudaSuccess=0),
+                              cudaMemGetInfo=lambda: (0, 5 * 10**9, 8 * 10**9))
+    monkeypatch.setattr(cuda, "runtime", lambda: runtime)
+    on_gpu = SimpleNamespace(device="cuda")
+    assert OnnxRuntimeBackend.free_memory(on_gpu) == 5 * 10**9
+
+    def missing():
+        raise BackendUnavailableError("cuda-python is not installed")
+
+    monkeypatch.setattr(cuda, "runtime", missing)
+    assert OnnxRuntimeBackend.free_memory(on_gpu) == pytest.approx(available_memory(), rel=0.5)
 
 
 def test_tfidf_feature_is_the_standardized_cosine_to_the_query():

@@ -214,6 +214,15 @@ def wait_for(condition, seconds: float = 20) -> None:
         time.sleep(0.01)
 
 
+def test_the_default_budget_is_a_share_of_the_served_backends_free_memory(summarizer, monkeypatch):
+    """Unset, the budget reads where the model's working memory lives (`Backend.free_memory`: a GPU's for the
+    torch backend on CUDA), not this machine's memory alone."""
+    monkeypatch.setattr(summarizer.backend, "free_memory", lambda: 10**9)
+    with served(summarizer) as client:
+        assert metric(client, "locsum_memory_budget_bytes") == 8 * 10**8
+    assert ServeOptions(memory_budget="2GB").budget_bytes(lambda: 10**9) == 2 * 10**9
+
+
 def test_requests_wait_for_memory_in_order_then_decode_together_and_a_full_queue_is_503(summarizer):
     gated = Gated(summarizer)
     with served(gated, memory_budget="2GB", max_queue=3, batch_window=0) as client:

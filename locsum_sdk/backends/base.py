@@ -195,6 +195,10 @@ class Backend(Protocol):
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the kind's graph `graph` once (a selection stage's scoring) and return its outputs by name."""
 
+    def free_memory(self) -> int | None:
+        """Bytes a call's working memory may still take where it is allocated: the GPU's free memory for a backend
+        that allocates it there call by call, else this machine's available memory (None: unknown)."""
+
 
 class Session(StepSession, Protocol):
     def close(self) -> None:

@@ -1,8 +1,8 @@
 """The little of CUDA the TensorRT backend needs, through cuda-python's runtime bindings: one stream, device
 buffers, and copies between host arrays and device memory (plain, strided and device to device).
 
-Imported only by the TensorRT backend; `runtime()` raises `BackendUnavailableError` where cuda-python or a GPU
-is missing.
+Imported by the TensorRT backend, and by the ONNX Runtime backend on CUDA for the GPU's free memory; `runtime()`
+raises `BackendUnavailableError` where cuda-python or a GPU is missing.
 """
 
 from __future__ import annotations

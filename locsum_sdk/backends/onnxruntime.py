@@ -25,6 +25,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
+from ..memory import available_memory
 from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from . import DEVICES
@@ -171,6 +172,18 @@ class OnnxRuntimeBackend:
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
               cache: UnitCache | None = None) -> OnnxRuntimeSession:
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size, cache)
+
+    def free_memory(self) -> int | None:
+        """On CUDA the GPU's free memory (read through cuda-python; where it is missing, this machine's available
+        memory, as on the CPU)."""
+        if self.device == "cuda":
+            from . import cuda
+
+            try:
+                return int(cuda.check(cuda.runtime().cudaMemGetInfo(), "cudaMemGetInfo")[0])
+            except BackendUnavailableError:
+                pass
+        return available_memory()
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs (e.g. a selection stage's) on `inputs` by name; its outputs by name."""

@@ -28,6 +28,7 @@ from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle, check_engine_host
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
+from ..memory import available_memory
 from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from .base import BeamSlots, UnitBatch, fixed_decoder_inputs, scatter_top
@@ -183,6 +184,11 @@ class TensorRTBackend:
               cache: UnitCache | None = None) -> TensorRTSession:
         """`cache` is not read: see `caches_units`."""
         return TensorRTSession(self, batch, beams, unit_batch_size)
+
+    def free_memory(self) -> int | None:
+        """This machine's available memory: the device buffers are allocated at load for the profiles' maxima,
+        which bound what a call takes on the GPU (an input past them is refused by the profiles)."""
+        return available_memory()
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs (a selection stage's scoring) and return its outputs by name."""

@@ -15,6 +15,7 @@ from .. import constants as C
 from .. import kinds
 from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
+from ..memory import available_memory
 from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
 from ..units import Unit
@@ -76,6 +77,14 @@ class TorchBackend:
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
               cache: UnitCache | None = None) -> TorchSession:
         return TorchSession(self, batch, beams, unit_batch_size, cache)
+
+    def free_memory(self) -> int | None:
+        """On CUDA the GPU's free memory and what torch's caching allocator holds unused; on the CPU this
+        machine's available memory."""
+        if self.device != "cuda":
+            return available_memory()
+        cuda = self.torch.cuda
+        return int(cuda.mem_get_info()[0] + cuda.memory_reserved() - cuda.memory_allocated())
 
     def run(self, graph: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one of the kind's graphs other than the encoder and decoder (a selection stage's): the model's

@@ -165,7 +165,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         raise OptionError(f"options is a {type(options).__name__}; pass a ServeOptions or None")
     if summarizer is None:
         summarizer = Summarizer.from_pretrained(bundle, backend=backend, threads=threads, device=device)
-    budget, body_limit = options.budget_bytes, options.body_bytes
+    budget, body_limit = options.budget_bytes(summarizer.backend.free_memory), options.body_bytes
     metrics = Metrics(budget)
     state: dict[str, Any] = {"closing": False, "admission": None}
     # requests are paged (and their estimates made) one at a time, in one thread: what paging holds is one input's,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import OptionError
@@ -18,7 +19,8 @@ class ServeOptions:
 
     memory_budget: bytes (or a size such as "8GB") that the requests being summarized may reserve together, above
     the loaded model; each request reserves its estimate (`Summarizer.estimate`) before any model work. None: 80%
-    of the memory available at start.
+    of the memory available at start where the model's working memory lives (the GPU's for the torch backend or
+    onnxruntime-gpu on CUDA).
     """
 
     memory_budget: int | str | None = None
@@ -45,11 +47,12 @@ class ServeOptions:
                 raise OptionError("token: give at least 16 characters without surrounding spaces (e.g. the output "
                                   "of `python -c 'import secrets; print(secrets.token_urlsafe())'`)")
 
-    @property
-    def budget_bytes(self) -> int:
+    def budget_bytes(self, available: Callable[[], int | None] = available_memory) -> int:
+        """memory_budget in bytes; unset, DEFAULT_SHARE of what `available` reports (the served backend's
+        `free_memory`: the GPU's where the model's working memory lives)."""
         if self.memory_budget is not None:
             return parse_size(self.memory_budget, "memory_budget")
-        available = available_memory()
+        available = available()
         if available is None:
             raise OptionError("the memory available here cannot be read; give memory_budget (e.g. '8GB')")
         return int(available * DEFAULT_SHARE)
