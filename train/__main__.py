@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def training_words(config: TrainConfig, files: list[Path]) -> Path:
     path = config.run_dir() / WORDS_FILE
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job write alike
         WordList(words_of(tokenizer_texts(files))).write(partial)
         partial.replace(path)
     return path
@@ -69,7 +70,7 @@ def training_common_words(config: TrainConfig, files: list[Path]) -> Path:
     path = config.run_dir() / COMMON_WORDS_FILE
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job write alike
         inputs = ("\n".join(example.documents) for file in files for example in read_jsonl(file, require_summary=False))
         common_words(inputs).write(partial)
         partial.replace(path)

@@ -35,7 +35,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(path))
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job may write it together
+    tokenizer.save(str(partial))
+    partial.replace(path)
     return path
 
 
