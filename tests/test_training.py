@@ -109,6 +109,25 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, jsonl, tokenizer_file
         assert 0 <= straight[2]["val_rouge1"] <= 100
 
 
+def test_a_time_budget_stops_the_run_saved_and_ends_the_linear_schedule_with_it(tmp_path, jsonl, tokenizer_file):
+    from train.__main__ import build
+    from train.trainer import learning_rate
+
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "timed", max_minutes=1e-6, val_files=[])
+    trainer = build(config, progress=False)
+    records = trainer.train()
+    assert [r["step"] for r in records] == [1]  # the first step spends the budget
+    assert trainer.latest().name == "step-0000001" and trainer.position.seconds >= 60 * config.max_minutes
+    assert build(config, progress=False).train() == []  # resumed: the budget counts the time already trained
+    longer = dataclasses.replace(config, max_minutes=1e3)
+    assert [r["step"] for r in build(longer, progress=False).train(max_steps=2)] == [2]
+
+    linear = dataclasses.replace(config, schedule="linear", max_steps=100, warmup_steps=0, max_minutes=10.0)
+    assert learning_rate(linear, 10, 0.0) == pytest.approx(90 / 99 * linear.lr)  # steps run out first
+    assert learning_rate(linear, 10, 300.0) == pytest.approx(0.5 * linear.lr)  # time runs out first
+    assert learning_rate(linear, 10, 900.0) == 0.0
+
+
 def test_the_trainer_uses_the_objective_the_kind_registers(tmp_path, jsonl, tokenizer_file, monkeypatch):
     from locsum_sdk.modeling import registry
     from locsum_sdk.modeling.objectives import cross_entropy
@@ -191,6 +210,8 @@ def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, token
     ("workers", -1, "workers=-1 is not accepted"),
     ("fp16", "yes", "fp16='yes' is not accepted"),
     ("compile", "yes", "compile='yes' is not accepted"),
+    ("max_minutes", "5", "max_minutes='5' is not accepted"),
+    ("max_minutes", 0, "max_minutes=0 leaves no time to train"),
 ])
 def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, jsonl, tokenizer_file, field, value,
                                                                       message):

@@ -130,11 +130,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to train, over the config's device (auto: CUDA where torch sees a GPU); a run "
                              "resumes on any device")
     parser.add_argument("--max-steps", type=int, help="stop (resumably) after this many steps in all")
+    parser.add_argument("--max-minutes", type=float,
+                        help="the training time budget, over the config's: stop (resumably) once the run has trained "
+                             "this long in all")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        config = TrainConfig.load(args.config, **({"device": args.device} if args.device else {}))
+        overrides = {name: value for name, value in (("device", args.device), ("max_minutes", args.max_minutes))
+                     if value is not None}
+        config = TrainConfig.load(args.config, **overrides)
         trainer = build(config, progress=not args.quiet)
         logger.info("%s: %d training samples, %.1fM parameters on %s", config.name, len(trainer.train_set),
                     sum(p.numel() for p in trainer.model.parameters()) / 1e6, trainer.device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,9 @@ from locsum_sdk.validation import (
     check_str,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: `$DATA` in configs, and the sets `train.release` and `train.compare` read: the folder LOCSUM_DATA names, else the
+#: repository's ../shared/data
+DATA = Path(os.environ.get("LOCSUM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data").expanduser()
 BASE = "base"  # a config file may name another one (relative to itself) whose values it changes
 
 
@@ -42,6 +45,8 @@ class TrainConfig:
     batch_size: int = 4  # samples per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 1000
+    max_minutes: float | None = None  # training time budget: stop (resumably, saved) once the run has trained this
+    # long in all, across resumes; the linear schedule then reaches zero at whichever of the two comes first
     lr: float = 5e-4
     lr_scale: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> multiple of the schedule's rate
     warmup_steps: int = 100
@@ -98,7 +103,7 @@ class TrainConfig:
         return cls.from_dict({**read_values(Path(path)), **overrides})
 
     def resolve(self, path: str) -> Path:
-        """Paths in configs are relative to the repository; `$DATA` is ../shared/data."""
+        """Paths in configs are relative to the repository; `$DATA` is `DATA`."""
         text = path.replace("$DATA", str(DATA))
         candidate = Path(text).expanduser()
         return candidate if candidate.is_absolute() else Path(__file__).resolve().parents[1] / candidate
@@ -166,6 +171,9 @@ def _check_fields(config: TrainConfig) -> None:
         check_int(name, getattr(config, name), 0)
     check_int("vocab_size", config.vocab_size, 261)  # the byte alphabet and five specials
     check_float("weight_decay", config.weight_decay, 0.0)
+    check_float("max_minutes", config.max_minutes, 0.0, optional=True)
+    if config.max_minutes == 0:
+        raise OptionError("max_minutes=0 leaves no time to train; give a positive number of minutes or leave it out")
     check_float("label_smoothing", config.label_smoothing, 0.0, 0.99)
     for name in ("lr", "clip"):  # clip 0 would zero every gradient, not turn clipping off
         value = getattr(config, name)

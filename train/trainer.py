@@ -132,14 +132,20 @@ class Position:
     step: int = 0  # optimizer steps done
     epoch: int = 0
     cursor: int = 0  # samples of this epoch already used
+    seconds: float = 0.0  # time spent in training steps, across resumes (`TrainConfig.max_minutes`)
 
 
-def learning_rate(config: TrainConfig, step: int) -> float:
+def learning_rate(config: TrainConfig, step: int, seconds: float = 0.0) -> float:
+    """The rate of optimizer step `step`, `seconds` into the run's training time. "linear" warms up, then falls to
+    zero at `max_steps` or at `max_minutes`, whichever the run reaches first."""
     warm = max(1, config.warmup_steps)
     if config.schedule == "linear":
         if step < warm:
             return config.lr * (step + 1) / warm
-        return config.lr * max(0.0, (config.max_steps - step) / max(1, config.max_steps - warm))
+        left = (config.max_steps - step) / max(1, config.max_steps - warm)
+        if config.max_minutes is not None:
+            left = min(left, 1.0 - seconds / (60.0 * config.max_minutes))
+        return config.lr * max(0.0, left)
     return config.lr * min((step + 1) / warm, math.sqrt(warm / (step + 1)))
 
 
@@ -243,7 +249,8 @@ class Trainer:
 
     def _mean(self, values: list[float]) -> float:
         """The mean over this step's micro-batches of every process."""
-        total = torch.tensor([float(np.sum(values)), float(len(values))], dtype=torch.float64)
+        total = torch.tensor([float(np.sum(values)), float(len(values))], dtype=torch.float64,
+                             device=self.device)  # NCCL reduces device tensors alone
         if self.processes.world > 1:
             import torch.distributed as dist
 
@@ -262,10 +269,10 @@ class Trainer:
         records, window_tokens, window_start = [], 0, time.perf_counter()
         bar = tqdm(total=stop, initial=self.position.step, disable=not self.progress, desc=config.name, unit="step")
         self.step_module.train()
-        while self.position.step < stop:
-            step, started = self.position.step, time.perf_counter()
+        while self.position.step < stop and not self._out_of_time():
+            step, started, rate = self.position.step, time.perf_counter(), learning_rate(config, *self._clock())
             for group in self.optimizer.param_groups:
-                group["lr"] = learning_rate(config, step) * group.get("lr_scale", 1.0)  # older runs' groups lack it
+                group["lr"] = rate * group.get("lr_scale", 1.0)  # older runs' groups lack it
             losses, nlls, parts = [], [], {}
             for micro in range(config.grad_accum):
                 epoch, cursor, batch = next(batches)
@@ -284,10 +291,10 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
-            self.position = Position(step + 1, epoch, cursor)
+            seconds = time.perf_counter() - started
+            self.position = Position(step + 1, epoch, cursor, self.position.seconds + seconds)
             record = {"step": step + 1, "epoch": epoch, "loss": self._mean(losses), "nll": self._mean(nlls),
-                      "lr": learning_rate(config, step), "grad_norm": float(grad_norm),
-                      "seconds": time.perf_counter() - started, "device": self.hardware,
+                      "lr": rate, "grad_norm": float(grad_norm), "seconds": seconds, "device": self.hardware,
                       **{f"loss_{name}": self._mean(values) for name, values in sorted(parts.items())}}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
@@ -302,7 +309,7 @@ class Trainer:
             records.append(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}")
-            if (step + 1) % config.save_every == 0 or step + 1 == stop:
+            if (step + 1) % config.save_every == 0 or step + 1 == stop or self._out_of_time():
                 self.save()
         bar.close()
         return records
@@ -329,6 +336,19 @@ class Trainer:
         references = [self.val_set.example(index).summary for index in range(count)]
         rows = rouge_scores(predictions, references)
         return {"val_nll": nll, **{f"val_{m}": float(np.mean([r[m] for r in rows])) for m in rows[0]}}
+
+    def _clock(self) -> tuple[int, float]:
+        """(step, training seconds) at the position, the seconds process 0's (every process then agrees on the
+        rate and on the time budget's end)."""
+        seconds = torch.tensor([self.position.seconds], dtype=torch.float64, device=self.device)
+        if self.processes.world > 1:
+            import torch.distributed as dist
+
+            dist.broadcast(seconds, 0)
+        return self.position.step, float(seconds[0])
+
+    def _out_of_time(self) -> bool:
+        return self.config.max_minutes is not None and self._clock()[1] >= 60.0 * self.config.max_minutes
 
     # ---- checkpoints ------------------------------------------------------------------------------------
     def _log(self, record: dict) -> None:
