@@ -128,7 +128,8 @@ class TorchSession:
         self.slots = BeamSlots(batch.batch, beams)
         self.graphs = StepGraphs(torch, backend.device) if backend.cuda_graphs else None
         self.cache = [
-            tuple(torch.zeros(groups, heads, beams, self.slots.capacity, dim, device=backend.device) for _ in "kv")
+            tuple(torch.zeros(groups, heads, beams, self.slots.capacity, dim, dtype=dtype, device=backend.device)
+                  for _ in "kv")
             for groups in layout.cache_groups(batch.batch, batch.width, shape)
         ]
 
@@ -169,8 +170,8 @@ class TorchSession:
                 log_probs, weights = self._step({name: self.tensor(value) for name, value in inputs.items()})
             else:  # one bucket per cache capacity: the cache's tensors are replaced when it grows
                 log_probs, weights = self.graphs.step(self.slots.capacity, inputs, self._step)
-        self.log_probs = log_probs.cpu().numpy()
-        return self.log_probs, weights.cpu().numpy()
+        self.log_probs = log_probs.float().cpu().numpy()  # numpy has no bfloat16; the search runs in float32
+        return self.log_probs, weights.float().cpu().numpy()
 
     def _step(self, inputs: dict):
         return self.model.step(**inputs, cache=self.cache, cross=self.cross, **self.fixed)

@@ -176,7 +176,7 @@ class GlobalLayer(nn.Module):
         q, k, v = (proj(pooled).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))  # (B, H, P, d)
         context = attend(q, k, v, paragraph_mask[:, None, None, :], self.dropout, self.training)  # (B, H, P, d)
         if graph is not None and self.graph_head:
-            weights = graph * paragraph_mask[:, None, :]
+            weights = graph.to(v.dtype) * paragraph_mask[:, None, :]  # the graph comes as float32
             weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
             context = torch.cat([torch.matmul(weights, v[:, 0])[:, None], context[:, 1:]], dim=1)
         return context.transpose(1, 2)
