@@ -3,7 +3,8 @@
     python -m benchmarks.gpu_child CHECKPOINT MODE UNITS UNIT_TOKENS BEAMS STEPS
 
 MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
-kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs; "hf" runs HF
+kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs, and "+profile" (e.g.
+"torch+profile") records the timed steps' CUDA kernels with torch.profiler (`kernel_table`); "hf" runs HF
 transformers' `BartForConditionalGeneration.generate` at the checkpoint's BART shape (random weights) on one unit, the
 input cut to its first UNIT_TOKENS tokens as a user of it would, for STEPS new tokens per beam. CHECKPOINT may
 name the kind to load it as after a colon (CKPT:hierencdec). Encodes one item of UNITS units of UNIT_TOKENS random
@@ -30,7 +31,8 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
 
     if mode == "hf":
         return hf_generate(checkpoint, unit_tokens, beams, steps)
-    ops, _, graphs = mode.partition("+")
+    ops, *flags = mode.split("+")
+    graphs, profile = "graphs" in flags, "profile" in flags
     if ops == "triton":
         from locsum_sdk.kernels.torch_ops import use_triton
 
@@ -42,7 +44,7 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     items = [[Unit(0, 0, 0, "", tuple(int(t) for t in rng.integers(4, cfg.vocab_size, unit_tokens)))
               for _ in range(units)]]
     batch = UnitBatch.from_units(items, cfg.pad_token_id)
-    backend = TorchBackend(model, device="cuda", cuda_graphs=graphs == "graphs")
+    backend = TorchBackend(model, device="cuda", cuda_graphs=graphs)
     times: list[float] = []
 
     class Timed:
@@ -61,19 +63,41 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
 
     options = GenerationOptions(num_beams=beams, max_length=steps + 1, min_length=steps + 1)
     warm = GenerationOptions(num_beams=beams, max_length=3)
+    recorder = None
     for run_options in (warm, options):
         times.clear()
         torch.cuda.reset_peak_memory_stats()
         session = backend.start(batch, beams, unit_batch_size=4)
+        timed = run_options is options and profile
+        if timed:
+            recorder = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            recorder.__enter__()
         try:
             hypothesis = generate(Timed(session), 1, run_options, cfg.decoder_start_token_id, cfg.eos_token_id,
                                   cfg.pad_token_id)[0]
         finally:
+            if timed:
+                torch.cuda.synchronize()
+                recorder.__exit__(None, None, None)
             session.close()
-    return {"median_ms": 1000 * float(np.median(times[1:])), "decode_s": float(np.sum(times)),
-            "tokens_per_s": steps / float(np.sum(times)), "tokens": hypothesis.token_ids,
-            "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0),
-            "step_bytes": step_bytes(model, units, unit_tokens, beams, steps)}
+    result = {"median_ms": 1000 * float(np.median(times[1:])), "decode_s": float(np.sum(times)),
+              "tokens_per_s": steps / float(np.sum(times)), "tokens": hypothesis.token_ids,
+              "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0),
+              "step_bytes": step_bytes(model, units, unit_tokens, beams, steps)}
+    if recorder is not None:
+        result["kernels"] = kernel_table(recorder.key_averages(), len(times))
+    return result
+
+
+def kernel_table(averages, steps: int, top: int = 15) -> dict:
+    """torch.profiler's averages of a run of `steps` decoding steps -> the GPU kernels' time a step (their sum is
+    what a replayed graph still spends, launches aside), how many run a step, and the `top` kernels by time."""
+    kernels = [event for event in averages if event.device_type.name == "CUDA"]
+    kernels.sort(key=lambda event: event.self_device_time_total, reverse=True)
+    return {"ms_per_step": sum(event.self_device_time_total for event in kernels) / 1000 / steps,
+            "launches_per_step": sum(event.count for event in kernels) / steps,
+            "top": [{"name": event.key[:120], "per_step": event.count / steps,
+                     "ms_per_step": event.self_device_time_total / 1000 / steps} for event in kernels[:top]]}
 
 
 def hf_generate(checkpoint: str, unit_tokens: int, beams: int, steps: int) -> dict:

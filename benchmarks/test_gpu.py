@@ -4,7 +4,7 @@ GPU memory against input length for every kind (skipped without a CUDA GPU).
 - Step: bart-base-shaped PageSum, 8 pages of 1024 tokens, 4 beams, the torch reference backend on CUDA, each
   configuration in its own process; median step time of each, their ratio, tokens identical (float32): Triton
   kernels against torch ops (eager steps), and for PageSum, DYLE and HierEncDec the step replayed from CUDA graphs
-  against the eager one.
+  against the eager one; and the GPU kernels' own time in PageSum's eager step, kernel by kernel (torch.profiler).
 - Serving: `locsum serve` of the bart-base-shaped PageSum on the torch backend on CUDA under 1, 4 and 16 concurrent
   clients against `summarize_batch` of the same inputs in batches of 16 in a fresh process (4 beams, 64 tokens,
   8 pages of 1024 tokens each); target: at 16 clients at least 0.9x, 0 lost.
@@ -94,6 +94,23 @@ def test_gpu_step_cuda_graphs_vs_eager(kind):
                                               "identical_tokens": same, "step_bytes": eager["step_bytes"],
                                               "bandwidth_floor_ms": floor})
     assert same
+
+
+def test_gpu_step_kernel_time():
+    """Where PageSum's step goes (bart-base shape, 8 pages of 1024 tokens, 4 beams, eager, torch ops): the GPU
+    kernels' own time a step, which replaying the step from a CUDA graph cannot remove, against the whole step."""
+    checkpoint, _ = bart_base_pagesum()
+    run = child(str(checkpoint), "torch+profile", 8, 1024, 4, 32)
+    kernels = run["kernels"]
+    floor = floor_ms(run["device"], run["step_bytes"])
+    print(f"\n{run['device']}: PageSum bart-base, 8 pages x 1024 tokens, 4 beams, eager: kernels "
+          f"{kernels['ms_per_step']:.2f} ms a step ({kernels['launches_per_step']:.0f} launches) of a "
+          f"{run['median_ms']:.2f} ms step" + (f"; the bandwidth floor {floor:.3f} ms" if floor is not None else ""))
+    for row in kernels["top"]:
+        print(f"  {row['ms_per_step']:.3f} ms  x{row['per_step']:.0f}  {row['name']}")
+    write_result("gpu_step_kernels", {"device": run["device"], "step_ms": run["median_ms"], **kernels,
+                                      "bandwidth_floor_ms": floor})
+    assert 0 < kernels["ms_per_step"] <= run["median_ms"] * 1.05  # the profiler's own cost aside
 
 
 def test_gpu_pagesum_against_hf_generate():
