@@ -26,7 +26,7 @@ NAME = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(])")
 LOGGING = {"debug", "info", "warning", "error", "exception", "critical"}
 # names messages point to that are not options: API functions, files, checkpoint and config keys
 OTHER_NAMES = {"estimate_memory", "summarize_batch", "unit_scores", "page_conf", "pytorch_model", "model_type",
-               "inter_heads", "d_model", "objective_options", "train_files", "val_files", "lr_scale", "locsum_sdk"}
+               "inter_heads", "d_model", "locsum_sdk"}
 
 
 def option_names() -> set[str]:
@@ -53,7 +53,9 @@ def option_names() -> set[str]:
     from locsum_sdk.serve.app import CODES
     from locsum_sdk.serve.options import ServeOptions
 
-    names |= {f.name for group in (Manifest, ServeOptions) for f in dataclasses.fields(group)}  # manifest keys
+    from train.config import TrainConfig
+
+    names |= {f.name for group in (Manifest, ServeOptions, TrainConfig) for f in dataclasses.fields(group)}
     return names | set(CODES)  # the API's error codes
 
 
