@@ -52,7 +52,6 @@ def option_names() -> set[str]:
     from locsum_sdk.bundle import Manifest
     from locsum_sdk.serve.app import CODES
     from locsum_sdk.serve.options import ServeOptions
-
     from train.config import TrainConfig
 
     names |= {f.name for group in (Manifest, ServeOptions, TrainConfig) for f in dataclasses.fields(group)}
