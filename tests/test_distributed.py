@@ -94,3 +94,17 @@ def test_a_killed_job_resumes_exactly(tmp_path, data, tokenizer_file, two_proces
     resumed = run(path, 2)
     assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
     assert [r["loss"] for r in resumed] == [r["loss"] for r in two_processes]
+
+
+def test_two_processes_end_a_time_budget_at_the_same_step(tmp_path, data, tokenizer_file):
+    """Each process times its own steps; process 0's time decides for both, so neither waits alone in a
+    collective the other has left (the job would hang) and one checkpoint holds the last step."""
+    steps = 10**6  # the time budget, 0.12 s of steps, ends the run on any machine
+    path = config(tmp_path, data, tokenizer_file, "timed", grad_accum=1, max_steps=steps, save_every=steps,
+                  max_minutes=0.002)
+    records = run(path, 2)
+    last = records[-1]["step"]
+    assert [r["step"] for r in records] == list(range(1, last + 1))
+    assert [p.name for p in (tmp_path / "timed" / "checkpoints").iterdir()] == [f"step-{last:07d}"]
+    state = json.loads((tmp_path / "timed" / "checkpoints" / f"step-{last:07d}" / "trainer.json").read_text())
+    assert state["seconds"] >= 0.12

@@ -340,11 +340,12 @@ class Trainer:
     def _clock(self) -> tuple[int, float]:
         """(step, training seconds) at the position, the seconds process 0's (every process then agrees on the
         rate and on the time budget's end)."""
-        seconds = torch.tensor([self.position.seconds], dtype=torch.float64, device=self.device)
-        if self.processes.world > 1:
-            import torch.distributed as dist
+        if self.config.max_minutes is None or self.processes.world == 1:  # nothing for processes to agree on
+            return self.position.step, self.position.seconds
+        import torch.distributed as dist
 
-            dist.broadcast(seconds, 0)
+        seconds = torch.tensor([self.position.seconds], dtype=torch.float64, device=self.device)
+        dist.broadcast(seconds, 0)
         return self.position.step, float(seconds[0])
 
     def _out_of_time(self) -> bool:
