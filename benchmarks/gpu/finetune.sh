@@ -3,15 +3,18 @@
 # (the working tree included). Everything the run reads travels in parts of one payload, a call at a time:
 #
 #   bash benchmarks/gpu/finetune.sh pack     # here: the base model's GGUF, the MiniLM extractor (float16), the train
-#                                            # and val splits (xz) and DYLE's oracle cache -> benchmarks/gpu/carry/
+#                                            # and val splits (xz), DYLE's oracle cache and the run's last checkpoint
+#                                            # if there is one (it resumes there) -> benchmarks/gpu/carry/
 #   bash benchmarks/gpu/finetune.sh join     # there, in each call that carries parts (with index.json): keep them
 #   bash benchmarks/gpu/finetune.sh train    # there, once every part is kept: unpack, write the starting
 #                                            # checkpoint, train train/configs/smollm2-dyle-lora-gpu.toml
+#   bash benchmarks/gpu/finetune.sh keep DIR # here, DIR holding what came back: the run's checkpoint, whole
 #
-# `train` copies the last checkpoint's changes (model.safetensors, config.json), its position and the run's
-# metrics.jsonl to $OUT (what comes back). MINUTES sets the training time budget (default: the config's).
-# Here, `locsum export --checkpoint` reads those changes over ~/.cache/locsum/smollm2-dyle once config.json's
-# "over" names it.
+# `train` writes the last checkpoint's changes (model.safetensors), its optimizer state in parts of 15 MB, a tar of
+# its position, RNG state, config and the run's metrics, and the log to $OUT (what comes back: 16 MiB a file).
+# MINUTES sets the training time budget (default: the config's). `keep` puts them back together under
+# ~/.cache/locsum/runs/smollm2-dyle-lora-gpu, with the files a checkpoint carries that both machines make alike
+# (tokenizers, word lists): `locsum export --checkpoint` reads it, and the next `pack` carries it to resume.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-$(command -v python3 || command -v python)}
@@ -19,6 +22,9 @@ carry=benchmarks/gpu/carry
 kept=${KEPT:-$HOME/.cache/locsum/carry}
 work=${WORK:-$HOME/.cache/locsum/payload}
 config=${CONFIG:-train/configs/smollm2-dyle-lora-gpu.toml}
+start=$HOME/.cache/locsum/smollm2-dyle  # the config's init_from
+run=$HOME/.cache/locsum/runs/smollm2-dyle-lora-gpu  # the config's run directory
+resumed="model.safetensors optimizer.pt rng.pt trainer.json config.json"  # what a checkpoint resumes from
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 pack() {
@@ -48,6 +54,13 @@ PY
     xz -6 -T0 -c "$data/$split.jsonl" > "$stage/data/$split.jsonl.xz"
   done
   cp "$HOME"/.cache/locsum/runs/.oracle/*.json "$stage/oracle/" 2>/dev/null || log "no oracle cache: computed there"
+  latest=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1 || true)
+  if [ -n "$latest" ]; then
+    log "carrying $latest to resume from"
+    mkdir -p "$stage/resume/$(basename "$latest")"
+    for name in $resumed; do cp "$latest/$name" "$stage/resume/$(basename "$latest")/"; done
+    cp "$run/metrics.jsonl" "$stage/resume/"
+  fi
   tar -cf "$stage.tar" -C "$stage" .
   rm -rf "$carry"
   "$PY" -m train.base_parts split --file "$stage.tar" --size "${PART:-30MB}" --into "$carry"
@@ -60,7 +73,7 @@ join() {
 }
 
 train() {
-  local payload checkpoint latest
+  local payload latest
   payload=$(join | sed -n 's/^complete: //p')
   [ -n "$payload" ] || { log "parts are still missing"; join; exit 1; }
   rm -rf "$work" && mkdir -p "$work" && tar -xf "$payload" -C "$work"
@@ -73,25 +86,57 @@ from safetensors.torch import load_file, save_file
 weights = {name: tensor.float() for name, tensor in load_file(sys.argv[1]).items()}
 save_file(weights, sys.argv[1])
 PY
-  checkpoint=$HOME/.cache/locsum/smollm2-dyle
   log "starting checkpoint"
-  [ -f "$checkpoint/model.safetensors" ] || \
-    "$PY" -m train.base_start --kind dyle --base "$work/base.gguf" --extractor "$work/extractor" --output "$checkpoint"
+  [ -f "$start/model.safetensors" ] || \
+    "$PY" -m train.base_start --kind dyle --base "$work/base.gguf" --extractor "$work/extractor" --output "$start"
+  if [ -d "$work/resume" ] && ! ls -d "$run"/checkpoints/step-* >/dev/null 2>&1; then
+    log "resuming from $(ls -d "$work"/resume/step-*)"
+    mkdir -p "$run/checkpoints" && cp -r "$work"/resume/step-* "$run/checkpoints/" && cp "$work/resume/metrics.jsonl" "$run/"
+  fi
   log "training"
   LOCSUM_DATA=$work/data "$PY" -m train --config "$config" --quiet ${MINUTES:+--max-minutes "$MINUTES"} \
     ${DEVICE:+--device "$DEVICE"} > "${OUT:-.}/train.log" 2>&1 || log "training exit $?"
-  grep -v "^\s*$" "${OUT:-.}/train.log" | tail -40
-  latest=$(ls -d "$HOME"/.cache/locsum/runs/smollm2-dyle-lora-gpu/checkpoints/step-* | tail -1)
+  grep -v "^\s*$" "${OUT:-.}/train.log" | tail -40 || true
+  latest=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1 || true)
+  [ -n "$latest" ] || { log "the run wrote no checkpoint (train.log)"; exit 1; }
   log "last checkpoint: $latest"
   if [ -n "${OUT:-}" ]; then
-    cp "$latest/model.safetensors" "$latest/config.json" "$latest/trainer.json" "$OUT/"
-    cp "$HOME/.cache/locsum/runs/smollm2-dyle-lora-gpu/metrics.jsonl" "$OUT/"
+    cp "$latest/model.safetensors" "$OUT/"
+    split -b 15000000 -d "$latest/optimizer.pt" "$OUT/optimizer.pt.part-"
+    tar -cf "$OUT/state.tar" -C "$latest" rng.pt trainer.json config.json -C "$run" metrics.jsonl
   fi
+}
+
+keep() {
+  local from=${1:?keep DIR: the folder holding what train wrote to \$OUT} step
+  step=$("$PY" -c "import json, sys; print(json.load(sys.stdin)['step'])" < <(tar -xOf "$from/state.tar" trainer.json))
+  local checkpoint
+  checkpoint=$run/checkpoints/$(printf 'step-%07d' "$step")
+  mkdir -p "$checkpoint"
+  tar -xf "$from/state.tar" -C "$checkpoint" rng.pt trainer.json config.json
+  tar -xOf "$from/state.tar" metrics.jsonl > "$run/metrics.jsonl"
+  cp "$from/model.safetensors" "$checkpoint/"
+  cat "$from"/optimizer.pt.part-* > "$checkpoint/optimizer.pt"
+  cp "$start/tokenizer.json" "$start/extractor_tokenizer.json" "$checkpoint/"
+  "$PY" - "$config" "$checkpoint" <<'PY'
+import shutil, sys
+from pathlib import Path
+
+from train.__main__ import training_common_words, training_words
+from train.config import TrainConfig
+
+config = TrainConfig.load(sys.argv[1])
+files = [config.resolve(name) for name in config.train_files]
+for made in (training_words(config, files), training_common_words(config, files)):
+    shutil.copyfile(made, Path(sys.argv[2]) / made.name)
+PY
+  log "kept $checkpoint"
 }
 
 case ${1:-} in
   pack) pack ;;
   join) join ;;
   train) train ;;
-  *) echo "usage: $0 pack|join|train" >&2; exit 2 ;;
+  keep) keep "${2:-}" ;;
+  *) echo "usage: $0 pack|join|train|keep DIR" >&2; exit 2 ;;
 esac
