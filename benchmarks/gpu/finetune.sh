@@ -28,7 +28,7 @@ resumed="model.safetensors optimizer.pt rng.pt trainer.json config.json"  # what
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 pack() {
-  local stage data
+  local stage data latest
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   data=${LOCSUM_DATA:-../shared/data}
