@@ -2,8 +2,8 @@
 # The prepared GPU run, for whoever is lent a GPU machine: its facts, `locsum doctor` on every shipped bundle,
 # `pytest tests/gpu` and `benchmarks/test_gpu.py` (the decoding step: Triton against torch ops, CUDA graphs against eager; the memory sweeps),
 # each stage under its own time limit, 7.5 minutes at most (60 + 150 + 240 s; on an H200 tests/gpu took 68 s alone,
-# the step benchmarks with HF's generate 191 s before the kernel profile joined them; what the limit cuts is named in
-# bench_gpu.txt). Installs nothing beyond the machine's torch, Triton
+# the step benchmarks with HF's generate 191 s before the kernel profile joined them; a stage stopped by its limit
+# keeps what it printed). Installs nothing beyond the machine's torch, Triton
 # and transformers except the pure-Python test tools in benchmarks/gpu/wheels (`bash benchmarks/gpu/wheels.sh`
 # fills it here; the folder travels with the working tree). Small results go to $OUT (the device's folder that
 # comes back), else benchmarks/results/gpu-run.
