@@ -279,6 +279,17 @@ def llama_bundle_dir(tmp_path_factory, llama_checkpoint_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_hierencdec_bundle_dir(tmp_path_factory, llama_checkpoint_dir) -> Path:
+    """The tiny Llama PageSum exported as hierencdec: its backbone reads each document alone and one summary reads
+    them all (`modeling.hierencdec_llama`); the page confidence layer is left out."""
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    output = tmp_path_factory.mktemp("bundles") / "llama-hierencdec"
+    return export_onnx(llama_checkpoint_dir, output, kind="hierencdec",
+                       options={"policy": "document", "page_tokens": 100}).path
+
+
+@pytest.fixture(scope="session")
 def hierencdec_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     """The tiny PageSum checkpoint's BART weights exported as hierencdec (`locsum export --kind hierencdec`)."""
     from locsum_sdk.cli import main

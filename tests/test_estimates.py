@@ -130,6 +130,34 @@ def test_the_estimate_holds_for_a_llama_dyle_with_adapters(llama_dyle_bundle):
     holds()
 
 
+@pytest.fixture(scope="module")
+def llama_hierencdec_bundle(tmp_path_factory, tokenizer, tokenizer_file):
+    """A HierEncDec on a Llama backbone (random weights), each document a prompt read alone."""
+    from conftest import LLAMA_FRAME, random_model, tiny_llama_config
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+
+    config = tiny_llama_config(tokenizer.get_vocab_size(), d_model=128, layers=4, heads=8, kv_heads=2, ffn_dim=384,
+                               max_positions=512, **LLAMA_FRAME)
+    model = random_model(lambda: LlamaHierEncDec(config), std=0.05)
+    checkpoint = save_checkpoint(model, tmp_path_factory.mktemp("llama_hierencdec"), tokenizer_file,
+                                 units={"policy": "document", "page_tokens": 256}, generation={"max_length": 40})
+    return export_onnx(checkpoint, tmp_path_factory.mktemp("bundles") / "llama-hierencdec").path
+
+
+def test_the_estimate_holds_for_a_llama_hierencdec(llama_hierencdec_bundle):
+    """HierEncDec on the Llama backbone: every document's prefix keys/values, and one summary per item whose
+    queries read every document at every layer."""
+    @settings(max_examples=CASES_PER_KIND)
+    @given(cases("hierencdec"))
+    def holds(case):
+        check(measure_case_in_fresh_process(dataclasses.replace(case, bundle=str(llama_hierencdec_bundle))))
+
+    holds()
+
+
 @pytest.mark.parametrize("documents", [2000, 5000])
 def test_hierencdec_with_thousands_of_short_documents_is_within_its_estimate(documents):
     """The input shape HierEncDec exists for: a folder of short reviews or tickets, one item."""

@@ -120,5 +120,8 @@ def test_base_start_writes_checkpoints_that_load_as_their_kind(tmp_path, tokeniz
     assert loaded.model.kind == "dyle" and loaded.model.config.extractor.own_tokenizer and loaded.tokenizer_file
     main(["--kind", "pagesum", "--base", str(path), "--output", str(tmp_path / "pagesum")])
     assert load_checkpoint(tmp_path / "pagesum").model.kind == "pagesum"
+    main(["--kind", "hierencdec", "--base", str(path), "--output", str(tmp_path / "hierencdec")])
+    hierencdec = load_checkpoint(tmp_path / "hierencdec").model
+    assert hierencdec.kind == "hierencdec" and hierencdec.config.to_dict()["backbone"] == "llama"
     with pytest.raises(OptionError, match="needs --extractor"):
         base_start("dyle", tmp_path / "none", path)

@@ -65,8 +65,8 @@ def test_int8_export_runs(llama_checkpoint_dir, tmp_path):
 
 def test_a_kind_that_does_not_run_on_a_llama_refuses_one(llama_checkpoint_dir):
     config = json.loads((llama_checkpoint_dir / "config.json").read_text())["model"]
-    with pytest.raises(BundleError, match="hierencdec model runs on \\['bart'\\]"):
-        kinds.get("hierencdec").model_config(config)
+    with pytest.raises(BundleError, match="hiersumm model runs on \\['bart'\\]"):
+        kinds.get("hiersumm").model_config(config)
     assert kinds.get("pagesum").model_config(config).kv_heads == 2
 
 

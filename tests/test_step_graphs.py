@@ -64,8 +64,10 @@ def test_static_buffers_give_the_eager_tokens_and_capture_once_per_bucket(reques
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("kind", ["pagesum", "hierencdec", "dyle", "hiersumm"])
-def test_every_kind_gives_the_eager_tokens_from_static_buffers(checkpoint_dir, captured, kind, dtype):
+@pytest.mark.parametrize("checkpoint, kind", [*(("checkpoint_dir", kind) for kind in ("pagesum", "hierencdec", "dyle",
+                                                                                     "hiersumm")),
+                                             ("llama_checkpoint_dir", "hierencdec")])
+def test_every_kind_gives_the_eager_tokens_from_static_buffers(request, captured, checkpoint, kind, dtype):
     """In half precision too: the step's cache and the Hierarchical Transformer's graph take the model's dtype."""
     import numpy as np
     import torch
@@ -74,7 +76,7 @@ def test_every_kind_gives_the_eager_tokens_from_static_buffers(checkpoint_dir, c
     from locsum_sdk.generation import GenerationOptions
     from locsum_sdk.modeling.checkpoint import load_checkpoint
 
-    model = load_checkpoint(checkpoint_dir, kind=kind).model.to(getattr(torch, dtype))
+    model = load_checkpoint(request.getfixturevalue(checkpoint), kind=kind).model.to(getattr(torch, dtype))
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
     units = [[tuple(int(t) for t in rng.integers(4, vocab, 30)) for _ in range(4)],

@@ -51,16 +51,18 @@ PLUGIN_FIELDS = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.Attrib
 
 
 @pytest.fixture(scope="module")
-def tiny(bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hiersumm_bundle_dir, llama_bundle_dir):
+def tiny(bundle_dir, hierencdec_bundle_dir, dyle_bundle_dir, hiersumm_bundle_dir, llama_bundle_dir,
+         llama_hierencdec_bundle_dir):
     return {"pagesum": bundle_dir, "hierencdec": hierencdec_bundle_dir, "dyle": dyle_bundle_dir,
-            "hiersumm": hiersumm_bundle_dir, "llama": llama_bundle_dir}
+            "hiersumm": hiersumm_bundle_dir, "llama": llama_bundle_dir, "llama-hierencdec": llama_hierencdec_bundle_dir}
 
 
 def bundle_path(name, tiny):
     return tiny[name[len("tiny-"):]] if name.startswith("tiny-") else ENGINES / name
 
 
-BUNDLES = [*SHIPPED, *(f"tiny-{kind}" for kind in ("pagesum", "hierencdec", "dyle", "hiersumm", "llama"))]
+BUNDLES = [*SHIPPED, *(f"tiny-{kind}" for kind in ("pagesum", "hierencdec", "dyle", "hiersumm", "llama",
+                                                    "llama-hierencdec"))]
 
 
 def prepared_graphs(path: Path, target: Path, fp16: bool):
@@ -180,7 +182,7 @@ def test_every_profile_runs_at_min_opt_and_max(name, max_batch, tiny, tmp_path):
                     assert np.isfinite(output).all(), f"{name} {graph} at {label}: {meta.name}"
 
 
-@pytest.mark.parametrize("name", [*SHIPPED, "tiny-llama"])
+@pytest.mark.parametrize("name", [*SHIPPED, "tiny-llama", "tiny-llama-hierencdec"])
 def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tiny, tmp_path):
     """`to_trt.py`'s default maxima for a shipped bundle (and a Llama-backed one, whose units and summary share the
     positions): every axis the model's positions bound (unit tokens, the cache) at most its positions, and every

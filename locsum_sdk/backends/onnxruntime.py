@@ -99,7 +99,8 @@ class OnnxRuntimeBackend:
         if providers is None and self.device == "cuda":
             providers = [CUDA, "CPUExecutionProvider"]
         self.config = bundle.manifest.model
-        self.kind = kinds.get(bundle.manifest.kind, BundleError)  # its graphs' IO and how a session binds them
+        # its graphs' IO and how a session binds them, on the model's backbone
+        self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
         self.shape = step_shape(self.config)
         self.layers = self.shape.layers
         self.threads = threads or os.cpu_count() or 1

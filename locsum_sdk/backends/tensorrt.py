@@ -160,7 +160,7 @@ class TensorRTBackend:
         check_engine_host(bundle.manifest, self.trt.__version__, capability)
         logger.info("tensorrt backend on %s (compute capability %s)", gpu, capability)
         self.config = bundle.manifest.model
-        self.kind = kinds.get(bundle.manifest.kind, BundleError)
+        self.kind = kinds.get(bundle.manifest.kind, BundleError).on(bundle.manifest.model)
         self.shape = step_shape(self.config)
         self.layers = self.shape.layers
         self.graphs = self.kind.graphs(self.config)

@@ -62,7 +62,7 @@ class TorchBackend:
             logger.info("cuda_graphs: %s; the decoding step runs eagerly", unsupported)
         self.cuda_graphs = bool(cuda_graphs is not False and not unsupported)
         self.model = model.eval().to(device)
-        self.kind = kinds.get(model.kind, BackendError)
+        self.kind = kinds.get(model.kind, BackendError).on(model.config.to_dict())
         self.graphs = self.kind.graphs(model.config.to_dict())  # each graph's declared IO
 
     @functools.cached_property

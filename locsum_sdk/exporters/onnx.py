@@ -202,7 +202,7 @@ def export_onnx(
         checks, recipes = {}, {}
         io = declared.graphs(model.config.to_dict())
         for name, spec in torch_kind.graphs(model).items():
-            file, function = io[name].file, torch_kind.functions.get(name)
+            file, function = io[name].file, torch_kind.functions_of(model).get(name)
             logger.info("exporting %s", file)
             expected = graphs.export_graph(spec, work / file, OPSET)
             check_graph(work / file, function)

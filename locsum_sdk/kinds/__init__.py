@@ -213,6 +213,7 @@ class Kind:
     selection: Selection | None = None  # the stage that chooses units before encoding, for kinds that have one
     backbones: tuple[str, ...] = (BART,)  # the backbones its model runs on (`modeling.backbone`)
     llama_config: type = LlamaConfig  # its model config on a Llama backbone
+    llama_layout: Layout | None = None  # its layout on a Llama backbone, where it differs from `layout`
     units_ranked: bool = False  # its encoder codes each unit's rank: no more units than the model's positions
 
     def model_config(self, values: Any) -> Any:
@@ -222,6 +223,11 @@ class Kind:
         if backbone not in self.backbones:
             raise BundleError(f"model.backbone={backbone!r}: a {self.name} model runs on {list(self.backbones)}")
         return self.llama_config.from_dict(values) if backbone == LLAMA else self.config.from_dict(values)
+
+    def on(self, model: Any) -> Kind:
+        """This kind as a model with these `model` settings runs it: with its layout on the model's backbone."""
+        backbone = model.get("backbone", BART) if isinstance(model, dict) else BART
+        return replace(self, layout=self.llama_layout) if backbone == LLAMA and self.llama_layout else self
 
     def own_tokenizer(self, model: dict[str, Any]) -> OwnTokenizer | None:
         """The tokenizer of its own this model's selection stage reads (its bundle carries `file`), if any."""

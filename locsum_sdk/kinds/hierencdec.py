@@ -18,8 +18,11 @@ from .. import constants as C
 from ..backends.base import UnitBatch
 from ..memory import FLOAT, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
 from ..modeling.config import StepShape, step_shape
+from ..modeling.llama_config import BACKBONE as LLAMA
 from ..units import Pager, PagingOptions
-from . import GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
+from . import BART, GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
+from .pagesum import PageSumLayout
+from .pagesum import graphs as per_unit_graphs
 
 REVISION = 2  # 2: the encoder scores the <s> exchange apart (D x D per head), no key copies per document
 
@@ -33,9 +36,10 @@ class DocumentOptions(PagingOptions):
 
 
 def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
-    """encoder and decoder IO of a HierEncDec with `model`'s decoder layers."""
+    """encoder and decoder IO of a HierEncDec with `model`'s decoder layers; on a Llama backbone the documents are
+    encoded alone, as PageSum's pages are."""
     layers = step_shape(model).layers
-    encoder = GraphIO(
+    encoder = per_unit_graphs(model)["encoder"] if model.get("backbone") == LLAMA else GraphIO(
         C.ENCODER_FILE,
         inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "rows", 1: "length"}),
                 TensorIO(C.ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
@@ -102,7 +106,31 @@ class HierEncDecLayout:
         return [items] * shape.layers
 
 
-UNITS = ("documents (or the sections or pages a long one was cut into); a unit's weight is its document weight in "
-         "the step's cross-attention (softmax over the documents' <s> scores), averaged over heads and layers")
+class LlamaDocumentLayout(PageSumLayout):
+    """On a Llama backbone each document is a prompt read alone (PageSum's encoder runs; a `UnitCache` serves
+    them), and one summary per item reads them all (`modeling.hierencdec_llama`): its caches hold a row per item in
+    every layer."""
 
-KIND = register(Kind("hierencdec", REVISION, UNITS, DocumentOptions, Pager, graphs, HierEncDecLayout()))
+    def step_memory(self, model: dict[str, Any], items: int, width: int, length: int, beams: int,
+                    capacity: int) -> int:
+        """B*K rows through the layers; at a layer, each row's queries rotated for every document, their scores
+        over every document's tokens (B, D, H, K, L) and each document's reading (B, D, H, K, d), weighted; the
+        summary's own scores over its slots; the LM head over B*K rows."""
+        shape = step_shape(model)
+        queries, heads = items * beams, shape.query_heads
+        readings = 3 * FLOAT * queries * width * heads * shape.head_dim
+        return (step_rows(queries, shape.d_model, shape.ffn_dim * shape.ffn_streams)
+                + attention_scores(queries * width, heads, length, shape.score_tensors) + readings
+                + attention_scores(queries, heads, beams * capacity, shape.score_tensors)
+                + lm_head(queries, model["vocab_size"]))
+
+    def cache_groups(self, items: int, width: int, shape: StepShape) -> list[int]:
+        return [items] * shape.layers
+
+
+UNITS = ("documents (or the sections or pages a long one was cut into); a unit's weight is its document weight in "
+         "the step's attention (on BART, softmax over the documents' <s> scores; on a Llama backbone, softmax over "
+         "the attention mass each document draws), averaged over heads and layers")
+
+KIND = register(Kind("hierencdec", REVISION, UNITS, DocumentOptions, Pager, graphs, HierEncDecLayout(),
+                     backbones=(BART, LLAMA), llama_layout=LlamaDocumentLayout()))

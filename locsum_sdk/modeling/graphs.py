@@ -155,7 +155,7 @@ def decoder_spec(
         torch.tensor([2]),
         cache_slots,
     ]
-    for groups in kinds.get(model.kind).layout.cache_groups(batch, units, shape):
+    for groups in kinds.get(model.kind).on(cfg.to_dict()).layout.cache_groups(batch, units, shape):
         example += [torch.randn(groups, heads, beams, capacity, dim, generator=g) for _ in range(2)]
     for _ in range(shape.layers):
         example += [torch.randn(rows, heads, dim, length, generator=g),

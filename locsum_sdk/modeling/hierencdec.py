@@ -40,6 +40,7 @@ from .bart import (
 )
 from .config import BartConfig
 from .copy import CopySource
+from .llama_config import LlamaConfig
 
 KIND = "hierencdec"
 
@@ -246,12 +247,22 @@ class HierEncDec(nn.Module):
         return self.log_probs(hidden.view(batch, beams, -1), input_ids, read, encoder_input_ids), weights
 
 
-def complete(config: BartConfig, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """HierEncDec adds no weights to BART: a PageSum's page confidence layer is left out."""
+def complete(config: BartConfig | LlamaConfig, state: dict[str, torch.Tensor],
+             source: str) -> dict[str, torch.Tensor]:
+    """HierEncDec adds no weights to its backbone: a PageSum's page confidence layer is left out."""
     extra = sorted(name for name in state if name.startswith("page_conf."))
     if extra:
         logger.info("%s: %s not used by hierencdec", source, extra)
     return {name: tensor for name, tensor in state.items() if name not in extra}
+
+
+def build(config: BartConfig | LlamaConfig) -> nn.Module:
+    """HierEncDec on the backbone `config` describes: BART, or a pretrained Llama (`hierencdec_llama`)."""
+    if isinstance(config, LlamaConfig):
+        from .hierencdec_llama import LlamaHierEncDec
+
+        return LlamaHierEncDec(config)
+    return HierEncDec(config)
 
 
 def register_model_kind() -> None:
@@ -259,8 +270,8 @@ def register_model_kind() -> None:
     from .registry import ModelKind, register
 
     register(ModelKind(
-        name=KIND, model=HierEncDec, complete=complete,
+        name=KIND, model=build, complete=complete,
         graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},
         functions={"decoder": doc_scaled_attention.NAME}, register_symbolics=graphs.register_doc_scaled_attention,
-        formats=("hf-bart", "pagesum-research"),
+        formats=("hf-bart", "pagesum-research", "gguf"), llama_functions={},
     ))

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..errors import BundleError, OptionError
 from .config import BartConfig
+from .llama_config import LlamaConfig
 from .objectives import cross_entropy
 from .weights import Checkpoint, WeightsFile, load_into
 
@@ -39,6 +40,12 @@ class ModelKind:
     register_symbolics: Callable[[int], None]  # make its custom ops export as locsum-domain functions
     formats: tuple[str, ...] = field(default=())  # source formats it loads, besides our own checkpoints
     objective: Objective = cross_entropy  # (module, batch, training config) -> (loss, plain NLL[, parts]) in training
+    llama_functions: dict[str, str] | None = None  # `functions` on a Llama backbone, where they differ
+
+    def functions_of(self, model: nn.Module) -> dict[str, str]:
+        """The locsum-domain function each of `model`'s graphs must hold, on its backbone."""
+        on_llama = isinstance(model.config, LlamaConfig) and self.llama_functions is not None
+        return self.llama_functions if on_llama else self.functions
 
 
 MODEL_KINDS: dict[str, ModelKind] = {}
