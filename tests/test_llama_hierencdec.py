@@ -15,13 +15,15 @@ from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec, read_documents
 
 VOCAB = 400
 
 
-def model(vocab: int = VOCAB, **frame) -> LlamaHierEncDec:
-    return random_model(lambda: LlamaHierEncDec(tiny_llama_config(vocab, **frame)))
+def model(vocab: int = VOCAB) -> LlamaHierEncDec:
+    """A tiny random one whose documents' first two positions are the prompt's head (`LLAMA_FRAME`), which the
+    document weights leave out."""
+    return random_model(lambda: LlamaHierEncDec(tiny_llama_config(vocab, **LLAMA_FRAME)))
 
 
 def documents(lengths: list[list[int]], width: int, seed: int = 0):
@@ -80,6 +82,30 @@ def test_order_and_padding_of_documents_change_nothing():
     assert torch.allclose(weights.sum(1), torch.ones(1, 6), atol=1e-6) and weights.std() > 0.01
 
 
+def test_the_document_weights_leave_out_the_prompts_head():
+    """Two documents whose text draws the same attention weigh equally, however much more their prompt's head
+    draws in one of them (an attention sink); with the head counted, that one would take nearly all the weight.
+    Each document's reading still holds its head."""
+    scores = torch.tensor([[8.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # document, position: position 0 is the head
+    key_t = torch.zeros(1, 2, 1, 2, 3)
+    key_t[0, :, 0, 0] = scores  # a query (1, 0) reads each position's first key dimension as its score
+    value = torch.arange(12.0).view(1, 2, 1, 3, 2)
+    q_docs = torch.tensor([1.0, 0.0]).expand(1, 2, 1, 1, 2)
+    open_keys = torch.zeros(1, 2, 1, 1, 3)
+    head = torch.tensor([torch.finfo(torch.float32).min, 0.0, 0.0]).expand(1, 2, 1, 1, 3)
+    summary = (torch.zeros(1, 1, 2, 1), torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 1))
+    real = torch.ones(1, 2, dtype=torch.bool)
+    out, weights = read_documents(q_docs, (key_t, value, open_keys), head, real, q_docs[:, 0], summary, 1.0)
+    _, counted = read_documents(q_docs, (key_t, value, open_keys), open_keys, real, q_docs[:, 0], summary, 1.0)
+    assert torch.allclose(weights.flatten(), torch.tensor([0.5, 0.5]))
+    assert counted.flatten()[0] > 0.99
+    own = torch.softmax(scores, -1)  # each document's reading: its softmax over every position, head included
+    readings = (own[:, :, None] * value[0, :, 0]).sum(1)  # (2, d)
+    mass = torch.logsumexp(scores, -1)
+    share = torch.sigmoid(mass)  # beside a summary of one position scoring 0 with value 0
+    assert torch.allclose(out.flatten(), (0.5 * share[:, None] * readings).sum(0), atol=1e-6)
+
+
 def test_steps_with_reordered_beams_equal_teacher_forcing_of_their_sequences():
     """K beams of B items, reordered at random every step: each beam's step scores and document weights are the
     teacher-forced ones of the sequence it ends up with, its cache read from the slots where it was written."""
@@ -134,7 +160,7 @@ def test_half_precision_steps_run():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tokenizer, tokenizer_file):
-    net = model(tokenizer.get_vocab_size(), **LLAMA_FRAME)
+    net = model(tokenizer.get_vocab_size())
     return save_checkpoint(net, tmp_path_factory.mktemp("llama_hierencdec"), tokenizer_file,
                            units={"policy": "document", "page_tokens": 100},
                            generation={"num_beams": 1, "max_length": 16})
@@ -157,3 +183,42 @@ def test_onnxruntime_matches_torch_token_for_token(checkpoint, tmp_path_factory,
         assert a.token_ids == b.token_ids and a.kind == "hierencdec"
         np.testing.assert_allclose(a.unit_weights, b.unit_weights, atol=1e-4)
     assert {u.document for u in ort[0].units} == {0, 1, 2} and {u.document for u in ort[2].units} == {0, 1}
+
+
+def test_a_lora_run_from_the_base_model_trains_its_adapters_and_exports(tmp_path, tokenizer_file, monkeypatch):
+    """`python -m train` with kind hierencdec from the base model's GGUF: the adapters train (the loss falls on the
+    rows it sees), the pretrained weights stay, and the bundle of its changes summarizes."""
+    pytest.importorskip("gguf")
+    from conftest import training_rows, write_jsonl
+    from gguf_files import write_gguf
+
+    from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from locsum_sdk.modeling.lora import LoRALinear
+    from train.__main__ import build
+    from train.config import TrainConfig
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gguf_file = write_gguf(tmp_path / "tiny.gguf", tokenizer_file)[0]
+    start = load_checkpoint(gguf_file, kind="hierencdec")
+    base = save_checkpoint(start.model, tmp_path / "base", start.tokenizer_file)
+    rows = [{**row, "documents": [row["documents"][0]] * 2} if len(row["documents"]) == 1 else row
+            for row in training_rows(4)]
+    config = TrainConfig(
+        name="hierencdec-lora", objective="summarize", kind="hierencdec", init_from=str(base), model={},
+        tokenizer=str(base / "tokenizer.json"), train_files=[str(write_jsonl(tmp_path / "train.jsonl", rows))],
+        val_files=[], output=str(tmp_path), units={"policy": "document", "page_tokens": 200}, batch_size=2,
+        grad_accum=1, max_steps=6, lr=2e-2, warmup_steps=1, max_target_tokens=16, log_every=1, eval_every=0,
+        save_every=6, bf16=False, generation={"num_beams": 1, "max_length": 8}, lora={"rank": 4, "alpha": 8},
+        trainable=["*.lora_a", "*.lora_b"])
+    run = build(config, progress=False)
+    log = run.train()
+    assert all(np.isfinite(r["loss"]) for r in log) and log[-1]["loss"] < log[0]["loss"]
+    trained = load_checkpoint(run.latest()).model
+    assert trained.kind == "hierencdec" and any(m.lora_b.abs().max() > 0 for m in trained.modules()
+                                                 if isinstance(m, LoRALinear))
+    before = start.model.state_dict()
+    assert all(torch.equal(t, before[n]) for n, t in trained.state_dict().items() if "lora_" not in n)
+    bundle = export_onnx(run.latest(), tmp_path / "bundle", quantize="int8",
+                         options={"max_length": 8, "keywords": 0, "known_words": False})
+    summary = Summarizer.from_pretrained(bundle.path).summarize(["The board met on Monday.", "It approved a ramp."])
+    assert summary.token_ids and len(summary.units) == 2

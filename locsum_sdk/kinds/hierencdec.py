@@ -5,6 +5,10 @@ layer), and one decoder per item whose cross-attention ends in `locsum.DocScaled
 A document unit is framed as PageSum frames a page, `<s> [query </s>] text </s>`: the paper puts one </s> after the
 last document of a concatenated input, but here every document is its own sequence with positions restarting,
 so each ends as the BART sequences it was pretrained on do.
+
+On a Llama backbone each document is a prompt read alone (`LlamaDocumentLayout`: PageSum's encoder runs) and one
+summary per item reads all of them through document-scaled attention in every layer (`modeling.hierencdec_llama`);
+the decoder holds no `locsum` function there.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ The encoder never builds a dense (D*L)^2 mask: documents run as their own sequen
 score its <s> keys apart, so its memory is O(D * L^2 + D^2) per head: the exchange between documents costs D x D
 scores, not a copy of the item's <s> keys for every document. `dense_encode` is the
 dense-mask form, kept to prove the two equal and for the ablation without hierarchy. Each part can be switched
-off (`Parts`) to run the paper's ablation rows; with all three off it is plain BART on concatenated documents.
+off (`Parts`) to run the paper's ablation rows; with all three off it is plain BART on concatenated documents. On
+a Llama backbone the config builds `hierencdec_llama.LlamaHierEncDec` instead (`build`).
 """
 
 from __future__ import annotations

@@ -12,12 +12,16 @@ summary's own keys, which are rotated at their own positions (only differences o
 and reads, per head,
 
     m[u] = logsumexp_l a[u, l]            m_self = logsumexp_s b[s]
-    w    = softmax over real documents of m          the document weights            (B, D, ...)
+    t[u] = logsumexp of a[u, l] over the document's text (l past the prompt's head)
+    w    = softmax over real documents of t          the document weights            (B, D, ...)
     r[u] = sigmoid(m[u] - m_self)                    document u's share beside the summary
     out  = sum_u w[u] r[u] softmax_l(a[u]) v[u] + (1 - sum_u w[u] r[u]) softmax_s(b) v_self
 
 `r[u] softmax(a[u]) v[u] + (1 - r[u]) softmax(b) v_self` is the pretrained layer's own attention over document u
-followed by the summary; the output mixes those readings by the documents' weights. So one document (or copies of
+followed by the summary; the output mixes those readings by the documents' weights. The weights leave out the
+prompt's head (`LlamaConfig.unit_head`): the same tokens at the same positions in every document, so the same keys,
+which tell the documents apart in nothing and draw much of a pretrained model's attention (its first positions
+are where its attention rests). So one document (or copies of
 one) gives exactly the pretrained model reading its prompt, and the documents together take the share of the
 summary's attention that one document would, whatever their number (one flat softmax over twenty documents would
 give them twenty times the summary's share). The exchange between documents inside HierEncDec's encoder has no
@@ -38,32 +42,46 @@ from .llama_config import LlamaConfig
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # key_t (.., d, S), value (.., S, d), additive bias
 
 
-def read_documents(q_docs: torch.Tensor, documents: Part, doc_mask: torch.Tensor, q_self: torch.Tensor,
-                   summary: Part, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+def read_documents(q_docs: torch.Tensor, documents: Part, text_bias: torch.Tensor, doc_mask: torch.Tensor,
+                   q_self: torch.Tensor, summary: Part, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Document-scaled attention (the module docstring's maths) for one layer.
 
     q_docs (B, U, KV, Q, d): the queries rotated for each document (Q = heads sharing a key/value head x positions,
-    stacked); documents: key_t (B, U, KV, d, L), value (B, U, KV, L, d), bias (B, U, 1, 1, L); doc_mask (B, U)
-    True for real documents; q_self (B, KV, Q, d); summary: key_t (B, KV, d, S), value (B, KV, S, d), bias
-    broadcasting to (B, KV, Q, S). Returns the output (B, KV, Q, d) and the document weights (B, U, KV, Q), both
-    computed in float32 and the output cast back to the queries' dtype."""
-    mass, context = _read(q_docs, documents, scaling)  # (B, U, KV, Q, 1): m[u]; (B, U, KV, Q, d)
-    own_mass, own_context = _read(q_self, summary, scaling)  # (B, KV, Q, 1), (B, KV, Q, d)
+    stacked); documents: key_t (B, U, KV, d, L), value (B, U, KV, L, d), bias (B, U, 1, 1, L); text_bias
+    (B, U, 1, 1, L) further hides the prompt's head from the weights; doc_mask (B, U) True for real documents; q_self
+    (B, KV, Q, d); summary: key_t (B, KV, d, S), value (B, KV, S, d), bias broadcasting to (B, KV, Q, S). Returns
+    the output (B, KV, Q, d) and the document weights (B, U, KV, Q), both computed in float32 and the output cast
+    back to the queries' dtype."""
+    scores = _scores(q_docs, documents, scaling)  # (B, U, KV, Q, L)
+    mass, context = _read(scores, documents[1])  # (B, U, KV, Q, 1): m[u]; (B, U, KV, Q, d)
+    text, _ = _log_mass(scores + text_bias.float())  # t[u]
+    own_mass, own_context = _read(_scores(q_self, summary, scaling), summary[1])  # (B, KV, Q, 1), (B, KV, Q, d)
     real = doc_mask[:, :, None, None, None]
-    weights = torch.softmax(mass.masked_fill(~real, torch.finfo(mass.dtype).min), dim=1) * real
+    weights = torch.softmax(text.masked_fill(~real, torch.finfo(text.dtype).min), dim=1) * real
     shares = weights * torch.sigmoid(mass - own_mass[:, None])  # (B, U, KV, Q, 1): w[u] r[u]
     out = (shares * context).sum(1) + (1 - shares.sum(1)) * own_context
     return out.to(q_docs.dtype), weights[..., 0]
 
 
-def _read(q: torch.Tensor, part: Part, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """q (..., Q, d) over one part's keys -> the log of its attention mass (..., Q, 1) and its softmax's reading
-    (..., Q, d), in float32 (the log-sum-exp spelled out: TensorRT's parser has no ReduceLogSumExp)."""
-    scores = torch.matmul(q, part[0]).float() * scaling + part[2].float()
+def _scores(q: torch.Tensor, part: Part, scaling: float) -> torch.Tensor:
+    """q (..., Q, d) against one part's keys, its bias added: (..., Q, S) in float32."""
+    return torch.matmul(q, part[0]).float() * scaling + part[2].float()
+
+
+def _log_mass(scores: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """scores (..., S) -> their log-sum-exp (..., 1), and exp(scores - max) with its sum (the log-sum-exp spelled
+    out: TensorRT's parser has no ReduceLogSumExp)."""
     top = scores.amax(-1, keepdim=True)
     exp = torch.exp(scores - top)
     total = exp.sum(-1, keepdim=True)
-    return top + torch.log(total), torch.matmul((exp / total).to(q.dtype), part[1]).float()
+    return top + torch.log(total), (exp, total)
+
+
+def _read(scores: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores (..., Q, S) over a part whose values are (..., S, d) -> the log of the part's attention mass
+    (..., Q, 1) and its softmax's reading (..., Q, d), in float32."""
+    mass, (exp, total) = _log_mass(scores)
+    return mass, torch.matmul((exp / total).to(value.dtype), value).float()
 
 
 class LlamaHierEncDec(nn.Module):
@@ -91,6 +109,12 @@ class LlamaHierEncDec(nn.Module):
         own = self.model.codes(steps[None, :], dtype)
         return (cos.view(batch, units, *cos.shape[1:]), sin.view(batch, units, *sin.shape[1:])), own
 
+    def text_bias(self, length: int | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """(L,) additive bias hiding the prompt's head (the same `unit_head` tokens at the start of every document)
+        from the document weights."""
+        head = torch.arange(length, device=device) < len(self.config.unit_head)
+        return head.to(dtype) * torch.finfo(dtype).min
+
     def layers(self, x: torch.Tensor, length: int | torch.Tensor, cross: UnitKV, unit_bias: torch.Tensor,
                unit_mask: torch.Tensor, codes, own_keys) -> tuple[torch.Tensor, torch.Tensor]:
         """Every layer on the summary rows x (B*T, D), T = `length` queries per item -> hidden (B*T, D) after the
@@ -98,6 +122,7 @@ class LlamaHierEncDec(nn.Module):
         layer i's summary part (key_t, value, bias) from its new rotated keys and values (B, KV, T, d)."""
         (doc_cos, doc_sin), (cos, sin) = codes
         batch, units = unit_mask.shape
+        text_bias = self.text_bias(unit_bias.shape[-1], unit_bias.dtype, unit_bias.device)
         total, h = 0.0, x
         for i, layer in enumerate(self.model.layers):
             attn: Attention = layer.self_attn
@@ -112,7 +137,8 @@ class LlamaHierEncDec(nn.Module):
             key_t, value = cross[i]
             documents = (key_t.view(batch, units, *key_t.shape[1:]), value.view(batch, units, *value.shape[1:]),
                          unit_bias)
-            out, weights = read_documents(q_docs, documents, unit_mask, q_self, own_keys(i, k, v), attn.scaling)
+            out, weights = read_documents(q_docs, documents, text_bias, unit_mask, q_self, own_keys(i, k, v),
+                                          attn.scaling)
             h = layer.finish(h, attn.merge(out, length))
             total = total + weights.view(batch, units, attn.kv_heads * attn.group, steps).mean(2)
         return self.model.norm(h), total / len(self.model.layers)
