@@ -17,7 +17,7 @@ from typing import Any
 
 from . import constants as C
 from . import kinds
-from .base_weights import BASE_FILE, BaseRecord, assembled_directory, file_sha256, is_sha256
+from .base_weights import BASE_FILE, PACKED_SUFFIX, BaseRecord, assembled_directory, file_sha256, is_sha256
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from .limits import split_legacy_units
 from .options import Options
@@ -175,9 +175,12 @@ def _check_schema(manifest: Manifest) -> None:
     if manifest.tensorrt:
         _check_tensorrt(manifest)
     if manifest.base:
-        BaseRecord.from_dict(manifest.base)
+        packed = BaseRecord.from_dict(manifest.base).packed
         if BASE_FILE in manifest.files:
             raise error(f"files lists {BASE_FILE}, which is assembled on each machine (base)")
+        both = sorted(set(packed) & set(manifest.files))
+        if both:
+            raise error(f"files lists {both[0]}, which base.packed says is stored packed ({both[0]}{PACKED_SUFFIX})")
     for name, io in kind.graphs(manifest.model).items():
         graph = manifest.graphs.get(name)
         if graph is None:
@@ -248,7 +251,9 @@ class Bundle:
         own = kinds.get(manifest.kind).own_tokenizer(manifest.model)
         if own is not None:
             needed.add(own.file)
-        unlisted = sorted(needed - set(manifest.files))
+        packed = _packed(manifest)
+        stored = set(manifest.files) | set(packed)
+        unlisted = sorted((needed - stored) | {n + PACKED_SUFFIX for n in packed} - set(manifest.files))
         if unlisted:
             raise BundleIntegrityError(f"{manifest_path} lists no checksum in its files for {unlisted}; export the "
                                        "bundle again")
@@ -264,15 +269,22 @@ class Bundle:
         fingerprint = hashlib.sha256(data).hexdigest()
         if not manifest.base:
             return cls(path, manifest, fingerprint)
-        copies = {name: digest for name, digest in manifest.files.items() if name in _read_beside_base(manifest)}
+        copies = {name: digest for name, digest in manifest.files.items()
+                  if name in _read_beside_base(manifest) and name not in packed}
         root = assembled_directory(path, BaseRecord.from_dict(manifest.base), copies, fingerprint, verify)
         return cls(path, manifest, fingerprint, root)
 
     def file(self, name: str) -> Path:
-        """A file of the bundle; a graph (or a weights file) where it is read from (see the class docstring)."""
+        """A file of the bundle; a graph, a weights file or a packed file where it is read from (see the class
+        docstring)."""
         if self.graph_path is not None and name in _read_beside_base(self.manifest):
             return self.graph_path / name
         return self.path / name
+
+    def names(self) -> list[str]:
+        """The bundle's files as they are read (`file`): a packed one by its own name, not its `.xz`'s."""
+        packed = _packed(self.manifest)
+        return sorted({n for n in self.manifest.files if n.removesuffix(PACKED_SUFFIX) not in packed} | set(packed))
 
     def graph(self, name: str) -> dict[str, Any]:
         if name not in self.manifest.graphs:
@@ -280,10 +292,15 @@ class Bundle:
         return self.manifest.graphs[name]
 
 
+def _packed(manifest: Manifest) -> dict[str, str]:
+    """The files a bundle on pretrained weights stores packed (`base_weights.pack_files`): name -> sha256."""
+    return manifest.base.get("packed", {}) if manifest.base else {}
+
+
 def _read_beside_base(manifest: Manifest) -> set[str]:
-    """The files a bundle on pretrained weights reads from beside base.bin: its graphs, their shared weights and
-    base.bin itself."""
-    return {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE, BASE_FILE}
+    """The files a bundle on pretrained weights reads from beside base.bin: its graphs, their shared weights, its
+    packed files (unpacked there) and base.bin itself."""
+    return {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE, BASE_FILE} | set(_packed(manifest))
 
 
 def write_manifest(directory: Path, manifest: Manifest, **changes: Any) -> Manifest:

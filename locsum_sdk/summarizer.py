@@ -233,14 +233,16 @@ class Summarizer:
             bundle = Bundle.load(path, verify=verify)
             runner = _bundle_backend(bundle, backend, threads, auto_engines and device != "cpu", device)
             settings = dataclasses.asdict(bundle.manifest) | {"tokenizer": bundle.file(C.TOKENIZER_FILE)}
+            locate, present = bundle.file, set(bundle.names())
         else:
             runner, settings = _torch_backend(path, is_bundle, threads, device, cuda_graphs)
+            locate, present = path.joinpath, {p.name for p in path.iterdir() if p.is_file()}  # a checkpoint's
         special = SpecialTokens(**settings["special_tokens"])
         tokenizer = _tokenizer(Path(settings["tokenizer"]), settings["model"]["vocab_size"], "the model")
         own = runner.kind.own_tokenizer(settings["model"])
         selection_tokenizer = None
         if own is not None:
-            file = path / own.file
+            file = locate(own.file)
             if not file.is_file():
                 raise BundleNotFoundError(f"{path} has no {own.file}: its {runner.kind.selection.graph} reads a "
                                           "tokenizer of its own; export again from a checkpoint that has it")
@@ -251,8 +253,7 @@ class Summarizer:
         except OptionError as err:
             raise BundleError(f"{path}: the saved default options are not valid ({err}); export again") from None
         def word_list(name: str) -> WordList | None:  # one the bundle lists, or one beside the checkpoint
-            present = name in settings.get("files", {}) if is_bundle else (path / name).is_file()
-            return WordList.read(path / name) if present else None
+            return WordList.read(locate(name)) if name in present else None
 
         words, common_words = word_list(C.WORDS_FILE), word_list(C.COMMON_WORDS_FILE)
         if defaults.generation.keywords and common_words is None:

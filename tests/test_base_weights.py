@@ -134,8 +134,12 @@ def test_a_bundle_on_a_wheel_ships_small_and_summarizes_as_the_whole_one(install
     assert record.sources[0]["wheel"] == WHEEL and record.sources[0]["version"] == VERSION
     assert {t.name for t in record.tensors} >= {"token_embd.weight", "blk.0.attn_q.weight", "blk.1.ffn_down.weight"}
     assert bundle_bytes(small.path) < bundle_bytes(whole.path) - record.size * 0.9
+    assert set(record.packed) == {"decoder.onnx", "encoder.onnx", "tokenizer.json"}  # no weights.bin: all base
+    assert not (small.path / "decoder.onnx").exists() and (small.path / "decoder.onnx.xz").is_file()
     loaded = Bundle.load(small.path)
     assert (loaded.graph_path / BASE_FILE).stat().st_size == record.size
+    assert loaded.file("tokenizer.json").parent == loaded.graph_path and "tokenizer.json" in loaded.names()
+    assert (loaded.file("tokenizer.json").read_bytes() == (whole.path / "tokenizer.json").read_bytes())
     text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
     a, b = (Summarizer.from_pretrained(b.path).summarize(text) for b in (whole, small))
     assert a.token_ids == b.token_ids and a.text == b.text
@@ -168,8 +172,43 @@ def test_damaged_assembled_weights_are_assembled_again(installed, tmp_path):
     assert (again.graph_path / BASE_FILE).read_bytes() != bytes(data)
 
 
+def test_unpacked_files_altered_in_the_cache_are_unpacked_again(installed):
+    small = installed[3]
+    first = Bundle.load(small.path)
+    first.file("decoder.onnx").write_bytes(b"altered")
+    assert Bundle.load(small.path, verify=False).file("decoder.onnx").read_bytes() == b"altered"  # trusted as is
+    assert Bundle.load(small.path).file("decoder.onnx").read_bytes() != b"altered"
+
+
+@pytest.mark.parametrize("damage", ["cut", "other"])
+def test_a_packed_file_that_does_not_unpack_to_its_record_is_refused(installed, tmp_path, damage):
+    """The manifest's checksum of the packed file is rewritten to match, so the unpacking alone can tell."""
+    from locsum_sdk.base_weights import file_sha256
+
+    small = installed[3]
+    copy = tmp_path / "bundle"
+    shutil.copytree(small.path, copy)
+    packed = copy / "tokenizer.json.xz"
+    if damage == "cut":
+        packed.write_bytes(packed.read_bytes()[:-20])
+    else:
+        import lzma
+
+        packed.write_bytes(lzma.compress(b"{}"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["tokenizer.json.xz"] = file_sha256(packed)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleIntegrityError, match="tokenizer.json.xz"):
+        Bundle.load(copy)
+    assert not list((tmp_path / "cache").rglob("*.part"))
+
+
 @pytest.mark.parametrize("change", [
     lambda base: base.pop("sha256"),
+    lambda base: base["packed"].update({"../tokenizer.json": "0" * 64}),
+    lambda base: base["packed"].update({"tokenizer.json": "not a digest"}),
+    lambda base: base.update(packed=["decoder.onnx"]),
+    lambda base: base["packed"].update({"words.txt": "0" * 64}),  # packed, but no words.txt.xz in the bundle
     lambda base: base["tensors"][0].update(offset=-1),
     lambda base: base["tensors"][0].update(scale=float("nan")),
     lambda base: base["tensors"][0].update(source=5),
@@ -205,6 +244,7 @@ def test_prepared_graphs_hold_their_weights_and_compacting_is_refused(installed,
     small = installed[3]
     prepared = Bundle.load(prepared_bundle(small.path, tmp_path / "prepared"))
     assert not prepared.manifest.base and prepared.graph_path is None
+    assert "tokenizer.json" in prepared.manifest.files and not any(n.endswith(".xz") for n in prepared.manifest.files)
     for graph in prepared.manifest.graphs.values():
         model = onnx.load(str(prepared.file(graph["file"])), load_external_data=False)
         assert not any(init.external_data for init in model.graph.initializer)

@@ -40,6 +40,7 @@ from tqdm import tqdm
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME
 from locsum_sdk.base_weights import SOURCES
+from locsum_sdk.bundle import Bundle
 from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
 from locsum_sdk.evaluation import (
     DISTINCT,
@@ -88,7 +89,7 @@ def vocabulary_words(bundle: Path) -> frozenset[str]:
     alone): real words its summaries may use that no training text holds, so not counted as made up."""
     from tokenizers import Tokenizer
 
-    pieces = Tokenizer.from_file(str(bundle / "tokenizer.json")).get_vocab()
+    pieces = Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))).get_vocab()
     return frozenset(word for piece in pieces if piece.startswith("Ġ") and piece[1:].isalpha()
                      for word in content_words(piece[1:]))
 

@@ -6,6 +6,7 @@ passed `onnx.checker` and matched the PyTorch model on ONNX Runtime; a failed ex
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ import numpy as np
 
 from .. import __version__, kinds
 from .. import constants as C
-from ..base_weights import BASE_FILE, BaseSource
+from ..base_weights import BASE_FILE, BaseSource, pack_files
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
@@ -231,6 +232,10 @@ def export_onnx(
         for file, name in ((words_file, C.WORDS_FILE), (common_file, C.COMMON_WORDS_FILE)):
             if file is not None:
                 shutil.copyfile(file, work / name)
+        if record is not None:  # its graphs, weights and tokenizers, unpacked where base.bin is assembled
+            packed = [graph["file"] for graph in written.values()] + [C.TOKENIZER_FILE]
+            packed += [name for name in (C.WEIGHTS_FILE, own.file if own else None) if name and (work / name).is_file()]
+            record = dataclasses.replace(record, packed=pack_files(work, sorted(packed)))
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,

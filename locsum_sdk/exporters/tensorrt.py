@@ -472,7 +472,7 @@ def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_be
     source = Bundle.load(bundle)
     count = top_tokens(source.manifest.model["vocab_size"], max_beams)
     with staged(Path(output)) as work:
-        for name in source.manifest.files:
+        for name in source.names():  # packed files unpacked: the copy is not on pretrained weights
             if name != C.WEIGHTS_FILE:  # the prepared graphs hold their weights themselves
                 shutil.copyfile(source.file(name), work / name)
         for graph in source.manifest.graphs.values():
