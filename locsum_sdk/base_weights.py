@@ -176,7 +176,7 @@ def pack_files(directory: Path, names: list[str]) -> dict[str, str]:
     for name in names:
         path = directory / name
         packed[name] = file_sha256(path)
-        with open(path, "rb") as source, lzma.open(directory / (name + PACKED_SUFFIX), "wb", preset=9) as target:
+        with open(path, "rb") as source, lzma.open(directory / (name + PACKED_SUFFIX), "wb") as target:
             shutil.copyfileobj(source, target, 1 << 20)
         path.unlink()
     return packed

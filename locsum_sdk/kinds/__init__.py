@@ -225,7 +225,7 @@ class Kind:
         return self.llama_config.from_dict(values) if backbone == LLAMA else self.config.from_dict(values)
 
     def on(self, model: Any) -> Kind:
-        """This kind as a model with these `model` settings runs it: with its layout on the model's backbone."""
+        """The kind as it runs a model of these `model` settings: with its layout on the model's backbone."""
         backbone = model.get("backbone", BART) if isinstance(model, dict) else BART
         return replace(self, layout=self.llama_layout) if backbone == LLAMA and self.llama_layout else self
 

@@ -21,11 +21,11 @@ and reads, per head,
 followed by the summary; the output mixes those readings by the documents' weights. The weights leave out the
 prompt's head (`LlamaConfig.unit_head`): the same tokens at the same positions in every document, so the same keys,
 which tell the documents apart in nothing and draw much of a pretrained model's attention (its first positions
-are where its attention rests). So one document (or copies of
-one) gives exactly the pretrained model reading its prompt, and the documents together take the share of the
-summary's attention that one document would, whatever their number (one flat softmax over twenty documents would
-give them twenty times the summary's share). The exchange between documents inside HierEncDec's encoder has no
-place among independent prefixes and is left out (one of its paper's ablations, `hierencdec.Parts`).
+are where its attention rests). So one document (or copies of one) gives exactly the pretrained model reading its
+prompt, and the documents together take the share of each step's attention that one document would, whatever
+their number (one flat softmax over twenty documents would give them twenty times the summary's share). The
+exchange between documents inside HierEncDec's encoder has no place among independent prefixes and is left out
+(one of its paper's ablations, `hierencdec.Parts`).
 
     unit weights: w, averaged over heads and layers                                  (B, D, K)
 """
@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from .bart import attention_bias, init_weights, slot_bias, write_index
+from .hierencdec import KIND
 from .llama import Attention, Llama, SlotCache, UnitKV, causal_bias, rotate, stacked
 from .llama_config import LlamaConfig
 
@@ -87,7 +88,7 @@ def _read(scores: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torc
 class LlamaHierEncDec(nn.Module):
     """HierEncDec's documents and document-scaled attention on a pretrained decoder-only Llama (`model`)."""
 
-    kind = "hierencdec"
+    kind = KIND
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
