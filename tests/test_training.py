@@ -212,6 +212,8 @@ def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, token
     ("compile", "yes", "compile='yes' is not accepted"),
     ("max_minutes", "5", "max_minutes='5' is not accepted"),
     ("max_minutes", 0, "max_minutes=0 leaves no time to train"),
+    ("units", {"max_pages": 0}, "units.max_pages=0 is not accepted"),
+    ("units", {"keep_pages": "best"}, "units.keep_pages='best' is not accepted"),
 ])
 def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, jsonl, tokenizer_file, field, value,
                                                                       message):
@@ -221,6 +223,33 @@ def test_a_config_field_of_the_wrong_type_or_range_is_refused_by_name(tmp_path, 
     TrainConfig.from_dict(values)
     with pytest.raises(OptionError, match=re.escape(message)):
         TrainConfig.from_dict({**values, field: value})
+
+
+def test_a_long_example_can_keep_the_pages_its_summary_speaks_of(tmp_path, jsonl, tokenizer, tokenizer_file):
+    """`keep_pages = "summary"`: the `max_pages` pages closest to the reference by tf-idf, in their order, for
+    training examples; validation's keep their first pages (they must not see the reference); a kind that keeps
+    units its own way refuses the setting."""
+    from locsum_sdk import kinds
+    from locsum_sdk.errors import OptionError
+    from locsum_sdk.units import SpecialTokens
+    from train.kinds import training_set
+
+    texts = ["The roof leaks in the north wing.", "Parking fees rise in June for every driver.",
+             "The garden budget was cut.", "Volunteers painted the hall."]
+    path = write_jsonl(tmp_path / "long.jsonl", [{"documents": texts, "summary": "Parking fees rise in June."}])
+    kind = kinds.get("pagesum")
+    pager = kind.pager(tokenizer, SpecialTokens(), kind.unit_options(policy="document"))
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "keep",
+                        units={"policy": "document", "max_pages": 2, "keep_pages": "summary"})
+    train, val = (training_set("pagesum", [path], pager, tokenizer, config, split) for split in ("train", "val"))
+    kept = train.units(train.example(0))
+    assert 1 in [u.document for u in kept] and [u.document for u in kept] == sorted(u.document for u in kept)
+    assert len(kept) == 2 and [u.document for u in val.units(val.example(0))] == [0, 1]
+    one = dataclasses.replace(config, units={**config.units, "max_pages": 1})
+    assert [u.document for u in training_set("pagesum", [path], pager, tokenizer, one, "train").units(
+        train.example(0))] == [1]
+    with pytest.raises(OptionError, match="keep_pages='summary': dyle chooses"):
+        training_set("dyle", [path], pager, tokenizer, config, "train")
 
 
 def test_data_workers_and_gradient_checkpointing_change_no_loss(tmp_path, jsonl, tokenizer_file):

@@ -25,6 +25,8 @@ from locsum_sdk.validation import (
 #: repository's ../shared/data
 DATA = Path(os.environ.get("LOCSUM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data").expanduser()
 BASE = "base"  # a config file may name another one (relative to itself) whose values it changes
+TRAINING_UNITS = ("max_pages", "keep_pages")  # `units` keys that only training reads
+KEEP_PAGES = ("first", "summary")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class TrainConfig:
     kind: str = "pagesum"  # the model kind trained (a registered kind)
     output: str = "~/.cache/locsum/runs"
     units: dict[str, Any] = field(default_factory=dict)  # PagingOptions for "summarize", plus `max_pages`: the
-    # pages a training example keeps (its first ones), a training-only cap on memory
+    # pages a training example keeps, a training-only cap on memory, and `keep_pages`: which ones ("first", or
+    # "summary": those closest to the reference summary by tf-idf, in their order; training examples only)
     generation: dict[str, Any] = field(default_factory=dict)  # saved with the model, used for ROUGE
     seed: int = 0
     batch_size: int = 4  # samples per micro-batch
@@ -81,8 +84,8 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def paging(self) -> dict[str, Any]:
-        """The `PagingOptions` of `units` (without the training-only `max_pages`)."""
-        return {k: v for k, v in self.units.items() if k != "max_pages"}
+        """The `PagingOptions` of `units` (without the training-only `max_pages` and `keep_pages`)."""
+        return {k: v for k, v in self.units.items() if k not in TRAINING_UNITS}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -156,6 +159,8 @@ def _check_fields(config: TrainConfig) -> None:
         raise OptionError("train_files is empty: name at least one JSON Lines file of training examples")
     for name in ("model", "units", "generation", "objective_options"):
         check_mapping(name, getattr(config, name))
+    check_int("units.max_pages", config.units.get("max_pages"), 1, optional=True)
+    check_choice("units.keep_pages", config.units.get("keep_pages", "first"), KEEP_PAGES)
     check_adapter_fields(config.lora, config.trainable)
     if not isinstance(config.lr_scale, dict):
         raise OptionError(f"lr_scale={config.lr_scale!r}: a table of parameter-name prefixes and scales, e.g. "

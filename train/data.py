@@ -17,6 +17,8 @@ import numpy as np
 
 from locsum_sdk.errors import DataError
 from locsum_sdk.evaluation import parse_line
+from locsum_sdk.kinds import keep_top
+from locsum_sdk.limits import tfidf_cosine
 from locsum_sdk.units import Pager, split_sentences
 
 from .batching import Batch, Sample, collate
@@ -98,12 +100,14 @@ def check_data(paths: Sequence[str | os.PathLike], require_summary: bool = True)
 
 
 class SummarizationSet:
-    """Examples -> (pages, summary ids); over-long inputs keep their first `max_pages` pages (None: all)."""
+    """Examples -> (pages, summary ids); over-long inputs keep `max_pages` pages (None: all): their first (`keep`
+    "first"), or the ones closest to the reference summary by tf-idf cosine, in their order ("summary": a long
+    meeting's pages the summary speaks of, not its opening; for training examples, never for validation's)."""
 
     def __init__(self, paths: Sequence[str | os.PathLike], pager: Pager, tokenizer, max_target_tokens: int,
-                 max_pages: int | None = None):
+                 max_pages: int | None = None, keep: str = "first"):
         self.index, self.pager, self.tokenizer = JsonlIndex(paths), pager, tokenizer
-        self.max_target_tokens, self.max_pages = max_target_tokens, max_pages
+        self.max_target_tokens, self.max_pages, self.keep = max_target_tokens, max_pages, keep
 
     @property
     def checkpoint_files(self) -> dict[str, Path]:
@@ -117,8 +121,12 @@ class SummarizationSet:
         return self.index[index]
 
     def units(self, example: Example) -> list:
-        """The example's units as the runtime makes them (`Unit`s), its first `max_pages`."""
-        return self.pager(example.documents, example.query)[: self.max_pages]
+        """The example's units as the runtime makes them (`Unit`s), at most `max_pages` of them (see the class)."""
+        units = self.pager(example.documents, example.query)
+        if self.max_pages is None or len(units) <= self.max_pages or self.keep == "first":
+            return units[: self.max_pages]
+        summary = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
+        return keep_top(units, tfidf_cosine([u.text_ids for u in units], summary), self.max_pages, ranked=False)
 
     def target(self, example: Example) -> list[int]:
         """The summary's ids, cut to `max_target_tokens` with the eos kept."""

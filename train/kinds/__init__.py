@@ -40,9 +40,14 @@ def check_objective_options(kind: str, options: dict) -> None:
 def training_set(kind: str, paths: Sequence[Path], pager: Pager, tokenizer, config: TrainConfig, split: str):
     """The data set of `kind` over `paths` (`split`: "train" or "val", kept apart in any cache)."""
     own = _hook(kind, "training_set")
+    keep = config.units.get("keep_pages", "first")
     if own is not None:
+        if keep != "first":
+            raise OptionError(f"units.keep_pages={keep!r}: {kind} chooses the units a training example keeps its own "
+                              "way; leave keep_pages out")
         return own(paths, pager, tokenizer, config, split)
-    return SummarizationSet(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"))
+    return SummarizationSet(paths, pager, tokenizer, config.max_target_tokens, config.units.get("max_pages"),
+                            keep if split == "train" else "first")
 
 
 def denoising_set(kind: str, segments: list, special, mask_id: int, seed: int, config: TrainConfig):
