@@ -52,9 +52,10 @@ def option_names() -> set[str]:
     from locsum_sdk.bundle import Manifest
     from locsum_sdk.serve.app import CODES
     from locsum_sdk.serve.options import ServeOptions
-    from train.config import TrainConfig
+    from train.config import TRAINING_UNITS, TrainConfig
 
     names |= {f.name for group in (Manifest, ServeOptions, TrainConfig) for f in dataclasses.fields(group)}
+    names |= set(TRAINING_UNITS)  # a training config's `units` keys that only training reads
     return names | set(CODES)  # the API's error codes
 
 

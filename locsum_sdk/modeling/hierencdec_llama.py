@@ -36,7 +36,6 @@ import torch
 from torch import nn
 
 from .bart import attention_bias, init_weights, slot_bias, write_index
-from .hierencdec import KIND
 from .llama import Attention, Llama, SlotCache, UnitKV, causal_bias, rotate, stacked
 from .llama_config import LlamaConfig
 
@@ -88,7 +87,7 @@ def _read(scores: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torc
 class LlamaHierEncDec(nn.Module):
     """HierEncDec's documents and document-scaled attention on a pretrained decoder-only Llama (`model`)."""
 
-    kind = KIND
+    kind = "hierencdec"  # hierencdec.KIND (that module builds this one: importing it here would be a circle)
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
