@@ -109,38 +109,14 @@ def test_the_document_weights_leave_out_the_prompts_head():
 def test_steps_with_reordered_beams_equal_teacher_forcing_of_their_sequences():
     """K beams of B items, reordered at random every step: each beam's step scores and document weights are the
     teacher-forced ones of the sequence it ends up with, its cache read from the slots where it was written."""
+    from test_pagesum import reordered_steps
+
     net = model()
     ids, mask, unit_mask = documents([[9, 5, 7], [6, 8]], 9, seed=4)
-    batch, units, length = ids.shape
-    beams, steps = 3, 6
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        _, cross = net.encode(ids.view(-1, length), mask.view(-1, length))
-        slots, source = BeamSlots(batch, beams, chunk=steps), None
-        cache = net.model.empty_cache(batch, beams, steps)
-        sequences = torch.randint(5, VOCAB, (batch, beams, 1), generator=g)
-        scores, weights = [], []
-        for t in range(steps):
-            if t:
-                source = torch.randint(0, beams, (batch, beams), generator=g)
-                sequences = torch.cat([sequences.gather(1, source[..., None].expand_as(sequences)),
-                                       torch.randint(5, VOCAB, (batch, beams, 1), generator=g)], dim=2)
-                scores = [s.gather(1, source[..., None].expand_as(s)) for s in scores]
-                weights = [w.gather(2, source[:, None].expand_as(w)) for w in weights]
-            slots.advance(None if source is None else source.numpy())
-            log_probs, step_weights = net.step(sequences[..., -1], unit_mask, mask.view(-1, length),
-                                               torch.tensor([t]), torch.from_numpy(slots.slots), cache, cross)
-            scores.append(log_probs)  # (B, K, V)
-            weights.append(step_weights)  # (B, D, K)
-
-        def per_beam(x):
-            return x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
-
-        expected, expected_weights = net(per_beam(ids), per_beam(mask), per_beam(unit_mask),
-                                         sequences.view(batch * beams, steps))
-    got = torch.stack(scores, dim=2).view(batch * beams, steps, -1)
+    cache = net.model.empty_cache(ids.shape[0], 3, 6)
+    got, got_weights, expected, expected_weights = reordered_steps(net, ids, mask, unit_mask, cache, beams=3,
+                                                                   steps=6, seed=5)
     assert torch.allclose(got, expected, atol=1e-5)
-    got_weights = torch.stack(weights, dim=3).permute(0, 2, 1, 3).reshape(batch * beams, units, steps)
     assert torch.allclose(got_weights, expected_weights, atol=1e-6)
 
 

@@ -50,6 +50,40 @@ def test_cached_steps_equal_teacher_forcing(backbone):
     check_cached_steps(random_pagesum(VOCAB, backbone=backbone))
 
 
+def reordered_steps(model, ids, mask, unit_mask, cache, beams: int, steps: int, seed: int):
+    """K beams of B items decoded `steps` steps against `cache`, reordered at random every step, and teacher forcing
+    of the sequences they end up with: (step log-probabilities (B*K, T, V), step unit weights (B*K, U, T), teacher
+    forcing's log-probabilities and unit weights)."""
+    batch, units, length = ids.shape
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
+        slots, source = BeamSlots(batch, beams, chunk=steps), None
+        sequences = torch.randint(5, VOCAB, (batch, beams, 1), generator=g)
+        scores, weights = [], []
+        for t in range(steps):
+            if t:
+                source = torch.randint(0, beams, (batch, beams), generator=g)
+                sequences = torch.cat([sequences.gather(1, source[..., None].expand_as(sequences)),
+                                       torch.randint(5, VOCAB, (batch, beams, 1), generator=g)], dim=2)
+                scores = [s.gather(1, source[..., None].expand_as(s)) for s in scores]
+                weights = [w.gather(2, source[:, None].expand_as(w)) for w in weights]
+            slots.advance(None if source is None else source.numpy())
+            log_probs, step_weights = model.step(sequences[..., -1], unit_mask, mask.view(-1, length),
+                                                 torch.tensor([t]), torch.from_numpy(slots.slots), cache, cross)
+            scores.append(log_probs)  # (B, K, V)
+            weights.append(step_weights)  # (B, U, K)
+
+        def per_beam(x):
+            return x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
+
+        expected, expected_weights = model(per_beam(ids), per_beam(mask), per_beam(unit_mask),
+                                           sequences.view(batch * beams, steps))
+    got = torch.stack(scores, dim=2).view(batch * beams, steps, -1)
+    got_weights = torch.stack(weights, dim=3).permute(0, 2, 1, 3).reshape(batch * beams, units, steps)
+    return got, got_weights, expected, expected_weights
+
+
 @pytest.mark.parametrize("backbone", ["bart", "llama"])
 def test_reordered_beams_equal_teacher_forcing_of_their_sequences(backbone):
     """K beams of B items over U pages, reordered at random every step: each beam's step scores are the teacher-
@@ -57,31 +91,9 @@ def test_reordered_beams_equal_teacher_forcing_of_their_sequences(backbone):
     the cache never moves: each beam reads its history from the slots where it was written."""
     model = random_pagesum(VOCAB, backbone=backbone)
     ids, mask, unit_mask, _ = inputs(3)
-    batch, units, length = ids.shape
-    beams, steps = 3, 6
-    g = torch.Generator().manual_seed(4)
-    with torch.no_grad():
-        _, cross = model.encode(ids.view(-1, length), mask.view(-1, length))
-        slots, source = BeamSlots(batch, beams, chunk=steps), None
-        cache = empty_cache(model, batch, units, beams, steps)
-        sequences = torch.randint(5, VOCAB, (batch, beams, 1), generator=g)
-        scores = []
-        for t in range(steps):
-            if t:
-                source = torch.randint(0, beams, (batch, beams), generator=g)
-                sequences = torch.cat([sequences.gather(1, source[..., None].expand_as(sequences)),
-                                       torch.randint(5, VOCAB, (batch, beams, 1), generator=g)], dim=2)
-                scores = [s.gather(1, source[..., None].expand_as(s)) for s in scores]
-            slots.advance(None if source is None else source.numpy())
-            log_probs, _ = model.step(sequences[..., -1], unit_mask, mask.view(-1, length), torch.tensor([t]),
-                                      torch.from_numpy(slots.slots), cache, cross)
-            scores.append(log_probs)  # (B, K, V)
-
-        def per_beam(x):
-            return x[:, None].expand(batch, beams, *x.shape[1:]).reshape(batch * beams, *x.shape[1:])
-
-        expected, _ = model(per_beam(ids), per_beam(mask), per_beam(unit_mask), sequences.view(batch * beams, steps))
-    got = torch.stack(scores, dim=2).view(batch * beams, steps, -1)
+    batch, units, _ = ids.shape
+    cache = empty_cache(model, batch, units, 3, 6)
+    got, _, expected, _ = reordered_steps(model, ids, mask, unit_mask, cache, beams=3, steps=6, seed=4)
     assert torch.allclose(got, expected, atol=1e-5)
 
 
