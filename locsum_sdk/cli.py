@@ -98,7 +98,8 @@ def _print_update(live, as_json: bool) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline
+    from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline, vocabulary_words
+    from .modeling.config import on_base_model
     from .summarizer import Summarizer
     from .words import WordList
 
@@ -111,11 +112,13 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.bundle and not baselines:
         raise OptionError("nothing to evaluate: give --bundle, or baselines other than none")
     examples = read_examples(args.data, args.limit)
-    real = WordList.read(args.real_words).words if args.real_words else ()
+    real = set(WordList.read(args.real_words).words) if args.real_words else set()
     systems: dict[str, list[str]] = {}
     if args.bundle:
         summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                                 device=args.device)
+        if on_base_model(summarizer.model):  # the pretrained model's own words are not made up
+            real |= vocabulary_words(summarizer.tokenizer)
         overrides = _overrides(args, summarizer.kind)
         systems["model"] = [
             _summarize_example(summarizer, ex, args.data, overrides)

@@ -12,9 +12,10 @@ input when the input (its documents) contains it and fewer than 15% of the evalu
 do. A summary's count is its distinct words specific to its own input; the references are counted the same way.
 
 Made-up words per summary: its distinct words of four or more letters that no input, query or reference of the
-evaluation set holds, nor the `known` words given (e.g. the words of every split of the training data). A model
-that strings copied subword pieces into words no text holds ("Ganymedriveration") shows here, where neither ROUGE
-nor input-specific words sees it; extractive baselines score 0 by construction.
+evaluation set holds, nor the `known` words given (e.g. the words of every split of the training data; for a model
+on a pretrained backbone also its vocabulary's whole words, `vocabulary_words`, real English no training text need
+hold). A model that strings copied subword pieces into words no text holds ("Ganymedriveration") shows here, where
+neither ROUGE nor input-specific words sees it; extractive baselines score 0 by construction.
 
 Words repeated: the share (percent) of a summary's words of four or more letters, in order, that repeat an earlier
 word of the same summary ("the budget of the budget": 50). A summary that loops on a few words scores high where
@@ -296,6 +297,14 @@ def set_words(examples: Sequence[EvalExample]) -> set[str]:
     for ex in examples:
         words |= content_words("\n".join([*ex.documents, ex.query or "", ex.reference]))
     return words
+
+
+def vocabulary_words(tokenizer) -> frozenset[str]:
+    """The whole words of a byte-level BPE vocabulary (`tokenizers.Tokenizer`): pieces that start a word ("Ġ") and
+    are letters alone, as `content_words` reads them. A pretrained model learnt them as words, so its summaries'
+    use of them is not made up."""
+    return frozenset(word for piece in tokenizer.get_vocab() if piece.startswith("Ġ") and piece[1:].isalpha()
+                     for word in content_words(piece[1:]))
 
 
 def made_up_counts(summaries: Sequence[str], real: set[str]) -> list[int]:

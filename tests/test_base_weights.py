@@ -18,6 +18,7 @@ from locsum_sdk import Summarizer
 from locsum_sdk.base_weights import BASE_FILE, BaseRecord, BaseSource, BaseTensor, quantize, read_safetensors
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
+from locsum_sdk.evaluation import content_words, read_examples, set_words
 from locsum_sdk.gguf_file import GGUFFile
 
 gguf = pytest.importorskip("gguf")
@@ -261,10 +262,28 @@ def test_the_cli_takes_base_only_when_exporting_a_checkpoint(installed, tmp_path
         assert "--base" in capsys.readouterr().err
 
 
-def test_a_card_counts_the_base_vocabulary_as_real_words(installed):
-    from train.release import known_words, vocabulary_words
+def test_a_card_and_locsum_eval_count_the_base_vocabulary_as_real_words(installed, tmp_path, monkeypatch):
+    from tokenizers import Tokenizer
+
+    from locsum_sdk import evaluation
+    from locsum_sdk.cli import main
+    from locsum_sdk.evaluation import vocabulary_words
+    from train.release import known_words
 
     small = installed[3]
-    words = vocabulary_words(small.path)
+    words = vocabulary_words(Tokenizer.from_file(str(Bundle.load(small.path).file("tokenizer.json"))))
     assert words and all(word.isalpha() and word == word.lower() and len(word) >= 4 for word in words)
     assert known_words(small.path) >= words
+    text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
+    data = tmp_path / "set.jsonl"
+    data.write_text(json.dumps({"documents": [text], "summary": "The board approved the budget."}) + "\n")
+    summary = Summarizer.from_pretrained(small.path).summarize(text, max_length=24).text
+
+    def made_up() -> float:
+        assert main(["eval", "--bundle", str(small.path), "--data", str(data), "--quiet", "--baselines", "",
+                     "--max-length", "24", "--report", str(tmp_path / "report.json")]) == 0
+        return json.loads((tmp_path / "report.json").read_text())["model"]["made_up_words"]["mean"]
+
+    assert made_up() == len(content_words(summary) - words - set_words(read_examples(data)))
+    monkeypatch.setattr(evaluation, "vocabulary_words", lambda tokenizer: frozenset(content_words(summary)))
+    assert made_up() == 0  # `locsum eval` asks the bundle's vocabulary

@@ -50,11 +50,11 @@ from locsum_sdk.evaluation import (
     SHARED,
     SPECIFIC,
     EvalExample,
-    content_words,
     evaluate,
     read_examples,
     run_baseline,
     set_words,
+    vocabulary_words,
 )
 from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
@@ -84,22 +84,14 @@ def real_words(data: Path = DATA) -> frozenset[str]:
     return frozenset(set_words([ex for file in files if file.is_file() for ex in read_examples(file)]))
 
 
-def vocabulary_words(bundle: Path) -> frozenset[str]:
-    """The whole words of a pretrained model's byte-level vocabulary (pieces that start a word and are letters
-    alone): real words its summaries may use that no training text holds, so not counted as made up."""
-    from tokenizers import Tokenizer
-
-    pieces = Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))).get_vocab()
-    return frozenset(word for piece in pieces if piece.startswith("Ġ") and piece[1:].isalpha()
-                     for word in content_words(piece[1:]))
-
-
 def known_words(bundle: Path) -> frozenset[str]:
     """The words a summary of `bundle` may use without counting as made up (`real_words`; and on the pretrained
     backbone its vocabulary's whole words)."""
+    from tokenizers import Tokenizer
+
     manifest = json.loads((bundle / "manifest.json").read_text())
     if manifest["model"].get("backbone") == "llama":
-        return real_words() | vocabulary_words(bundle)
+        return real_words() | vocabulary_words(Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))))
     return real_words()
 
 

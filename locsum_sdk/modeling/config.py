@@ -69,11 +69,17 @@ class StepShape:
         return self.cache_heads * self.head_dim
 
 
+def on_base_model(model: dict[str, Any]) -> bool:
+    """Whether a bundle's `model` settings are on the pretrained base model's Llama backbone (`backbone: llama`), so
+    its vocabulary is the base model's."""
+    return model.get("backbone") == "llama"
+
+
 def step_shape(model: dict[str, Any]) -> StepShape:
     """The `StepShape` of a bundle's `model` settings: a Llama backbone (`backbone: llama`; every layer reads the
     unit, grouped-query heads) or BART's encoder-decoder (the default)."""
     d = model["d_model"]
-    if model.get("backbone") == "llama":
+    if on_base_model(model):
         return StepShape(model["layers"], model["kv_heads"], d // model["heads"], model["heads"], d, model["ffn_dim"],
                          model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4,
                          continues_units=True)
