@@ -267,11 +267,10 @@ def test_a_card_and_locsum_eval_count_the_base_vocabulary_as_real_words(installe
 
     from locsum_sdk import evaluation
     from locsum_sdk.cli import main
-    from locsum_sdk.evaluation import vocabulary_words
     from train.release import known_words
 
     small = installed[3]
-    words = vocabulary_words(Tokenizer.from_file(str(Bundle.load(small.path).file("tokenizer.json"))))
+    words = evaluation.vocabulary_words(Tokenizer.from_file(str(Bundle.load(small.path).file("tokenizer.json"))))
     assert words and all(word.isalpha() and word == word.lower() and len(word) >= 4 for word in words)
     assert known_words(small.path) >= words
     text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
