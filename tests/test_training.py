@@ -252,6 +252,35 @@ def test_a_long_example_can_keep_the_pages_its_summary_speaks_of(tmp_path, jsonl
         training_set("dyle", [path], pager, tokenizer, config, "train")
 
 
+def test_a_long_summary_is_cut_at_its_last_sentence_end_that_fits(tmp_path, jsonl, tokenizer, tokenizer_file):
+    """A training target ends with the eos after a finished sentence, never mid-sentence, unless its first sentence
+    alone is over `max_target_tokens`."""
+    from locsum_sdk import kinds
+    from locsum_sdk.units import SpecialTokens
+    from train.kinds import training_set
+
+    summary = "The roof leaks. Parking fees rise in June for every driver. The garden budget was cut."
+    path = write_jsonl(tmp_path / "long.jsonl", [{"documents": ["The hall was painted."], "summary": summary}])
+    kind = kinds.get("pagesum")
+    special = SpecialTokens()
+    pager = kind.pager(tokenizer, special, kind.unit_options(policy="document"))
+    ids = tokenizer.encode(" " + summary, add_special_tokens=False).ids
+    two = len(tokenizer.encode(" The roof leaks. Parking fees rise in June for every driver.",
+                               add_special_tokens=False).ids)
+
+    def target(max_target_tokens: int) -> list[int]:
+        config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "cut", max_target_tokens=max_target_tokens)
+        data = training_set("pagesum", [path], pager, tokenizer, config, "train")
+        return data.target(data.example(0))
+
+    assert target(len(ids) + 1) == ids + [special.eos]  # it fits whole
+    for room in (two, len(ids) - 1):  # the third sentence does not fit: two sentences and the eos
+        cut = target(room + 1)
+        assert cut[-1] == special.eos and tokenizer.decode(cut[:-1]).strip().endswith("every driver.")
+        assert cut == ids[:two] + [special.eos]
+    assert target(4) == ids[:3] + [special.eos]  # the first sentence alone is too long: cut where the room ends
+
+
 def test_data_workers_and_gradient_checkpointing_change_no_loss(tmp_path, jsonl, tokenizer_file):
     """Batches built in two worker processes come in the same order; recomputed encoder layers give the same
     gradients."""

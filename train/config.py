@@ -69,7 +69,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (its forward; the objective's other calls run eagerly)
     workers: int = 0  # data-loading worker processes (batches are built in order whatever their number)
     segment_tokens: int = 448  # "denoise": tokens per pretraining segment
-    max_target_tokens: int = 256  # "summarize": summary tokens kept
+    max_target_tokens: int = 256  # "summarize": summary tokens kept, eos included (cut at a sentence end)
     vocab_size: int = 8192  # when the tokenizer has to be trained
     log_every: int = 10
     eval_every: int = 200

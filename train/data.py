@@ -129,9 +129,17 @@ class SummarizationSet:
         return keep_top(units, tfidf_cosine([u.text_ids for u in units], summary), self.max_pages, ranked=False)
 
     def target(self, example: Example) -> list[int]:
-        """The summary's ids, cut to `max_target_tokens` with the eos kept."""
-        ids = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
-        return ids[: self.max_target_tokens - 1] + [self.pager.special.eos]
+        """The summary's ids and the eos, at most `max_target_tokens`: a longer summary is cut at its last sentence
+        end that fits, so that the eos follows a finished sentence (mid-sentence only where its first sentence
+        alone is too long)."""
+        summary = " " + example.summary.strip()
+        encoding = self.tokenizer.encode(summary, add_special_tokens=False)
+        room = self.max_target_tokens - 1
+        if len(encoding.ids) <= room:
+            return encoding.ids + [self.pager.special.eos]
+        ends = {end for _, end in split_sentences(summary)}
+        fits = [n for n in range(room, 0, -1) if encoding.offsets[n - 1][1] in ends]
+        return encoding.ids[: fits[0] if fits else room] + [self.pager.special.eos]
 
     def get(self, index: int, epoch: int = 0) -> Sample:
         example = self.index[index]
