@@ -138,8 +138,8 @@ class SummarizationSet:
         if len(encoding.ids) <= room:
             return encoding.ids + [self.pager.special.eos]
         ends = {end for _, end in split_sentences(summary)}
-        fits = [n for n in range(room, 0, -1) if encoding.offsets[n - 1][1] in ends]
-        return encoding.ids[: fits[0] if fits else room] + [self.pager.special.eos]
+        cut = next((n for n in range(room, 0, -1) if encoding.offsets[n - 1][1] in ends), room)
+        return encoding.ids[:cut] + [self.pager.special.eos]
 
     def get(self, index: int, epoch: int = 0) -> Sample:
         example = self.index[index]
