@@ -278,6 +278,7 @@ def test_a_long_summary_is_cut_at_its_last_sentence_end_that_fits(tmp_path, json
         cut = target(room + 1)
         assert cut[-1] == special.eos and tokenizer.decode(cut[:-1]).strip().endswith("every driver.")
         assert cut == ids[:two] + [special.eos]
+    assert len(tokenizer.encode(" The roof leaks.", add_special_tokens=False).ids) > 3
     assert target(4) == ids[:3] + [special.eos]  # the first sentence alone is too long: cut where the room ends
 
 
