@@ -125,14 +125,14 @@ class SummarizationSet:
         units = self.pager(example.documents, example.query)
         if self.max_pages is None or len(units) <= self.max_pages or self.keep == "first":
             return units[: self.max_pages]
-        summary = self.tokenizer.encode(" " + example.summary.strip(), add_special_tokens=False).ids
+        summary = self.tokenizer.encode(summary_text(example), add_special_tokens=False).ids
         return keep_top(units, tfidf_cosine([u.text_ids for u in units], summary), self.max_pages, ranked=False)
 
     def target(self, example: Example) -> list[int]:
         """The summary's ids and the eos, at most `max_target_tokens`: a longer summary is cut at its last sentence
         end that fits, so that the eos follows a finished sentence (mid-sentence only where its first sentence
         alone is too long)."""
-        summary = " " + example.summary.strip()
+        summary = summary_text(example)
         encoding = self.tokenizer.encode(summary, add_special_tokens=False)
         room = self.max_target_tokens - 1
         if len(encoding.ids) <= room:
@@ -151,6 +151,11 @@ class SummarizationSet:
     def inference_units(self, model, sample: Sample) -> list[list[int]]:
         """The units a summary of `sample` is generated from at validation: all of them."""
         return sample.units
+
+
+def summary_text(example: Example) -> str:
+    """The reference summary as training tokenizes it: stripped, with one leading space (its first word as in a text)."""
+    return " " + example.summary.strip()
 
 
 def segments(documents: Iterator[str], tokenizer, max_tokens: int) -> list[np.ndarray]:
