@@ -154,7 +154,7 @@ class SummarizationSet:
 
 
 def summary_text(example: Example) -> str:
-    """The reference summary as training tokenizes it: stripped, with one leading space (its first word as in a text)."""
+    """The reference summary as training tokenizes it: stripped, after one space (its first word as in a text)."""
     return " " + example.summary.strip()
 
 
