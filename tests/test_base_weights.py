@@ -135,7 +135,8 @@ def test_a_bundle_on_a_wheel_ships_small_and_summarizes_as_the_whole_one(install
     assert record.sources[0]["wheel"] == WHEEL and record.sources[0]["version"] == VERSION
     assert {t.name for t in record.tensors} >= {"token_embd.weight", "blk.0.attn_q.weight", "blk.1.ffn_down.weight"}
     assert bundle_bytes(small.path) < bundle_bytes(whole.path) - record.size * 0.9
-    assert set(record.packed) == {"decoder.onnx", "encoder.onnx", "tokenizer.json"}  # no weights.bin: all base
+    assert set(small.manifest.packed) == {"decoder.onnx", "encoder.onnx", "tokenizer.json"}  # no weights.bin: base
+    assert all(name.endswith(".xz") for name in small.manifest.files)
     assert not (small.path / "decoder.onnx").exists() and (small.path / "decoder.onnx.xz").is_file()
     loaded = Bundle.load(small.path)
     assert (loaded.graph_path / BASE_FILE).stat().st_size == record.size
@@ -205,26 +206,40 @@ def test_a_packed_file_that_does_not_unpack_to_its_record_is_refused(installed, 
 
 
 @pytest.mark.parametrize("change", [
-    lambda base: base.pop("sha256"),
-    lambda base: base["packed"].update({"../tokenizer.json": "0" * 64}),
-    lambda base: base["packed"].update({"tokenizer.json": "not a digest"}),
-    lambda base: base.update(packed=["decoder.onnx"]),
-    lambda base: base["packed"].update({"words.txt": "0" * 64}),  # packed, but no words.txt.xz in the bundle
-    lambda base: base["tensors"][0].update(offset=-1),
-    lambda base: base["tensors"][0].update(scale=float("nan")),
-    lambda base: base["tensors"][0].update(source=5),
-    lambda base: base["sources"][0].update(file="../../etc/passwd"),
-    lambda base: base["tensors"].append("x"),
+    lambda manifest: manifest["base"].pop("sha256"),
+    lambda manifest: manifest["base"].update(packed={}),
+    lambda manifest: manifest["packed"].update({"../tokenizer.json": "0" * 64}),
+    lambda manifest: manifest["packed"].update({"tokenizer.json": "not a digest"}),
+    lambda manifest: manifest.update(packed=["decoder.onnx"]),
+    lambda manifest: manifest["packed"].update({"words.txt": "0" * 64}),  # packed, but no words.txt.xz in the bundle
+    lambda manifest: manifest["packed"].update({"base.bin": "0" * 64}),
+    lambda manifest: manifest["base"]["tensors"][0].update(offset=-1),
+    lambda manifest: manifest["base"]["tensors"][0].update(scale=float("nan")),
+    lambda manifest: manifest["base"]["tensors"][0].update(source=5),
+    lambda manifest: manifest["base"]["sources"][0].update(file="../../etc/passwd"),
+    lambda manifest: manifest["base"]["tensors"].append("x"),
 ])
 def test_a_damaged_recipe_is_refused(installed, tmp_path, change):
     small = installed[3]
     copy = tmp_path / "bundle"
     shutil.copytree(small.path, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    change(manifest["base"])
+    change(manifest)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleIntegrityError):
         Bundle.load(copy)
+
+
+def test_a_format_4_bundle_with_its_packed_files_in_its_base_record_is_read(installed, tmp_path):
+    small = installed[3]
+    copy = tmp_path / "bundle"
+    shutil.copytree(small.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["base"]["packed"] = manifest.pop("packed")
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "format_version": 4}))
+    loaded = Bundle.load(copy)
+    assert loaded.manifest.packed == small.manifest.packed and "packed" not in loaded.manifest.base
+    assert loaded.file("decoder.onnx").read_bytes() == small.file("decoder.onnx").read_bytes()
 
 
 def test_a_recipe_derives_scaled_transposed_and_quantized_tensors():

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import unpacked_copy
 from onnx import TensorProto, helper, numpy_helper
 
+from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import ExportError
@@ -92,14 +94,20 @@ def test_the_int8_lm_head_reads_the_embedding_table(tmp_path, checkpoint_dir, mo
     assert worst_tied <= 2 * worst_untied + 1e-3
 
 
-def test_compact_ties_and_packs_a_bundle_and_keeps_its_card(tmp_path):
-    source = tmp_path / "source"
+def test_compact_ties_and_packs_a_bundle_and_keeps_its_card(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source, unpacked = tmp_path / "source", tmp_path / "unpacked"
     shutil.copytree(ENGINES / "default", source)
-    tied = packing.compact(source, source, force=True)  # already compact: nothing more to tie
-    assert tied == []
+    unpacked_copy(source, unpacked)  # the shipped bundle as a plain export writes it
+    assert packing.compact(unpacked, source, force=True) == []  # already tied: nothing more to tie
     bundle = Bundle.load(source)
     assert (source / "README.md").is_file() and (source / "evaluation.json").is_file()
-    assert bundle.manifest.files[C.WEIGHTS_FILE]
+    assert set(bundle.manifest.packed) == set(Bundle.load(unpacked).manifest.files)
+    assert all(name.endswith(".xz") for name in bundle.manifest.files)  # every file it reads, packed
     assert not {"README.md", "evaluation.json"} & set(bundle.manifest.files)  # a card is written after its bundle
+    assert sum(p.stat().st_size for p in source.glob("*.xz")) < 0.8 * sum(p.stat().st_size for p in unpacked.iterdir())
+    text = "The board met on Monday. It approved the budget for the new library roof and the ramp."
+    a, b = (Summarizer.from_pretrained(path).summarize(text, max_length=24) for path in (unpacked, source))
+    assert a.token_ids == b.token_ids
     with pytest.raises(ExportError, match="exists"):
         packing.compact(source, source)

@@ -266,7 +266,8 @@ def test_a_manifest_missing_or_mistyping_any_setting_is_a_bundle_error(kind_bund
         assert path[-1] in str(err) or path[0] in str(err), (path, str(err))  # names the setting or its group
         return
     # what may be left out: an option (its default applies), a record that is not a setting, an optional section
-    optional = {"units", "limits", "generation", "files", "producer", "tensorrt", "base", "dtype", "format_version"}
+    optional = {"units", "limits", "generation", "files", "producer", "tensorrt", "base", "packed", "dtype",
+                "format_version"}
     parity = len(path) == 3 and path[0] == "graphs" and path[2] in ("max_abs_diff", "int8_max_abs_diff")
     added = ".".join(path) in ADDED_SETTINGS  # a setting newer than the manifest: its default is what was exported
     # or a setting that was None (unset) given a value its option accepts: memory_limit=1.0 is one byte

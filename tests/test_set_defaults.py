@@ -2,6 +2,7 @@
 options, an altered source and an existing output are refused with nothing written."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from locsum_sdk.bundle import Bundle
 from locsum_sdk.cli import main
 from locsum_sdk.errors import BundleIntegrityError, ExportError, OptionError
 from locsum_sdk.exporters.defaults import set_defaults
+
+ENGINES = Path(__file__).resolve().parents[1] / "engines"
 
 
 def test_the_copy_has_the_new_defaults_and_the_same_files(bundle_dir, tmp_path):
@@ -29,6 +32,21 @@ def test_the_copy_has_the_new_defaults_and_the_same_files(bundle_dir, tmp_path):
     text = "The committee met on Tuesday to review the budget. " * 20
     again = Summarizer.from_pretrained(bundle_dir).summarize(text, num_beams=2, min_length=5, page_tokens=32)
     assert summarizer.summarize(text).token_ids == again.token_ids  # the defaults are what an override gives
+
+
+def test_a_packed_bundle_is_copied_packed_and_a_new_common_words_list_replaces_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = Bundle.load(ENGINES / "default")
+    assert C.COMMON_WORDS_FILE in source.manifest.packed
+    listed = tmp_path / "common.txt"
+    listed.write_text("board\nmeeting\n", encoding="utf-8")
+    copy = set_defaults(source.path, tmp_path / "copy", {"num_beams": 2}, common_words=listed)
+    assert copy.manifest.packed == {k: v for k, v in source.manifest.packed.items() if k != C.COMMON_WORDS_FILE}
+    assert copy.file(C.COMMON_WORDS_FILE).read_text(encoding="utf-8") == "board\nmeeting\n"
+    assert copy.file(C.DECODER_FILE).read_bytes() == source.file(C.DECODER_FILE).read_bytes()
+    assert not (copy.path / (C.COMMON_WORDS_FILE + ".xz")).exists()
+    summary = Summarizer.from_pretrained(copy.path).summarize("The board met on Monday to approve the budget.")
+    assert summary.text
 
 
 @pytest.mark.parametrize("options, message", [

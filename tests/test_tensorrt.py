@@ -13,6 +13,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
+from conftest import unpacked_copy  # noqa: E402
+
 from locsum_sdk import Summarizer  # noqa: E402
 from locsum_sdk.bundle import Bundle, Manifest, check_engine_host, write_manifest  # noqa: E402
 from locsum_sdk.cli import main  # noqa: E402
@@ -131,7 +133,7 @@ def test_int8_becomes_weight_only():
     (2% of the largest value) of the int8 graph computed exactly (`exact_int8`), on real tokens."""
     import onnxruntime as ort
 
-    source = ENGINES / "dyle" / "encoder.onnx"
+    source = Bundle.load(ENGINES / "dyle").file("encoder.onnx")
     original = onnx.load(str(source))
     model = onnx.load(str(source))
     rewritten = trt_export.weight_only(model)
@@ -144,7 +146,7 @@ def test_int8_becomes_weight_only():
     onnx.checker.check_model(model)
     from tokenizers import Tokenizer
 
-    ids = Tokenizer.from_file(str(ENGINES / "dyle" / "tokenizer.json")).encode(TEXT).ids[:96]
+    ids = Tokenizer.from_file(str(Bundle.load(ENGINES / "dyle").file("tokenizer.json"))).encode(TEXT).ids[:96]
     feeds = {"input_ids": np.array([ids[:48], ids[48:96]], dtype=np.int64),
              "attention_mask": np.ones((2, 48), dtype=np.int64)}
     run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -154,7 +156,7 @@ def test_int8_becomes_weight_only():
 
 
 def test_profiles_from_named_axes():
-    model = onnx.load(str(ENGINES / "default" / "decoder.onnx"), load_external_data=False)
+    model = onnx.load(str(Bundle.load(ENGINES / "default").file("decoder.onnx")), load_external_data=False)
     shapes = trt_export.EngineShapes(max_batch=2, max_units=8, max_unit_len=512, max_beams=4, max_steps=64)
     profile = trt_export.profile(model, shapes)
     assert profile["unit_mask"] == [[1, 1], [1, 4], [2, 8]]
@@ -431,11 +433,11 @@ def test_float16_selection_graphs_score_as_float32(name, tmp_path, monkeypatch):
 
     source = Bundle.load(ENGINES / name)
     for precision, fp16 in (("full", False), ("half", True)):
-        shutil.copytree(ENGINES / name, tmp_path / precision)
+        unpacked_copy(ENGINES / name, tmp_path / precision)
         for graph, spec in source.manifest.graphs.items():
             if graph not in ("encoder", "decoder"):
                 trt_export.prepare_graph(source.file(spec["file"]), tmp_path / precision / spec["file"], fp16=fp16)
-        write_manifest(tmp_path / precision, source.manifest)
+        write_manifest(tmp_path / precision, source.manifest, packed={})
     scores = []
     run = ort_backend.OnnxRuntimeBackend.run
     monkeypatch.setattr(ort_backend.OnnxRuntimeBackend, "run",

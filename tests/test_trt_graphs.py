@@ -139,7 +139,7 @@ def test_prepared_graphs_are_within_the_parser(name, fp16, tiny, tmp_path):
 def test_the_parser_check_sees_asymmetric_int8(tmp_path):
     """The shipped DYLE's embedding tables are uint8 with zero points 125-132: prepared as they were (a
     DequantizeLinear of the uint8 table) the check refuses them."""
-    model = onnx.load(str(ENGINES / "dyle" / "encoder.onnx"))
+    model = onnx.load(str(Bundle.load(ENGINES / "dyle").file("encoder.onnx")))
     assert any("uint8 initializer" in p or "zero point" in p or "UINT8" in p for p in parser_problems(model))
 
 

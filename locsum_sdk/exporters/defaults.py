@@ -12,6 +12,7 @@ from typing import Any
 from .. import constants as C
 from ..bundle import Bundle, write_manifest
 from ..errors import ExportError, OptionError
+from ..packed import PACKED_SUFFIX
 from ..words import WordList
 from .staging import staged
 
@@ -42,13 +43,16 @@ def set_defaults(bundle: str | os.PathLike, output: str | os.PathLike, options: 
     if manifest.tensorrt and (settings["units"] != manifest.units or settings["limits"] != manifest.limits):
         raise OptionError(f"{source.path} holds TensorRT engines built for its paging and limits; change only "
                           "decoding options, or build the engines again (export/to_trt.py) after changing them")
+    packed = dict(manifest.packed)
     with staged(output) as work:
         for name in manifest.files:
             shutil.copyfile(source.path / name, work / name)
         if common_words is not None:
+            if packed.pop(C.COMMON_WORDS_FILE, None):  # the new list replaces the packed one
+                (work / (C.COMMON_WORDS_FILE + PACKED_SUFFIX)).unlink()
             shutil.copyfile(common_words, work / C.COMMON_WORDS_FILE)
-        elif changed.generation.keywords and C.COMMON_WORDS_FILE not in manifest.files:
+        elif changed.generation.keywords and C.COMMON_WORDS_FILE not in source.names():
             raise OptionError(f"keywords={changed.generation.keywords} needs a {C.COMMON_WORDS_FILE}, which "
                               f"{source.path} has none of; pass one (--common-words FILE) or set keywords=0")
-        write_manifest(work, manifest, **settings)
+        write_manifest(work, manifest, **settings, packed=packed)
     return Bundle.load(output)

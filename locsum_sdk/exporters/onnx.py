@@ -6,7 +6,6 @@ passed `onnx.checker` and matched the PyTorch model on ONNX Runtime; a failed ex
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -18,13 +17,14 @@ import numpy as np
 
 from .. import __version__, kinds
 from .. import constants as C
-from ..base_weights import BASE_FILE, BaseSource, pack_files
+from ..base_weights import BASE_FILE, BaseSource
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import checkpoint_defaults
+from ..packed import pack_files
 from ..words import WordList
 from . import base_derived
 from .packing import pack, tie_lm_head
@@ -232,10 +232,7 @@ def export_onnx(
         for file, name in ((words_file, C.WORDS_FILE), (common_file, C.COMMON_WORDS_FILE)):
             if file is not None:
                 shutil.copyfile(file, work / name)
-        if record is not None:  # its graphs, weights and tokenizers, unpacked where base.bin is assembled
-            packed = [graph["file"] for graph in written.values()] + [C.TOKENIZER_FILE]
-            packed += [name for name in (C.WEIGHTS_FILE, own.file if own else None) if name and (work / name).is_file()]
-            record = dataclasses.replace(record, packed=pack_files(work, sorted(packed)))
+        packed = pack_files(work, sorted(p.name for p in work.iterdir() if p.is_file())) if record is not None else {}
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,
@@ -247,6 +244,7 @@ def export_onnx(
             dtype=quantize or "float32",
             producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
             base=record.to_dict() if record is not None else {},
+            packed=packed,
         )
         write_manifest(work, manifest)
     return Bundle.load(output)

@@ -141,15 +141,17 @@ def pack(directory: Path, files: list[str]) -> list[str]:
 
 
 def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list[str]:
-    """Copy the bundle at `bundle` to `output` with its graphs stored compactly: int8 LM heads tied to their
-    tables, shared weights packed. Returns the graphs whose LM head was tied: their int8 difference from torch,
-    measured at export on the untied graph, is dropped from the manifest (it no longer describes them; the torch
-    model is not at hand to measure it again). A failed copy leaves nothing at `output`."""
+    """Copy the bundle at `bundle` to `output` stored compactly: int8 LM heads tied to their tables, shared weights
+    written once, and every file packed with xz (`locsum_sdk.packed`; read from the user's cache once unpacked).
+    Returns the graphs whose LM head was tied: their int8 difference from torch, measured at export on the untied
+    graph, is dropped from the manifest (it no longer describes them; the torch model is not at hand to measure it
+    again). The bundle's other files (its card) are copied as they are. A failed copy leaves nothing at `output`."""
     import shutil
 
     import onnx
 
     from ..bundle import Bundle, write_manifest
+    from ..packed import pack_files
     from .staging import staged
 
     source = Bundle.load(bundle)
@@ -161,7 +163,7 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
     graphs = {name: dict(graph) for name, graph in source.manifest.graphs.items()}
     tied = []
     with staged(output) as work:
-        for name in source.manifest.files:
+        for name in source.names():
             shutil.copyfile(source.file(name), work / name)
         for name, graph in graphs.items():
             model = onnx.load(str(work / graph["file"]))
@@ -170,8 +172,10 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
                 graph.pop("int8_max_abs_diff", None)
                 tied.append(name)
         pack(work, [graph["file"] for graph in graphs.values()])
-        write_manifest(work, source.manifest, graphs=graphs)
+        packed = pack_files(work, sorted(p.name for p in work.iterdir() if p.is_file()))
+        write_manifest(work, source.manifest, graphs=graphs, packed=packed)
+        listed = set(source.manifest.files) | {C.MANIFEST_FILE}
         for path in source.path.iterdir():  # the card and its evaluation, which the manifest does not list
-            if path.is_file() and not (work / path.name).exists():
+            if path.is_file() and path.name not in listed:
                 shutil.copyfile(path, work / path.name)
     return tied

@@ -477,7 +477,7 @@ def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_be
                 shutil.copyfile(source.file(name), work / name)
         for graph in source.manifest.graphs.values():
             prepare_graph(source.file(graph["file"]), work / graph["file"], count, fp16)
-        write_manifest(work, source.manifest, base={})  # pretrained weights now inside the prepared graphs
+        write_manifest(work, source.manifest, base={}, packed={})  # weights inside the prepared graphs, unpacked
     return Path(output)
 
 

