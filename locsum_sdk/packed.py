@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .base_weights import BASE_FILE, BaseRecord, file_sha256, write_base
-from .errors import BundleIntegrityError
+from .errors import BundleError, BundleIntegrityError
 
 PACKED_SUFFIX = ".xz"  # a packed file as the bundle stores it: `<name>.xz`, the file compressed with xz (lzma)
 
@@ -57,6 +57,19 @@ def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str
     copied, `packed` (name -> sha256) unpacked, and base.bin assembled when the bundle has a `base` record. `verify`
     checks what is already there against its sha256; a missing or altered file is written again."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "bundles" / fingerprint[:24]
+    try:
+        _fill(root, bundle, copies, packed, base, verify)
+    except BundleError:
+        raise
+    except OSError as err:  # not writable, not a directory, the disk full
+        raise BundleError(f"{bundle} is read from {root}, which cannot be written here ({err.strerror}); set "
+                          "XDG_CACHE_HOME to a writable directory with room for it") from None
+    return root
+
+
+def _fill(root: Path, bundle: Path, copies: dict[str, str], packed: dict[str, str], base: BaseRecord | None,
+          verify: bool) -> None:
+    """Write into `root` what `cached_directory` says is read there and is missing or altered."""
     root.mkdir(parents=True, exist_ok=True)
     if base is not None:
         target = root / BASE_FILE
@@ -77,4 +90,3 @@ def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str
         target = root / name
         if not target.is_file() or (verify and file_sha256(target) != digest):
             unpack(bundle / (name + PACKED_SUFFIX), target, digest)
-    return root

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
-from locsum_sdk.errors import ExportError
+from locsum_sdk.errors import BundleError, ExportError
 from locsum_sdk.exporters import onnx as exporter
 from locsum_sdk.exporters import packing
 
@@ -111,3 +111,11 @@ def test_compact_ties_and_packs_a_bundle_and_keeps_its_card(tmp_path, monkeypatc
     assert a.token_ids == b.token_ids
     with pytest.raises(ExportError, match="exists"):
         packing.compact(source, source)
+
+
+def test_a_cache_that_cannot_be_written_is_a_bundle_error_naming_the_fix(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    with pytest.raises(BundleError, match="XDG_CACHE_HOME"):
+        Bundle.load(ENGINES / "default")
