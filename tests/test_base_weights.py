@@ -301,3 +301,14 @@ def test_a_card_and_locsum_eval_count_the_base_vocabulary_as_real_words(installe
     assert made_up() == len(content_words(summary) - words - set_words(read_examples(data)))
     monkeypatch.setattr(evaluation, "vocabulary_words", lambda tokenizer: frozenset(content_words(summary)))
     assert made_up() == 0  # `locsum eval` asks the bundle's vocabulary
+
+
+def test_a_card_on_the_base_model_says_what_its_backbone_is_good_and_not_good_for(installed):
+    from train.release import BASE_MODEL_USE, SCRATCH_USE, card
+
+    small = installed[3]
+    text = card("small", small.path, reports={}, training={}, limit=1,
+                int8={"rouge1_int8": 20.0, "rouge1_float32": 20.0, "speedup": 1.0, "size_mb": 1.0},
+                parity_result={"identical": 1, "examples": 1, "differing": {}})
+    assert BASE_MODEL_USE in text and SCRATCH_USE not in text and "135M-parameter chat model" in text
+    assert "## Summaries read" not in text  # none given

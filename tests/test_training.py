@@ -444,12 +444,16 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     config = dataclasses.replace(config, units={**TINY_UNITS, "page_tokens": 128}, model={**config.model, "copy": True})
     trainer = build(config, progress=False)
     trainer.train(max_steps=2)
+    notes = tmp_path / "read.md"
+    notes.write_text("Read 2 summaries: \"The board met.\" (good)\n", encoding="utf-8")
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "default"), "--sets", "qmsum",
              "--limit", "2", "--runs", str(tmp_path / "card"), "--work", str(tmp_path / "work"),
              "--compare", f"as sections={bundle_dir};policy=discourse;page_tokens=96", "--about", "trained briefly.",
-             "--min-distinct", "0", "--default", "min_length=3", "--default", "max_length=7"])
+             "--min-distinct", "0", "--default", "min_length=3", "--default", "max_length=7", "--read", str(notes)])
     # (--min-distinct 0: two steps may write one summary for both inputs)
     card = (tmp_path / "default" / "README.md").read_text()
+    assert "## Summaries read\n\nRead 2 summaries: \"The board met.\" (good)\n" in card
+    assert "It is tiny and trained on about 1,600 examples" in card  # trained from scratch
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
     assert "| card | cpu, " in card and " threads | 2 |" in card  # the run, the device it logged, its steps
     assert "kind `pagesum`" in card and "trained briefly." in card
@@ -661,6 +665,16 @@ def test_release_refuses_a_default_that_is_not_name_equals_value(capsys):
     with pytest.raises(SystemExit):
         release(["--checkpoint", "c", "--output", "o", "--default", "min_length"])
     assert "'min_length' is not NAME=VALUE" in capsys.readouterr().err
+
+
+def test_release_refuses_notes_on_the_summaries_that_are_empty_or_missing(tmp_path, capsys):
+    from train.release import main as release
+
+    (tmp_path / "empty.md").write_text(" \n", encoding="utf-8")
+    for notes, message in ((tmp_path / "empty.md", "is empty"), (tmp_path / "missing.md", "No such file")):
+        with pytest.raises(SystemExit):
+            release(["--checkpoint", "c", "--output", "o", "--read", str(notes)])
+        assert message in capsys.readouterr().err
 
 
 def test_release_takes_a_checkpoint_or_a_bundle_and_a_bundle_keeps_its_budget(capsys):

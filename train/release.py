@@ -259,6 +259,16 @@ def size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 2**20
 
 
+SCRATCH_USE = (
+    "Good for: trying the SDK end to end offline, meeting-style and story-style inputs like its training data, seeing "
+    "which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on about 1,600 "
+    "examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or repetitive sentences, "
+    "and weak results outside meetings, stories and product reviews.")
+BASE_MODEL_USE = (
+    "Good for: readable summaries of meetings, stories and product reviews like its training data, offline on a CPU; "
+    "seeing which units a summary drew on. Not good for: summaries you need to trust. Its backbone is a 135M-parameter "
+    "chat model fine-tuned on about 1,600 examples: it writes fluent English that can be beside the point or wrong "
+    "about who said or decided what, and it does worse outside meetings, stories and product reviews.")
 DEFAULT_ABOUT = ("trained by this project on this machine with no pretrained weights: BART denoising on the train "
                  "documents of QMSum, SQuALITY and FewSum, then fine-tuning on their train examples (query prepended "
                  "to every unit). Val and test splits were used for nothing but validation and this card.")
@@ -341,9 +351,10 @@ def card_head(name: str, kind, model: dict, base: dict) -> list[str]:
 
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
-         distinct_inputs: int | None = None, defaults: dict | None = None, earlier: dict | None = None) -> str:
+         distinct_inputs: int | None = None, defaults: dict | None = None, earlier: dict | None = None,
+         read: str | None = None) -> str:
     """The model card; `earlier` (a bundle released again) names the decoding of the release whose checks and
-    carried rows it repeats."""
+    carried rows it repeats; `read` is what a person wrote after reading the summaries (Markdown, quotes)."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     then = f"At its earlier release (decoding {earlier['generation']}): " if earlier else ""
     model, kind = manifest["model"], kinds.get(manifest["kind"])
@@ -393,6 +404,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
             lines.append(f"| {system} | {cells} |")
         lines.append("")
     lines += selection_lines(selection, limit)
+    if read:
+        lines += ["## Summaries read", "", read.strip(), ""]
     lines += [
         "## Checks",
         "",
@@ -413,7 +426,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
            "examples; the table's distinct % counts a summary shared by examples of one input and query as distinct); "
            "a model that ignores its input writes one summary for all."] if distinct_summaries is not None else []),
         "",
-        "## Training budget (bf16 autocast)",
+        "## Training budget",
         "",
         "| run | device | steps | hours (logged step time) | mean tokens/s | final loss |",
         "|---|---|---|---|---|---|",
@@ -422,10 +435,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "",
         "## Good for, not good for",
         "",
-        "Good for: trying the SDK end to end offline, meeting-style and story-style inputs like its training data, "
-        "seeing which units a summary drew on. Not good for: summaries you need to trust. It is tiny and trained on "
-        "about 1,600 examples, far below models fine-tuned from BART-large; expect generic, sometimes wrong or "
-        "repetitive sentences, and weak results outside meetings, stories and product reviews."
+        (BASE_MODEL_USE if on_base_model(model) else SCRATCH_USE)
         + ("" if not model.get("copy") else KNOWN_WORDS_NOTE if manifest["generation"].get("known_words")
            else COPY_CAVEAT)
         + (KEYWORDS_NOTE.format(count=manifest["generation"]["keywords"])
@@ -517,6 +527,17 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
                     released_from, carried)
 
 
+def read_notes(path: str) -> str:
+    """`--read`: the Markdown text of FILE, refused (before any work) when missing, not UTF-8 or empty."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise argparse.ArgumentTypeError(f"{path}: {err}") from None
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{path} is empty: write what reading the summaries showed, with quotes")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -540,6 +561,9 @@ def main(argv: list[str] | None = None) -> None:
                         "replacing the checkpoint's; repeatable")
     parser.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option "
                         "(default: the one beside the checkpoint, or the bundle's; `python -m train.words` writes one)")
+    parser.add_argument("--read", type=read_notes, help="a Markdown file of what a person found reading the "
+                        "summaries (the work folder's <set>.outputs.jsonl), three of them quoted: the card's "
+                        "'Summaries read'")
     parser.add_argument("--min-distinct", type=float, default=0.5,
                         help="the least share of distinct summaries on QMSum test that a release accepts")
     args = parser.parse_args(argv)
@@ -577,11 +601,12 @@ def main(argv: list[str] | None = None) -> None:
     shutil.copytree(ship, staging)
     (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
                                             measured.training, args.limit, measured.about, selection,
-                                            distinct_summaries, distinct_inputs, measured.defaults, measured.earlier))
+                                            distinct_summaries, distinct_inputs, measured.defaults, measured.earlier,
+                                            args.read))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": measured.int8, "parity": measured.parity, "training": measured.training,
          "selection": selection, "distinct_summaries": distinct_summaries, "defaults": measured.defaults,
-         "about": measured.about,
+         "about": measured.about, **({"read": args.read} if args.read else {}),
          **({"released_from": measured.earlier} if measured.earlier else {})}, indent=2))
     if output.exists():
         shutil.rmtree(output)
