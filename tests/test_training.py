@@ -471,6 +471,11 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     words = (trainer.latest() / "words.txt").read_text().split()  # the train splits' words, beside each checkpoint
     assert "words.txt" in Bundle.load(tmp_path / "default").manifest.files and len(words) > 20
     assert "common_words.txt" in Bundle.load(tmp_path / "default").manifest.files  # for keywords, beside it too
+    release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "int8"), "--sets", "qmsum",
+             "--limit", "2", "--work", str(tmp_path / "work"), "--min-distinct", "0", "--default", "min_length=3",
+             "--default", "max_length=7", "--dtype", "int8"])  # the side-by-side and parity kept from the first
+    assert Bundle.load(tmp_path / "int8").manifest.dtype == "int8"
+    assert "the int8 graphs it ships" in (tmp_path / "int8" / "README.md").read_text()
 
     again = ["--bundle", str(tmp_path / "default"), "--output", str(tmp_path / "again"), "--sets", "qmsum",
              "--work", str(tmp_path / "work-again"), "--min-distinct", "0", "--default", "min_length=4"]

@@ -2,7 +2,7 @@
 
     python -m train.release --checkpoint RUN/checkpoints/step-N --output engines/default \
         [--compare "NAME=CHECKPOINT_OR_BUNDLE[;option=value...]" ...] [--runs pretrain-small,pagesum-small] \
-        [--about TEXT] [--limit 40] [--default min_length=60 ...]
+        [--about TEXT] [--limit 40] [--default min_length=60 ...] [--dtype int8] [--read NOTES.md]
 
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
 to the lead / random / oracle baselines and every --compare system (another checkpoint, exported here, or a
@@ -481,7 +481,10 @@ def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExampl
                    **{f"{measure}_{dtype}": round(quantized[dtype][measure]["mean"], 2)
                       for measure in (SPECIFIC, MADE_UP, DISTINCT) for dtype in ("float32", "int8")},
                    "speedup": round(seconds["float32"] / seconds["int8"], 2), "size_mb": round(size_mb(int8), 1)}
-    ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
+    if args.dtype == "auto":
+        ship = int8 if size_mb(fp32) > args.max_mb and abs(float_r1 - int8_r1) <= 0.5 else fp32
+    else:
+        ship = int8 if args.dtype == "int8" else fp32
     if size_mb(ship) > args.max_mb:
         raise SystemExit(f"no bundle within --max-mb {args.max_mb:g}: float32 is {size_mb(fp32):.1f} MB, int8 is "
                          f"{size_mb(int8):.1f} MB and moves ROUGE-1 by {int8_r1 - float_r1:+.2f} (at most 0.5 "
@@ -549,6 +552,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=CHECKPOINT_OR_BUNDLE[;option=value...]: a system reported beside this one")
     parser.add_argument("--max-mb", type=float, default=30.0,
                         help="a float32 bundle over this size ships int8, when int8 keeps ROUGE-1 within 0.5")
+    parser.add_argument("--dtype", choices=("auto", "int8", "float32"), default="auto",
+                        help="the graphs it ships; auto: float32 unless over --max-mb (a bundle on pretrained weights "
+                        "is small either way, but its int8 graphs decode faster); the card sets both side by side")
     parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
                         "release's; for a checkpoint, pretraining and fine-tuning on the train splits)")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
