@@ -12,6 +12,7 @@ import lzma
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .base_weights import BASE_FILE, BaseRecord, file_sha256, write_base
@@ -20,24 +21,32 @@ from .errors import BundleError, BundleIntegrityError
 PACKED_SUFFIX = ".xz"  # a packed file as the bundle stores it: `<name>.xz`, the file compressed with xz (lzma)
 
 
-def pack_files(directory: Path, names: list[str]) -> dict[str, str]:
-    """Replace each named file of `directory` by `<name>.xz`; returns name -> sha256 of the file as it was, what
+def pack_directory(directory: Path) -> dict[str, str]:
+    """Replace every file of `directory` by `<name>.xz`; returns name -> sha256 of the file as it was, what
     `cached_directory` checks when it unpacks it."""
     packed = {}
-    for name in names:
-        path = directory / name
-        packed[name] = file_sha256(path)
-        with open(path, "rb") as source, lzma.open(directory / (name + PACKED_SUFFIX), "wb", preset=9) as target:
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        packed[path.name] = file_sha256(path)
+        with open(path, "rb") as source, lzma.open(directory / (path.name + PACKED_SUFFIX), "wb", preset=9) as target:
             shutil.copyfileobj(source, target, 1 << 20)
         path.unlink()
     return packed
 
 
-def unpack(packed: Path, target: Path, digest: str) -> None:
-    """`packed` (xz) unpacked to `target`, atomically; a damaged file or another content is BundleIntegrityError."""
+def _replace(target: Path, write: Callable[[Path], None]) -> None:
+    """`target` written whole or not at all: `write` fills a partial file beside it, which then replaces it."""
     with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as handle:
         partial = Path(handle.name)
     try:
+        write(partial)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def unpack(packed: Path, target: Path, digest: str) -> None:
+    """`packed` (xz) unpacked to `target`, atomically; a damaged file or another content is BundleIntegrityError."""
+    def write(partial: Path) -> None:
         try:
             with lzma.open(packed, "rb") as source, open(partial, "wb") as out:
                 shutil.copyfileobj(source, out, 1 << 20)
@@ -46,9 +55,8 @@ def unpack(packed: Path, target: Path, digest: str) -> None:
         if file_sha256(partial) != digest:
             raise BundleIntegrityError(f"{packed} does not unpack to the file its manifest names (packed); "
                                        "copy or export the bundle again")
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+
+    _replace(target, write)
 
 
 def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str], fingerprint: str,
@@ -79,13 +87,7 @@ def _fill(root: Path, bundle: Path, copies: dict[str, str], packed: dict[str, st
     for name, digest in copies.items():
         copy = root / name
         if not copy.is_file() or (verify and file_sha256(copy) != digest):
-            with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".part") as handle:
-                partial = Path(handle.name)
-            try:
-                shutil.copyfile(bundle / name, partial)
-                os.replace(partial, copy)
-            finally:
-                partial.unlink(missing_ok=True)
+            _replace(copy, lambda partial, name=name: shutil.copyfile(bundle / name, partial))
     for name, digest in packed.items():
         target = root / name
         if not target.is_file() or (verify and file_sha256(target) != digest):

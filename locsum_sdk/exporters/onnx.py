@@ -24,7 +24,7 @@ from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
 from ..options import checkpoint_defaults
-from ..packed import pack_files
+from ..packed import pack_directory
 from ..words import WordList
 from . import base_derived
 from .packing import pack, tie_lm_head
@@ -232,7 +232,7 @@ def export_onnx(
         for file, name in ((words_file, C.WORDS_FILE), (common_file, C.COMMON_WORDS_FILE)):
             if file is not None:
                 shutil.copyfile(file, work / name)
-        packed = pack_files(work, sorted(p.name for p in work.iterdir() if p.is_file())) if record is not None else {}
+        packed = pack_directory(work) if record is not None else {}
         cfg = model.config
         manifest = Manifest(
             kind=declared.name,

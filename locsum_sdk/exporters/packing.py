@@ -151,7 +151,7 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
     import onnx
 
     from ..bundle import Bundle, write_manifest
-    from ..packed import pack_files
+    from ..packed import pack_directory
     from .staging import staged
 
     source = Bundle.load(bundle)
@@ -172,7 +172,7 @@ def compact(bundle: str | Path, output: str | Path, force: bool = False) -> list
                 graph.pop("int8_max_abs_diff", None)
                 tied.append(name)
         pack(work, [graph["file"] for graph in graphs.values()])
-        packed = pack_files(work, sorted(p.name for p in work.iterdir() if p.is_file()))
+        packed = pack_directory(work)
         write_manifest(work, source.manifest, graphs=graphs, packed=packed)
         listed = set(source.manifest.files) | {C.MANIFEST_FILE}
         for path in source.path.iterdir():  # the card and its evaluation, which the manifest does not list
