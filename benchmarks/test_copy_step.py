@@ -23,7 +23,7 @@ from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.units import Unit
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLES = {"pagesum": "default", "dyle": "dyle", "hierencdec": "hierencdec", "hiersumm": "hiersumm"}
+BUNDLES = {"pagesum": "pagesum", "dyle": "dyle", "hierencdec": "hierencdec", "hiersumm": "hiersumm"}
 GRID = {"pagesum": (16, 512), "dyle": (25, 128), "hierencdec": (16, 512), "hiersumm": (24, 128)}  # units, tokens
 TARGET = 1.3
 

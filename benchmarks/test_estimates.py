@@ -14,7 +14,7 @@ from benchmarks.common import RESULTS, plot, write_result
 from locsum_sdk.memory_probe import Case, measure_case_in_fresh_process
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLES = {"pagesum": ROOT / "engines" / "default", **{kind: ROOT / "engines" / kind
+BUNDLES = {"pagesum": ROOT / "engines" / "pagesum", **{kind: ROOT / "engines" / kind
                                                          for kind in ("dyle", "hierencdec", "hiersumm")}}
 # (documents of each input (count x words), query words, beams, max_length, unit_batch_size)
 GRID = [

@@ -20,7 +20,7 @@ from locsum_sdk import LiveDocument, Summarizer, UnitCache
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "qmsum" / "test.jsonl"
-BUNDLES = {"pagesum": "default", "dyle": "dyle", "hierencdec": "hierencdec", "hiersumm": "hiersumm"}
+BUNDLES = {"pagesum": "pagesum", "dyle": "dyle", "hierencdec": "hierencdec", "hiersumm": "hiersumm"}
 PAGES = 64
 RUNS = 3
 
@@ -28,7 +28,7 @@ RUNS = 3
 def transcript() -> tuple[str, str]:
     """(the first 64 pages, the 65th page) of the QMSum test transcripts joined, paged as the default PageSum
     fills pages in order."""
-    default = Summarizer.from_pretrained(ROOT / "engines" / "default")
+    default = Summarizer.from_pretrained(ROOT / "engines" / "pagesum")
     pager = default.kind.pager(default.tokenizer, default.special, default.options(policy="document").units)
     texts = [doc for line in DATA.read_text().splitlines() for doc in json.loads(line)["documents"]]
     text, units = "", []

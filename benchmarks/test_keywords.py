@@ -25,7 +25,7 @@ from locsum_sdk.keywords import common_words
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-BUNDLES = ("default", "dyle", "hierencdec", "hiersumm")
+BUNDLES = ("pagesum", "dyle", "hierencdec", "hiersumm")
 TRAIN = ("qmsum", "squality", "fewsum")
 TARGET = 1.3
 

@@ -18,7 +18,7 @@ from benchmarks.common import RESULTS, line_plot, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-BUNDLES = {"pagesum": ("default", "multinews"), "hierencdec": ("hierencdec", "multinews"),
+BUNDLES = {"pagesum": ("pagesum", "multinews"), "hierencdec": ("hierencdec", "multinews"),
            "dyle": ("dyle", "qmsum"), "hiersumm": ("hiersumm", "multinews")}
 SIZES = (1, 2, 4, 8, 16)
 

@@ -39,13 +39,14 @@ def test_a_shipped_bundle_is_named_from_any_directory(monkeypatch, tmp_path, cap
     from locsum_sdk.summarizer import resolve_bundle, shipped_bundles
 
     monkeypatch.chdir(tmp_path)
-    assert set(shipped_bundles()) == {"default", "dyle", "hierencdec", "hiersumm"}  # a checkout ships four
+    assert set(shipped_bundles()) == {"default", "dyle", "hierencdec", "hiersumm", "pagesum"}  # a checkout ships five
     for name in ("dyle", "engines/dyle"):
         assert resolve_bundle(name) == ROOT / "engines" / "dyle"
         assert Summarizer.from_pretrained(name, threads=1).kind.name == "dyle"
     (tmp_path / "dyle").mkdir()  # a directory of that name here comes first
     assert resolve_bundle("dyle") == Path("dyle")
-    with pytest.raises(BundleNotFoundError, match=r"nor a shipped bundle \(default, dyle, hierencdec, hiersumm\)"):
+    shipped = r"nor a shipped bundle \(default, dyle, hierencdec, hiersumm, pagesum\)"
+    with pytest.raises(BundleNotFoundError, match=shipped):
         Summarizer.from_pretrained("engines/summit")
     (tmp_path / "note.txt").write_text("The board met on Monday and agreed on the budget for the new roof.")
     assert main(["summarize", "note.txt", "--bundle", "engines/hierencdec", "--max-length", "6", "--json"]) == 0

@@ -9,7 +9,7 @@ import time
 from locsum_sdk import doctor
 from locsum_sdk.cli import main
 
-SHIPPED = ("default", "dyle", "hierencdec", "hiersumm")  # the default first, then engines/ in order
+SHIPPED = ("default", "dyle", "hierencdec", "hiersumm", "pagesum")  # the default first, then engines/ in order
 STAGES = ["driver", "onnxruntime-cuda", "kernels", "tensorrt", "plugins",
           *(f"{stage}:{name}" for name in SHIPPED for stage in ("engines", "tokens"))]
 
@@ -41,7 +41,7 @@ def test_a_stage_that_breaks_is_a_finding(monkeypatch):
         raise RuntimeError("device-side assert")
 
     monkeypatch.setattr(doctor, "_kernels", broken)
-    report = doctor.run([doctor.Path("engines/default")])
+    report = doctor.run([doctor.Path("engines/pagesum")])
     kernels = next(c for c in report.checks if c.stage == "kernels")
     assert kernels.status == "fail" and "RuntimeError: device-side assert" in kernels.detail and kernels.fix
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from locsum_sdk.memory_probe import Case, measure_case_in_fresh_process
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLES = {"pagesum": ROOT / "engines" / "default", **{kind: ROOT / "engines" / kind
+BUNDLES = {"pagesum": ROOT / "engines" / "pagesum", **{kind: ROOT / "engines" / kind
                                                          for kind in ("dyle", "hierencdec", "hiersumm")}}
 FLOOR = 8 * 2**20
 SLACK = 2 * 2**20  # the allocator's and the thread pools' own movement (see the module docstring)

@@ -95,7 +95,7 @@ COMMANDS = {  # a command line, the module made missing, the extra its one-line 
     "export": (["export", "--checkpoint", "absent", "--output", "out"], "onnxscript", "export"),
     "export --trt --dry-run": (["export", "--trt", "--bundle", "absent", "--dry-run"], "onnx", "gpu"),
     "export --trt": (["export", "--trt", "--bundle", "absent"], "onnx", "gpu"),
-    "export --trt without TensorRT": (["export", "--trt", "--bundle", str(ROOT / "engines" / "default")], "tensorrt",
+    "export --trt without TensorRT": (["export", "--trt", "--bundle", str(ROOT / "engines" / "pagesum")], "tensorrt",
                                       "gpu"),
     "bench": (["bench", "--bundle", "absent"], "onnxruntime", "cpu"),
     "profile": (["profile", "--bundle", "absent"], "onnxruntime", "cpu"),

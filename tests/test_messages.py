@@ -92,7 +92,7 @@ def test_the_scan_sees_the_messages():
 
 @pytest.mark.parametrize("kind", ["pagesum", "dyle", "hiersumm", "hierencdec"])
 def test_the_advice_for_an_input_over_max_tokens_names_the_kinds_own_unit_size(kind):
-    bundle = ROOT / "engines" / ("default" if kind == "pagesum" else kind)
+    bundle = ROOT / "engines" / kind
     summarizer = Summarizer.from_pretrained(bundle, threads=1, verify=False)
     field = type(summarizer.defaults.units).UNIT_TOKENS
     with pytest.raises(InputTooLongError, match=rf"no page fits max_tokens=1 .* lower {field}$"):

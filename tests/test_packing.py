@@ -97,7 +97,7 @@ def test_the_int8_lm_head_reads_the_embedding_table(tmp_path, checkpoint_dir, mo
 def test_compact_ties_and_packs_a_bundle_and_keeps_its_card(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     source, unpacked = tmp_path / "source", tmp_path / "unpacked"
-    shutil.copytree(ENGINES / "default", source)
+    shutil.copytree(ENGINES / "pagesum", source)
     unpacked_copy(source, unpacked)  # the shipped bundle as a plain export writes it
     assert packing.compact(unpacked, source, force=True) == []  # already tied: nothing more to tie
     bundle = Bundle.load(source)
@@ -118,4 +118,4 @@ def test_a_cache_that_cannot_be_written_is_a_bundle_error_naming_the_fix(tmp_pat
     blocked.write_text("a file where the cache would be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     with pytest.raises(BundleError, match="XDG_CACHE_HOME"):
-        Bundle.load(ENGINES / "default")
+        Bundle.load(ENGINES / "pagesum")

@@ -36,7 +36,7 @@ def test_the_copy_has_the_new_defaults_and_the_same_files(bundle_dir, tmp_path):
 
 def test_a_packed_bundle_is_copied_packed_and_a_new_common_words_list_replaces_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    source = Bundle.load(ENGINES / "default")
+    source = Bundle.load(ENGINES / "pagesum")
     assert C.COMMON_WORDS_FILE in source.manifest.packed
     listed = tmp_path / "common.txt"
     listed.write_text("board\nmeeting\n", encoding="utf-8")

@@ -156,7 +156,7 @@ def test_int8_becomes_weight_only():
 
 
 def test_profiles_from_named_axes():
-    model = onnx.load(str(Bundle.load(ENGINES / "default").file("decoder.onnx")), load_external_data=False)
+    model = onnx.load(str(Bundle.load(ENGINES / "pagesum").file("decoder.onnx")), load_external_data=False)
     shapes = trt_export.EngineShapes(max_batch=2, max_units=8, max_unit_len=512, max_beams=4, max_steps=64)
     profile = trt_export.profile(model, shapes)
     assert profile["unit_mask"] == [[1, 1], [1, 4], [2, 8]]
@@ -199,8 +199,8 @@ def test_without_tensorrt_the_build_fails_cleanly(tmp_path, capsys, monkeypatch)
     monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)  # as on a machine without TensorRT
     output = tmp_path / "engines"
     with pytest.raises(BackendUnavailableError, match="--dry-run"):
-        trt_export.build_engines(ENGINES / "default", output)
-    assert main(["export", "--trt", "--bundle", str(ENGINES / "default"), "--output", str(output)]) == 2
+        trt_export.build_engines(ENGINES / "pagesum", output)
+    assert main(["export", "--trt", "--bundle", str(ENGINES / "pagesum"), "--output", str(output)]) == 2
     assert "TensorRT cannot be loaded" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no output, no staging directory
 
@@ -210,12 +210,12 @@ def test_export_options_are_checked(tmp_path, capsys):
     assert "--bundle" in capsys.readouterr().err
     assert main(["export", "--fp16", "--checkpoint", "c", "--output", str(tmp_path / "y")]) == 2
     assert "add --trt" in capsys.readouterr().err
-    assert main(["export", "--trt", "--bundle", str(ENGINES / "default"), "--dim", "units"]) == 2
+    assert main(["export", "--trt", "--bundle", str(ENGINES / "pagesum"), "--dim", "units"]) == 2
     assert "NAME=MAX" in capsys.readouterr().err
 
 
 def engine_manifest(**changes) -> Manifest:
-    manifest = Bundle.load(ENGINES / "default").manifest
+    manifest = Bundle.load(ENGINES / "pagesum").manifest
     files = {**manifest.files, "decoder.plan": "0" * 64, "encoder.plan": "1" * 64}
     record = {"version": "10.13.0", "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
               "precision": "fp32", "plans": {"decoder": "decoder.plan", "encoder": "encoder.plan"},
@@ -251,7 +251,7 @@ def test_a_damaged_engine_record_is_refused(changes, message):
 def bundle_with_engines(tmp_path: Path) -> Path:
     """The shipped default bundle with (stand-in) plans and the record `locsum export --trt` writes."""
     target = tmp_path / "default-trt"
-    shutil.copytree(ENGINES / "default", target)
+    shutil.copytree(ENGINES / "pagesum", target)
     (target / "decoder.plan").write_bytes(b"decoder plan")
     (target / "encoder.plan").write_bytes(b"encoder plan")
     manifest = engine_manifest()
@@ -271,7 +271,7 @@ def test_tensorrt_backend_without_tensorrt_is_a_typed_error(tmp_path, monkeypatc
         Summarizer.from_pretrained(bundle, backend="tensorrt")
     monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))  # TensorRT, but a bundle without plans
     with pytest.raises(BundleError, match="no TensorRT engines; build them"):
-        TensorRTBackend(Bundle.load(ENGINES / "default"))
+        TensorRTBackend(Bundle.load(ENGINES / "pagesum"))
 
 
 def test_auto_falls_back_to_onnxruntime_where_the_engines_cannot_run(tmp_path, monkeypatch, caplog):
@@ -301,12 +301,12 @@ def test_cuda_device_needs_onnxruntime_gpu():
     if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
         pytest.skip("onnxruntime-gpu is installed here")
     with pytest.raises(BackendUnavailableError, match="onnxruntime-gpu"):
-        Summarizer.from_pretrained(ENGINES / "default", device="cuda")
-    assert Summarizer.from_pretrained(ENGINES / "default").backend.device == "cpu"
+        Summarizer.from_pretrained(ENGINES / "pagesum", device="cuda")
+    assert Summarizer.from_pretrained(ENGINES / "pagesum").backend.device == "cpu"
     with pytest.raises(OptionError, match="device"):
-        Summarizer.from_pretrained(ENGINES / "default", device="tpu")
+        Summarizer.from_pretrained(ENGINES / "pagesum", device="tpu")
     with pytest.raises(OptionError, match="TensorRT runs on the GPU"):
-        Summarizer.from_pretrained(ENGINES / "default", backend="tensorrt", device="cpu")
+        Summarizer.from_pretrained(ENGINES / "pagesum", backend="tensorrt", device="cpu")
 
 
 def encode_and_step(directory: Path, bundle: Bundle, batch, steps: int = 3) -> list[np.ndarray]:
@@ -396,7 +396,7 @@ def test_float16_graphs_follow_the_float32_ones(tiny_bundle, tmp_path):
         ort.InferenceSession(str(tmp_path / "fp16" / spec["file"]), providers=["CPUExecutionProvider"])
 
 
-@pytest.mark.parametrize("name", ["default", "hierencdec", "dyle", "hiersumm"])
+@pytest.mark.parametrize("name", ["pagesum", "hierencdec", "dyle", "hiersumm"])
 def test_float16_graphs_of_the_shipped_bundles(name, tmp_path):
     """The shipped bundles (trained weights; int8 ones through float32 dequantization, then float16) prepared with
     --fp16: on a real two-item grid with padding units, three greedy steps within 0.1 of the float32 graphs'
@@ -463,7 +463,7 @@ def test_onnxruntime_checks_that_its_session_has_cuda(monkeypatch, caplog):
     from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    bundle = Bundle.load(ENGINES / "default")
+    bundle = Bundle.load(ENGINES / "pagesum")
     with pytest.raises(BackendUnavailableError, match="CUDA provider did not load.*locsum doctor"):
         OnnxRuntimeBackend(bundle, device="cuda")
     backend = OnnxRuntimeBackend(bundle, device="auto")
@@ -499,7 +499,7 @@ def test_engine_addresses_are_checked():
 def test_dry_run_without_onnx_names_the_extra(tmp_path, capsys, monkeypatch):
     """A `.[cpu]` install has no onnx: the dry run says in one line which extra brings it, and writes nothing."""
     monkeypatch.setitem(__import__("sys").modules, "onnx", None)
-    code = main(["export", "--trt", "--dry-run", "--bundle", str(ENGINES / "default"), "--output",
+    code = main(["export", "--trt", "--dry-run", "--bundle", str(ENGINES / "pagesum"), "--output",
                  str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "pip install 'locsum[gpu]'" in err and "Traceback" not in err

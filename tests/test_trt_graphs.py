@@ -23,7 +23,7 @@ from locsum_sdk.errors import OptionError
 from locsum_sdk.exporters import tensorrt as trt_export
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
-SHIPPED = ("default", "hierencdec", "dyle", "hiersumm")
+SHIPPED = ("pagesum", "hierencdec", "dyle", "hiersumm")
 
 F = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 N = {TensorProto.INT32, TensorProto.INT64}  # integers

@@ -230,7 +230,7 @@ def test_live_options_are_checked_at_once(bundle_dir):
     with pytest.raises(LocsumError, match="query"):
         LiveDocument(summarizer, query=5)
     with pytest.raises(LocsumError, match="summarizer"):
-        LiveDocument("engines/default")
+        LiveDocument("engines/pagesum")
     assert LiveDocument(summarizer, policy="spatial").options.units.policy == "spatial"
 
 

@@ -29,7 +29,7 @@ pytestmark = [
 
 def test_every_gpu_stage_passes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    bundles = [arg for name in ("default", "hierencdec", "dyle", "hiersumm")
+    bundles = [arg for name in ("default", "hierencdec", "dyle", "hiersumm", "pagesum")
                for arg in ("--bundle", str(ROOT / "engines" / name))]
     report = tmp_path / "doctor.json"
     done = subprocess.run([sys.executable, "-m", "locsum_sdk.cli", "doctor", "--require-gpu", "--json", str(report),
