@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from locsum_sdk import Summarizer  # noqa: E402
+from locsum_sdk.errors import LocsumError  # noqa: E402
 
 
 def main() -> None:
@@ -41,4 +42,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except LocsumError as err:  # a missing base model, a damaged bundle, a bad file: one line saying what to do
+        sys.exit(f"demo.py: {err}")
