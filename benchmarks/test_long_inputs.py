@@ -1,7 +1,8 @@
-"""The shipped default bundle on every QMSum test meeting (10k-17k words) with default options, next to the same
-bundle truncated to its first 8,000 input tokens (about the 16 pages it was limited to before limits were counted
-in tokens). The two are run example by example in turn. Asserts that no meeting is refused or truncated with
-default options; prints ROUGE with intervals for both, the pages per meeting and the time per meeting."""
+"""The shipped PageSum (`engines/pagesum`, which reads every page at its defaults; the default bundle keeps 4) on every
+QMSum test meeting (10k-17k words) with default options, next to the same bundle truncated to its first 8,000 input
+tokens (about the 16 pages it was limited to before limits were counted in tokens). The two are run example by
+example in turn. Asserts that no meeting is refused or truncated with default options; prints ROUGE with intervals
+for both, the pages per meeting and the time per meeting."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ TRUNCATED_TOKENS = 8000
 @pytest.mark.skipif(not DATA.is_file(), reason=f"{DATA} (the shared data) is not here")
 def test_every_qmsum_meeting_with_default_options(benchmark, quick, caplog):
     examples = read_examples(DATA, 8 if quick else None)
-    summarizer = Summarizer.from_pretrained(threads=2)
+    summarizer = Summarizer.from_pretrained("pagesum", threads=2)
     rows = {"default options": [], f"truncated to {TRUNCATED_TOKENS} tokens": []}
     pages, seconds = [], {name: [] for name in rows}
 
