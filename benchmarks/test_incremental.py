@@ -26,10 +26,10 @@ RUNS = 3
 
 
 def transcript() -> tuple[str, str]:
-    """(the first 64 pages, the 65th page) of the QMSum test transcripts joined, paged as the default PageSum
+    """(the first 64 pages, the 65th page) of the QMSum test transcripts joined, paged as the shipped PageSum
     fills pages in order."""
-    default = Summarizer.from_pretrained(ROOT / "engines" / "pagesum")
-    pager = default.kind.pager(default.tokenizer, default.special, default.options(policy="document").units)
+    pagesum = Summarizer.from_pretrained(ROOT / "engines" / "pagesum")
+    pager = pagesum.kind.pager(pagesum.tokenizer, pagesum.special, pagesum.options(policy="document").units)
     texts = [doc for line in DATA.read_text().splitlines() for doc in json.loads(line)["documents"]]
     text, units = "", []
     for doc in texts:
