@@ -249,7 +249,7 @@ def test_a_damaged_engine_record_is_refused(changes, message):
 
 
 def bundle_with_engines(tmp_path: Path) -> Path:
-    """The shipped default bundle with (stand-in) plans and the record `locsum export --trt` writes."""
+    """The shipped PageSum bundle with (stand-in) plans and the record `locsum export --trt` writes."""
     target = tmp_path / "default-trt"
     shutil.copytree(ENGINES / "pagesum", target)
     (target / "decoder.plan").write_bytes(b"decoder plan")
