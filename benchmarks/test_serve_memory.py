@@ -3,8 +3,9 @@ inputs that are refused after paging: over max_tokens (0.2 to 1.4 million words)
 (12,000 to 30,000 words) or over the server's budget (50,000 to 160,000 words). The server pages one request at a
 time and gives what paging freed back to the system, so the idle resident set stays where the first pass left it.
 
-Target: after 8 passes at most 1.25x the idle resident set after the first. Settings: the shipped default bundle,
---memory-budget 2GB, 2 threads. Results in benchmarks/results/serve_memory.{json,png}.
+Target: after 8 passes at most 1.25x the idle resident set after the first. Settings: the shipped PageSum bundle
+(`--bundle pagesum`: it reads every page, where the default bundle keeps 4 of an input over its limit and refuses
+nothing for length), --memory-budget 2GB, 2 threads. Results in benchmarks/results/serve_memory.{json,png}.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def refused_bodies() -> list[dict]:
 
 def test_idle_memory_stays_put_under_refused_requests():
     port = 8700 + random.Random().randrange(200)
-    server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--port", str(port),
-                               "--memory-budget", "2GB", "--threads", "2", "--quiet"], cwd=ROOT,
+    server = subprocess.Popen([sys.executable, "-m", "locsum_sdk.cli", "serve", "--bundle", "pagesum",
+                               "--port", str(port), "--memory-budget", "2GB", "--threads", "2", "--quiet"], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
