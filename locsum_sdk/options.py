@@ -86,11 +86,18 @@ class Options:
             if value > positions:
                 raise error(f"{name}={value} is over the model's {positions} positions; use at most {positions}")
         unit, length = getattr(self.units, field), self.generation.max_length
-        if step_shape(model).continues_units and unit + length > positions:
+        if length > self.longest_summary(model):
             raise error(f"{field}={unit} and max_length={length} are over the model's {positions} positions together "
                         f"(a summary continues each unit); keep their sum at most {positions}")
         if hasattr(self.units, "check_model"):
             self.units.check_model(model, error)
+
+    def longest_summary(self, model: dict[str, Any]) -> int:
+        """The largest max_length that these options' units leave within the model's positions (all of them, unless
+        the summary continues each unit)."""
+        positions = model["max_positions"]
+        unit = getattr(self.units, type(self.units).UNIT_TOKENS)
+        return positions - unit if step_shape(model).continues_units else positions
 
     def to_settings(self) -> dict[str, dict[str, Any]]:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}

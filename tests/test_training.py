@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import random
 import re
 import shutil
@@ -435,9 +436,11 @@ def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kin
 
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
 def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
+    from locsum_sdk import Summarizer
     from locsum_sdk.bundle import Bundle
+    from locsum_sdk.evaluation import EvalExample
     from train.__main__ import build
-    from train.release import EARLIER_MARK, KNOWN_WORDS_NOTE
+    from train.release import AT_LENGTH, EARLIER_MARK, KNOWN_WORDS_NOTE, reference_length
     from train.release import main as release
 
     config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "card")
@@ -460,6 +463,14 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert KNOWN_WORDS_NOTE in card  # a copying model decodes with known_words unless told otherwise
     assert "| ROUGE-Lsum | input-specific words | made-up words | distinct % | repeated % | in reference |" in card
     assert "| reference | - | - | - | - | " in card
+    assert f"| {AT_LENGTH} |" in card  # told each reference's length, as lead and random are
+    summarizer = Summarizer.from_pretrained(tmp_path / "default")
+    reference = "the board met on monday and agreed the budget for the roof"
+    tokens = len(summarizer.tokenizer.encode(reference, add_special_tokens=False).ids)
+    length = reference_length(summarizer, EvalExample("x", ["text"], None, reference))
+    assert length == {"min_length": math.floor(0.9 * tokens), "max_length": math.ceil(1.1 * tokens)}
+    length = reference_length(summarizer, EvalExample("x", ["text"], None, " ".join([reference] * 40)))
+    assert length == {"min_length": 128, "max_length": 128}  # no longer than the model's 128 positions
     assert re.search(r"made-up words \d+\.\d\d vs \d+\.\d\d, distinct", card)  # int8 against float32
     assert "2 of 2 summaries identical" in card  # torch decodes with the defaults set at release as well
     assert "Distinct summaries on QMSum test (float32): " in card

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -108,8 +109,20 @@ def summary(summarizer: Summarizer, example: EvalExample, **options):
     return summarizer.summarize(example.documents, query=example.query, truncate=True, **options)
 
 
-def summaries(summarizer: Summarizer, examples: list[EvalExample], **options) -> list[str]:
-    return [summary(summarizer, ex, **options).text for ex in tqdm(examples, desc="summarizing", leave=False)]
+def reference_length(summarizer: Summarizer, example: EvalExample) -> dict[str, int]:
+    """min_length and max_length within 10% of the reference's length in the bundle's tokens, the length that lead
+    and random are given (max_length no longer than the bundle's units leave room for)."""
+    tokens = len(summarizer.tokenizer.encode(example.reference, add_special_tokens=False).ids)
+    longest = min(math.ceil(1.1 * tokens), summarizer.defaults.longest_summary(summarizer.model))
+    return {"min_length": min(math.floor(0.9 * tokens), longest), "max_length": longest}
+
+
+def summaries(summarizer: Summarizer, examples: list[EvalExample], at_reference_length: bool = False,
+              **options) -> list[str]:
+    """The examples' summaries with `options`; `at_reference_length`: each as long as its reference
+    (`reference_length`)."""
+    return [summary(summarizer, ex, **options, **(reference_length(summarizer, ex) if at_reference_length else {})
+                    ).text for ex in tqdm(examples, desc="summarizing", leave=False)]
 
 
 @dataclass(frozen=True)
@@ -164,11 +177,13 @@ def stored(path: Path, make):
     return result
 
 
-def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict) -> list[str]:
-    """The bundle's summaries of `examples` with `options`, kept under `work` by bundle content, options and data."""
-    key = content_key(bundle_content(bundle), options)
+def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict,
+           at_reference_length: bool = False) -> list[str]:
+    """The bundle's summaries of `examples` with `options` (see `summaries`), kept under `work` by bundle content,
+    options and data."""
+    key = content_key(bundle_content(bundle), options, *(["at reference length"] if at_reference_length else []))
     return stored(work / "summaries" / f"{dataset}-{len(examples)}-{key}.json",
-                  lambda: summaries(Summarizer.from_pretrained(bundle), examples, **options))
+                  lambda: summaries(Summarizer.from_pretrained(bundle), examples, at_reference_length, **options))
 
 
 def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
@@ -319,6 +334,7 @@ def copies(checkpoint: Path) -> bool:
     return config.is_file() and bool(json.loads(config.read_text()).get("model", {}).get("copy"))
 
 
+AT_LENGTH = "locsum (this bundle), reference length"  # the bundle told each reference's length (`reference_length`)
 EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluation of a bundle released again
 
 
@@ -374,9 +390,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "## ROUGE F1 on the test splits (95% bootstrap intervals)",
         "",
         f"Examples per set: {'first ' + str(limit) if limit else 'all'}; inputs over a system's limits (tokens, "
-        "memory) keep their first units that fit. Lead = first N source words (N = reference length); random = random "
-        "source sentences up to N words; oracle = greedy extractive upper bound. Input-specific words: a "
-        "summary's distinct words of four or more letters that its input contains and fewer than 15% of the set's "
+        "memory) keep their first units that fit. Lead = first N source words (N = reference length); random = "
+        "random source sentences up to N words; oracle = greedy extractive upper bound; reference length = this "
+        "bundle told each reference's length as lead and random are (min_length and max_length within 10% of it in "
+        "its tokens). Input-specific words: a summary's distinct words of four or more letters that its input "
+        "contains and fewer than 15% of the set's "
         "other inputs do (the references' own count in the last row). Made-up words: a summary's distinct words of "
         "four or more letters in no input, query or reference of any split of QMSum, SQuALITY or FewSum, nor of the "
         "set" + (", nor a whole word of the base model's vocabulary" if on_base_model(model) else "")
@@ -586,7 +604,8 @@ def main(argv: list[str] | None = None) -> None:
     for dataset in filter(None, args.sets.split(",")):
         examples = qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
         ours = measured.qmsum_texts if dataset == "qmsum" else cached(work, ship, dataset, examples, {})
-        systems = {"locsum (this bundle)": ours}
+        systems = {"locsum (this bundle)": ours,
+                   AT_LENGTH: cached(work, ship, dataset, examples, {}, at_reference_length=True)}
         for system, (path, options) in compared.items():
             systems[system] = cached(work, path, dataset, examples, options)
         for name in ("lead", "random", "oracle"):
@@ -594,7 +613,8 @@ def main(argv: list[str] | None = None) -> None:
         report = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=known_words(ship))
         earlier = {f"{system} {EARLIER_MARK}": metrics for system, metrics in (measured.carried or {}).get(
             dataset, {}).items()}
-        reports[dataset] = {"locsum (this bundle)": report.pop("locsum (this bundle)"), **earlier, **report}
+        reports[dataset] = {"locsum (this bundle)": report.pop("locsum (this bundle)"),
+                            AT_LENGTH: report.pop(AT_LENGTH), **earlier, **report}
     kind = json.loads((ship / "manifest.json").read_text())["kind"]
     selection = stored(work / "selection" / f"qmsum-{args.limit}-{content_key(bundle_content(ship))}.json",
                        lambda: selection_report(kind, Summarizer.from_pretrained(ship), DATA / TEST_SETS["qmsum"],
