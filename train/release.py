@@ -72,6 +72,7 @@ logger = logging.getLogger("locsum_sdk.train")
 TEST_SETS = {
     "qmsum": "qmsum/test.jsonl",
     "squality": "squality/test.jsonl",
+    "fewsum": "fewsum/test.jsonl",
     "multinews": "multinews/test.jsonl",
     "leval": "leval/test.jsonl",
 }
@@ -406,7 +407,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
            "measured then, with that release's decoding. " if earlier
            else "The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on "
            "QMSum test under Checks. " if manifest["dtype"] == "int8" else "")
-        + "QMSum and SQuALITY are in the "
+        + "QMSum, SQuALITY and FewSum are in the "
         "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
         "domains.",
         "",
