@@ -530,7 +530,8 @@ def test_compare_tables_two_systems_with_baselines_references_and_a_verdict(tmp_
                          f"bundle={bundle_dir};max_length=6", "--sets", "toy/val,more/val", "--work",
                          str(tmp_path / "work"), "--markdown", str(out), "--json", str(tmp_path / "compare.json")]) == 0
     text = out.read_text()
-    assert "| system | ROUGE-1 | ROUGE-2 | input-specific words | made-up words | distinct % |" in text
+    assert ("| system | ROUGE-1 | ROUGE-2 | input-specific words | made-up words | distinct % | repeated % | "
+            "in reference |") in text
     rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows == ["| system", "| exported", "| bundle", "| lead", "| random", "| references"] * 2
     assert "exported better than bundle on ROUGE-1 and input-specific words: toy/val no, more/val no." in text
@@ -575,8 +576,8 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     examples = [EvalExample(id="0", documents=["a b c."], query=None, reference="a.")]
     calls = []
 
-    def summaries(summarizer, examples, **options):
-        calls.append(options)
+    def summaries(summarizer, examples, at_reference_length=False, **options):
+        calls.append({**options, **({"at reference length": True} if at_reference_length else {})})
         return ["summary"]
 
     monkeypatch.setattr(release, "summaries", summaries)
@@ -585,6 +586,9 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     assert calls == [{}] and not list((tmp_path / "summaries").glob("*.partial"))
     assert release.cached(tmp_path, bundle_dir, "set", examples, {"policy": "document"}) == ["summary"]
     assert calls == [{}, {"policy": "document"}]  # other options, other summaries
+    release.cached(tmp_path, bundle_dir, "set", examples, {}, at_reference_length=True)
+    assert calls[-1] == {"at reference length": True}  # told the reference's length: other summaries
+    calls.pop()
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     for name, change in {"other-producer": {"producer": {"locsum": "other"}},

@@ -1,5 +1,6 @@
-"""Compare systems side by side on splits of ../shared/data: ROUGE-1/2, input-specific words and distinct summaries
-with 95% bootstrap intervals, next to lead, random and the references, as Markdown tables.
+"""Compare systems side by side on splits of ../shared/data: ROUGE-1/2, input-specific and made-up words, distinct
+summaries, words repeated and specific words also in the reference with 95% bootstrap intervals, next to lead,
+random and the references, as Markdown tables.
 
     python -m train.compare --system copy=RUN/checkpoints/step-N --system plain=engines/default \
         [--sets qmsum/val,qmsum/test] [--limit 40] [--markdown compare.md] [--json compare.json]
@@ -19,13 +20,23 @@ import json
 import logging
 from pathlib import Path
 
-from locsum_sdk.evaluation import DISTINCT, MADE_UP, REFERENCE, SPECIFIC, evaluate, read_examples, run_baseline
+from locsum_sdk.evaluation import (
+    DISTINCT,
+    MADE_UP,
+    REFERENCE,
+    REPEATED,
+    SHARED,
+    SPECIFIC,
+    evaluate,
+    read_examples,
+    run_baseline,
+)
 
 from .config import DATA
 from .release import Comparison, cached, cell, real_words
 
 COLUMNS = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", SPECIFIC: "input-specific words", MADE_UP: "made-up words",
-           DISTINCT: "distinct %"}
+           DISTINCT: "distinct %", REPEATED: "repeated %", SHARED: "in reference"}
 BASELINES = ("lead", "random")
 
 
