@@ -232,6 +232,11 @@ FRAME_NAMES = ("unit_head", "unit_tail", "query_head", "query_tail")
 GRAPH_KEYS = ("file", "inputs", "outputs", "max_abs_diff", "int8_max_abs_diff")
 
 
+def manifest_fingerprint(manifest: bytes) -> str:
+    """A bundle's identity: the sha256 of its manifest file (which holds every file's sha256)."""
+    return hashlib.sha256(manifest).hexdigest()
+
+
 @dataclass(frozen=True)
 class Bundle:
     """A validated bundle directory. A bundle that stores files packed, or whose pretrained weights are assembled
@@ -273,7 +278,7 @@ class Bundle:
                     f"bundle file {file} does not match its checksum in {C.MANIFEST_FILE}: it was altered or "
                     "damaged; copy or export the bundle again"
                 )
-        fingerprint = hashlib.sha256(data).hexdigest()
+        fingerprint = manifest_fingerprint(data)
         if not manifest.base and not packed:
             return cls(path, manifest, fingerprint)
         copies = {name: digest for name, digest in manifest.files.items() if name in _read_from_cache(manifest)}

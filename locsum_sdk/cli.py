@@ -1,4 +1,4 @@
-"""`locsum summarize | live | eval | batch | export | bench | profile | serve | doctor`: the command line."""
+"""`locsum summarize | live | eval | batch | export | bench | profile | serve | doctor | cache`: the command line."""
 
 from __future__ import annotations
 
@@ -319,6 +319,36 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if args.require_gpu and not report.ok else 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    """List the bundles' cache directories, or prune those no bundle in use reads."""
+    import time
+
+    from . import bundle_cache
+    from .packed import cache_root
+    from .summarizer import default_bundle, resolve_bundle, shipped_bundles
+
+    in_use = {**{path: name for name, path in shipped_bundles().items()}, default_bundle(): "default",
+              **{resolve_bundle(path): path for path in args.keep or []}}
+    serves = {bundle_cache.directory_of(path): name for path, name in in_use.items()}
+    now = time.time()
+    if args.prune:
+        removed = bundle_cache.prune(in_use, args.unused_days, dry_run=args.dry_run)
+        for entry in removed:
+            print(f"{'would remove' if args.dry_run else 'removed'} {entry.path} ({entry.size / 1e6:.0f} MB, "
+                  f"unused {entry.unused_days(now):.0f} days)")
+        print(f"{'would free' if args.dry_run else 'freed'} {sum(e.size for e in removed) / 1e6:.0f} MB in "
+              f"{len(removed)} directories of {cache_root()}")
+        return 0
+    found = bundle_cache.entries()
+    for entry in found:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
+        print(f"{entry.path.name}  {entry.size / 1e6:7.0f} MB  last used {used}  "
+              f"{serves.get(entry.path, '(no bundle in use)')}")
+    print(f"{len(found)} directories, {sum(e.size for e in found) / 1e6:.0f} MB in {cache_root()}; `locsum cache "
+          "--prune` removes those no bundle in use reads")
+    return 0
+
+
 def _resolve_bundles(args: argparse.Namespace) -> None:
     """--bundle names a directory or a shipped bundle ("dyle", "engines/dyle") from any working directory."""
     from .summarizer import resolve_bundle
@@ -339,6 +369,8 @@ def _needs(args: argparse.Namespace) -> list[extras.Need]:
         return [] if args.bundle and not args.checkpoint else [extras.ONNX_EXPORT]  # new defaults need no torch
     if command == "doctor":
         return []  # it reports what is missing, stage by stage
+    if command == "cache":
+        return []  # it lists and removes directories
     needs = []
     if command != "eval" or args.bundle:
         backend = "onnxruntime" if command in ("profile", "serve") else args.backend
@@ -706,6 +738,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--require-gpu", dest="require_gpu", action="store_true",
                    help="exit 1 unless every stage passed (default: exit 0 and report)")
     d.set_defaults(run=_doctor)
+
+    c = commands.add_parser("cache", parents=flags,
+                            help="list the directories bundles are read from in the user's cache (graphs, unpacked "
+                                 "files, assembled base weights), or prune the ones no bundle in use reads")
+    c.add_argument("--prune", action="store_true",
+                   help="remove the directories that no shipped bundle, $LOCSUM_BUNDLE or --keep reads and that "
+                        "nothing has read for --unused-days (a pruned bundle is filled again when next loaded)")
+    c.add_argument("--unused-days", dest="unused_days", type=float, default=7.0,
+                   help="prune only directories unused this many days (default 7; 0: every one not in use)")
+    c.add_argument("--keep", action="append", help="a bundle whose directory stays (repeatable)")
+    c.add_argument("--dry-run", dest="dry_run", action="store_true", help="say what --prune would remove")
+    c.set_defaults(run=_cache)
     return parser
 
 

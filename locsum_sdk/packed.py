@@ -8,6 +8,7 @@ weights must sit in one directory (ONNX external data), so the graphs that are n
 
 from __future__ import annotations
 
+import contextlib
 import lzma
 import os
 import shutil
@@ -64,7 +65,7 @@ def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str
     """The directory in the user's cache a bundle is read from (see the module docstring): `copies` (name -> sha256)
     copied, `packed` (name -> sha256) unpacked, and base.bin assembled when the bundle has a `base` record. `verify`
     checks what is already there against its sha256; a missing or altered file is written again."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "bundles" / fingerprint[:24]
+    root = cache_directory(fingerprint)
     try:
         _fill(root, bundle, copies, packed, base, verify)
     except BundleError:
@@ -72,7 +73,19 @@ def cached_directory(bundle: Path, copies: dict[str, str], packed: dict[str, str
     except OSError as err:  # not writable, not a directory, the disk full
         raise BundleError(f"{bundle} is read from {root}, which cannot be written here ({err.strerror}); set "
                           "XDG_CACHE_HOME to a writable directory with room for it") from None
+    with contextlib.suppress(OSError):  # its last use, for `bundle_cache.prune` (a cache filled read-only stays so)
+        os.utime(root)
     return root
+
+
+def cache_root() -> Path:
+    """Where bundles' cache directories are: `$XDG_CACHE_HOME/locsum/bundles` (read at each call)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "locsum" / "bundles"
+
+
+def cache_directory(fingerprint: str) -> Path:
+    """The cache directory of the bundle whose manifest has this sha256 (`Bundle.fingerprint`)."""
+    return cache_root() / fingerprint[:24]
 
 
 def _fill(root: Path, bundle: Path, copies: dict[str, str], packed: dict[str, str], base: BaseRecord | None,

