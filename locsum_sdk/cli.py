@@ -504,9 +504,9 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "repetition_penalty", "known_words", "keywords", "keyword_bonus", "policy",
-                 "page_tokens",
-                 "num_pages", "max_tokens", "truncate", "select", "memory_limit")
+                 "no_repeat_ngram_size", "repetition_penalty", "word_repeat_penalty", "known_words", "keywords",
+                 "keyword_bonus", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select",
+                 "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
@@ -525,6 +525,9 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
     parser.add_argument("--repetition-penalty", dest="repetition_penalty", type=float,
                         help="multiply the log-probability of every token already written by this (1: off)")
+    parser.add_argument("--word-repeat-penalty", dest="word_repeat_penalty", type=float,
+                        help="subtract this from the log-probability of a content word already written, once per "
+                             "time it was (0: off)")
     parser.add_argument("--known-words", dest="known_words", action=argparse.BooleanOptionalAction, default=None,
                         help="a word of several pieces must be a word of the input or of the bundle's words.txt")
     parser.add_argument("--keywords", type=int, help="favour the input's N most frequent words that the bundle's "

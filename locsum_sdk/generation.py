@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import OptionError
 from .keywords import KeywordBonus
+from .repeats import WordRepeats
 from .validation import check_bool, check_choice, check_float, check_int, is_int
 from .words import WordGuard
 
@@ -27,6 +28,7 @@ LENGTH_NORMALIZATIONS = ("hf", "gnmt")
 MAX_KEYWORDS = 100  # keywords favoured per input
 MAX_KEYWORD_BONUS = 10.0  # a larger bonus writes nothing but keywords
 MAX_REPETITION_PENALTY = 10.0  # a larger penalty forbids every token once written
+MAX_WORD_REPEAT_PENALTY = 20.0  # a larger one forbids a content word once written
 
 
 def length_normalized(total: float, generated: int, options: GenerationOptions) -> float:
@@ -51,6 +53,7 @@ class GenerationOptions:
     keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
     keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's next piece
     repetition_penalty: float = 1.0  # a token already written has its log-probability multiplied by this (1: off)
+    word_repeat_penalty: float = 0.0  # taken from a written content word's piece per time written (0: off; `repeats`)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -64,6 +67,7 @@ class GenerationOptions:
         check_int("keywords", self.keywords, 0, MAX_KEYWORDS)
         check_float("keyword_bonus", self.keyword_bonus, 0.0, MAX_KEYWORD_BONUS)
         check_float("repetition_penalty", self.repetition_penalty, 1.0, MAX_REPETITION_PENALTY)
+        check_float("word_repeat_penalty", self.word_repeat_penalty, 0.0, MAX_WORD_REPEAT_PENALTY)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -284,23 +288,28 @@ def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: 
 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
              on_step: StepCallback | None = None, guard: WordGuard | None = None,
-             bonus: KeywordBonus | None = None, input_tokens: Sequence[int] | None = None) -> list[Hypothesis]:
+             bonus: KeywordBonus | None = None, input_tokens: Sequence[int] | None = None,
+             repeats: WordRepeats | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
-    the `known_words` filter of this batch, `bonus` its `keywords` (None: off); `input_tokens`: each item's input
-    length in text tokens, which bounds its min_length and max_length (`input_lengths`; None: the options').
+    the `known_words` filter of this batch, `bonus` its `keywords`, `repeats` its `word_repeat_penalty` (None: off);
+    `input_tokens`: each item's input length in text tokens, which bounds its min_length and max_length
+    (`input_lengths`; None: the options').
 
     A step chooses at most 2K continuations (beam search) or one (greedy), and a beam's are among its 2K (or 1)
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
     unless the filters leave a beam fewer than that: then the step reads the full log-probabilities. With
     keywords every step reads them (a keyword's next piece may be outside a beam's best before its bonus), and with
-    a repetition penalty (a penalized token may fall below one outside a beam's best)."""
+    a repetition or word repeat penalty (a penalized token may fall below one outside a beam's best)."""
     if options.known_words and guard is None:
         raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
                           "Summarizer, or turn known_words off")
     if options.keywords and bonus is None:
         raise OptionError("keywords needs each input's text and the bundle's common words: summarize through a "
                           "Summarizer, or set keywords=0")
+    if options.word_repeat_penalty and repeats is None:
+        raise OptionError("word_repeat_penalty needs the tokenizer's pieces: summarize through a Summarizer, or set "
+                          "word_repeat_penalty=0")
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
@@ -313,12 +322,14 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         partial = session.partial_log_probs
-        if partial and (bonus is not None or options.repetition_penalty != 1.0):
+        if partial and (bonus is not None or repeats is not None or options.repetition_penalty != 1.0):
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
         if bonus is not None:
             bonus.apply(log_probs, search.sequences)
+        if repeats is not None:
+            repeats.apply(log_probs, search.sequences)
         _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best

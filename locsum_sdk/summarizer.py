@@ -32,6 +32,7 @@ from .keywords import Keyword, KeywordBonus, keywords
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
 from .options import Options, checkpoint_defaults
+from .repeats import WordRepeats
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -510,6 +511,8 @@ class Summarizer:
                     _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
                     self._bonus([found[i] for i in group], generation) if found else None,
                     [input_tokens[i] for i in group],
+                    WordRepeats(self.pieces, generation.word_repeat_penalty) if generation.word_repeat_penalty
+                    else None,
                 )
             finally:
                 session.close()
