@@ -405,8 +405,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "words that the reference holds too. "
         + (f"The bundle's rows are the {manifest['dtype']} graphs it ships; rows marked {EARLIER_MARK} are as "
            "measured then, with that release's decoding. " if earlier
-           else "The bundle's rows are its weights' float32 graphs; the int8 graphs it ships are set against them on "
-           "QMSum test under Checks. " if manifest["dtype"] == "int8" else "")
+           else "The bundle's rows are the int8 graphs it ships; the float32 graphs of the same weights are set "
+           "against them on QMSum test under Checks. " if manifest["dtype"] == "int8" else "")
         + "QMSum, SQuALITY and FewSum are in the "
         "training data (train splits); Multi-News and L-Eval are not: they show how it does outside its training "
         "domains.",
