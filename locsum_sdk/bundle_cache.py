@@ -61,7 +61,7 @@ def prune(keep: Iterable[Path], unused_days: float, dry_run: bool = False) -> li
     """Remove the cache directories that no bundle of `keep` reads and that nothing has read for `unused_days`
     (and what an interrupted prune left); returns them (with `dry_run`, only says which)."""
     if not isinstance(unused_days, int | float) or isinstance(unused_days, bool) or not unused_days >= 0:
-        raise OptionError(f"unused_days={unused_days!r}: give a number of days, 0 or more")
+        raise OptionError(f"days unused {unused_days!r} (--unused-days): give a number of days, 0 or more")
     kept = {directory_of(bundle) for bundle in keep}
     if not dry_run and cache_root().is_dir():
         for leftover in cache_root().glob(f"*{PRUNING_SUFFIX}.*"):

@@ -85,4 +85,4 @@ def test_prune_refuses_a_negative_or_missing_number_of_days(cache, capsys):
         with pytest.raises(OptionError, match="give a number of days"):
             bundle_cache.prune([], unused_days=days)
     assert main(["cache", "--prune", "--unused-days", "-2"]) == 2
-    assert "unused_days=-2.0: give a number of days, 0 or more" in capsys.readouterr().err
+    assert "days unused -2.0 (--unused-days): give a number of days, 0 or more" in capsys.readouterr().err
