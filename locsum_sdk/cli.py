@@ -334,8 +334,9 @@ def _cache(args: argparse.Namespace) -> int:
     if args.prune:
         removed = bundle_cache.prune(in_use, args.unused_days, dry_run=args.dry_run)
         for entry in removed:
+            days = entry.unused_days(now)
             print(f"{'would remove' if args.dry_run else 'removed'} {entry.path} ({entry.size / 1e6:.0f} MB, "
-                  f"unused {entry.unused_days(now):.0f} days)")
+                  f"unused {f'{24 * days:.1f} hours' if days < 2 else f'{days:.0f} days'})")
         print(f"{'would free' if args.dry_run else 'freed'} {sum(e.size for e in removed) / 1e6:.0f} MB in "
               f"{len(removed)} directories of {cache_root()}")
         return 0

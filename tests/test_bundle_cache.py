@@ -69,6 +69,8 @@ def test_prune_removes_only_what_no_bundle_in_use_reads_and_nothing_read_lately(
     assert main(["cache", "--prune", "--keep", str(copy), "--dry-run"]) == 0
     assert f"would remove {stale} (0 MB, unused 30 days)" in capsys.readouterr().out
     assert stale.is_dir() and leftover.is_dir()  # a dry run removes nothing
+    assert main(["cache", "--prune", "--keep", str(copy), "--unused-days", "0", "--dry-run"]) == 0
+    assert f"would remove {fresh} (0 MB, unused 24.0 hours)" in capsys.readouterr().out  # under two days: hours
 
     assert main(["cache", "--prune", "--keep", str(copy)]) == 0  # unused for 7 days and not kept
     assert f"removed {stale} " in capsys.readouterr().out
