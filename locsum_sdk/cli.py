@@ -329,9 +329,8 @@ def _cache(args: argparse.Namespace) -> int:
 
     in_use = {**{path: name for name, path in shipped_bundles().items()}, default_bundle(): "default",
               **{resolve_bundle(path): path for path in args.keep or []}}
-    serves = {bundle_cache.directory_of(path): name for path, name in in_use.items()}
-    now = time.time()
     if args.prune:
+        now = time.time()
         removed = bundle_cache.prune(in_use, args.unused_days, dry_run=args.dry_run)
         for entry in removed:
             days = entry.unused_days(now)
@@ -340,6 +339,7 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"{'would free' if args.dry_run else 'freed'} {sum(e.size for e in removed) / 1e6:.0f} MB in "
               f"{len(removed)} directories of {cache_root()}")
         return 0
+    serves = {bundle_cache.directory_of(path): name for path, name in in_use.items()}
     found = bundle_cache.entries()
     for entry in found:
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))

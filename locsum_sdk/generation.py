@@ -292,7 +292,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
              repeats: WordRepeats | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
-    the `known_words` filter of this batch, `bonus` its `keywords`, `repeats` its `word_repeat_penalty` (None: off);
+    the `known_words` filter of this batch, `bonus` its `keywords` (None: off), `repeats` the tokenizer's
+    `word_repeat_penalty` filter (read only when the option is on);
     `input_tokens`: each item's input length in text tokens, which bounds its min_length and max_length
     (`input_lengths`; None: the options').
 
@@ -322,14 +323,14 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         partial = session.partial_log_probs
-        if partial and (bonus is not None or repeats is not None or options.repetition_penalty != 1.0):
+        if partial and (bonus is not None or options.word_repeat_penalty or options.repetition_penalty != 1.0):
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
         if bonus is not None:
             bonus.apply(log_probs, search.sequences)
-        if repeats is not None:
-            repeats.apply(log_probs, search.sequences)
+        if options.word_repeat_penalty:
+            repeats.apply(log_probs, search.sequences, options.word_repeat_penalty)
         _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best

@@ -42,25 +42,25 @@ def written_words(pieces: Pieces, sequence: Iterable[int]) -> list[str]:
 
 
 class WordRepeats:
-    """The `word_repeat_penalty` option of one decoding batch (see the module docstring)."""
+    """The `word_repeat_penalty` filter of one tokenizer (see the module docstring): built once from its pieces, the
+    penalty given at each step."""
 
-    def __init__(self, pieces: Pieces, penalty: float):
-        self.pieces, self.penalty = pieces, penalty
+    def __init__(self, pieces: Pieces):
+        self.pieces = pieces
         openers: dict[str, list[int]] = {}
         for token, text in enumerate(pieces.letters):
             if text is not None and pieces.opens[token] and len(text) >= CONTENT_LETTERS:
                 openers.setdefault(text, []).append(token)
         self.openers = {text: np.array(tokens, dtype=np.int64) for text, tokens in openers.items()}
 
-    def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
-        """Subtract, in place, the penalty times the count of every content word a beam has written from the pieces
-        that would write it again. log_probs (B, K, V) holding every token's log-probability, sequences (B, K, T)
-        starting with the decoder start token."""
-        vocab = log_probs.shape[-1]
+    def apply(self, log_probs: np.ndarray, sequences: np.ndarray, penalty: float) -> None:
+        """Subtract, in place, `penalty` times the count of every content word a beam has written from the pieces
+        that would write it again. log_probs (B, K, V) holding every token's log-probability (V: the pieces'
+        vocabulary), sequences (B, K, T) starting with the decoder start token."""
         for b, k in np.ndindex(*sequences.shape[:2]):
             counts = Counter(word for word in written_words(self.pieces, sequences[b, k, 1:].tolist())
                              if len(word) >= CONTENT_LETTERS)
             for word, count in counts.items():
                 tokens = self.openers.get(word)
                 if tokens is not None:
-                    log_probs[b, k, tokens[tokens < vocab]] -= np.float32(self.penalty * count)
+                    log_probs[b, k, tokens] -= np.float32(penalty * count)

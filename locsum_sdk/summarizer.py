@@ -128,7 +128,7 @@ class Summarizer:
         common_words: the words no input's keywords are, for the `keywords` option (`common_words.txt`)."""
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
-        self.words, self.common_words, self._pieces = words, common_words, None
+        self.words, self.common_words, self._pieces, self._word_repeats = words, common_words, None, None
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
@@ -288,6 +288,13 @@ class Summarizer:
         if self._pieces is None:
             self._pieces = Pieces.from_tokenizer(self.tokenizer, self.model["vocab_size"])
         return self._pieces
+
+    @property
+    def word_repeats(self) -> WordRepeats:
+        """The `word_repeat_penalty` filter of the model's tokenizer (built from its pieces once)."""
+        if self._word_repeats is None:
+            self._word_repeats = WordRepeats(self.pieces)
+        return self._word_repeats
 
     def _guard(self, inputs: list[WordList]) -> WordGuard:
         """The `known_words` filter of one decoding batch: each input's words, and the bundle's."""
@@ -511,8 +518,7 @@ class Summarizer:
                     _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
                     self._bonus([found[i] for i in group], generation) if found else None,
                     [input_tokens[i] for i in group],
-                    WordRepeats(self.pieces, generation.word_repeat_penalty) if generation.word_repeat_penalty
-                    else None,
+                    self.word_repeats if generation.word_repeat_penalty else None,
                 )
             finally:
                 session.close()

@@ -32,7 +32,7 @@ def test_the_words_of_a_sequence_are_read_from_its_pieces():
 def test_a_written_content_word_is_penalized_once_per_time_written_and_nothing_else():
     log_probs = np.zeros((1, 2, 10), dtype=np.float32)
     sequences = np.array([[[0, 5, 4, 3, 2, 9, 2], [0, 3, 3, 8, 6, 3, 3]]])  # start token, then what each beam wrote
-    WordRepeats(pieces(), 1.5).apply(log_probs, sequences)
+    WordRepeats(pieces()).apply(log_probs, sequences, 1.5)
     assert log_probs[0, 0, 2] == -4.5  # "meeting" three times ("meet" + "ing" once)
     assert log_probs[0, 1, 8] == -1.5  # "professor" once
     untouched = np.ones((2, 10), dtype=bool)
@@ -69,7 +69,7 @@ def test_a_confident_loop_is_broken_and_partial_reads_decide_as_full_ones(beams)
     looping = generate(LoopSession(False, beams), 1, plain, start=0, eos=1, pad=1)[0].token_ids
     assert looping.count(8) >= 10  # the multiplicative penalty leaves a 0.9 token at 0.87
     options = GenerationOptions(num_beams=beams, max_length=12, min_length=11, word_repeat_penalty=2.0)
-    repeats = WordRepeats(pieces(), 2.0)
+    repeats = WordRepeats(pieces())
     full = generate(LoopSession(False, beams), 1, options, 0, 1, 1, repeats=repeats)[0].token_ids
     partial = generate(LoopSession(True, beams), 1, options, 0, 1, 1, repeats=repeats)[0].token_ids
     assert full == partial
