@@ -129,6 +129,22 @@ def test_a_time_budget_stops_the_run_saved_and_ends_the_linear_schedule_with_it(
     assert learning_rate(linear, 10, 900.0) == 0.0
 
 
+def test_a_later_stage_reads_the_samples_after_those_its_first_stage_read(tmp_path, jsonl, tokenizer_file):
+    from locsum_sdk.errors import OptionError
+    from train.__main__ import build
+
+    config = run_config(tmp_path, jsonl, tokenizer_file, "summarize", "stage", val_files=[])
+    read = build(config, progress=False).batches()
+    first_stage = [next(read) for _ in range(3)]  # micro-batches of 2 samples
+    later = build(dataclasses.replace(config, name="stage2", first_sample=4), progress=False)
+    epoch, cursor, batch = next(later.batches())
+    assert (epoch, cursor) == first_stage[2][:2] == (0, 6)
+    assert torch.equal(batch.input_ids, first_stage[2][2].input_ids)
+    assert torch.equal(batch.labels, first_stage[2][2].labels)
+    with pytest.raises(OptionError, match="first_sample=12 is past the 12 training samples"):
+        build(dataclasses.replace(config, name="stage3", first_sample=12), progress=False)
+
+
 def test_the_trainer_uses_the_objective_the_kind_registers(tmp_path, jsonl, tokenizer_file, monkeypatch):
     from locsum_sdk.modeling import registry
     from locsum_sdk.modeling.objectives import cross_entropy
@@ -209,6 +225,7 @@ def test_lr_scale_refuses_a_scale_or_prefix_it_cannot_use(tmp_path, jsonl, token
     ("init_from", 3, "init_from=3 is not accepted"),
     ("device", "tpu", "device='tpu' is not accepted"),
     ("workers", -1, "workers=-1 is not accepted"),
+    ("first_sample", -4, "first_sample=-4 is not accepted"),
     ("fp16", "yes", "fp16='yes' is not accepted"),
     ("compile", "yes", "compile='yes' is not accepted"),
     ("max_minutes", "5", "max_minutes='5' is not accepted"),

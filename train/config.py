@@ -45,6 +45,8 @@ class TrainConfig:
     # "summary": those closest to the reference summary by tf-idf, in their order; training examples only)
     generation: dict[str, Any] = field(default_factory=dict)  # saved with the model, used for ROUGE
     seed: int = 0
+    first_sample: int = 0  # where in epoch 0's sample order the run starts: a later stage on the same files and seed
+    # reads the samples its earlier stages did not (each stage read steps x batch_size x grad_accum of them)
     batch_size: int = 4  # samples per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 1000
@@ -172,7 +174,7 @@ def _check_fields(config: TrainConfig) -> None:
     for name in ("batch_size", "grad_accum", "max_steps", "log_every", "save_every", "keep_checkpoints",
                  "segment_tokens", "max_target_tokens"):
         check_int(name, getattr(config, name), 1)
-    for name in ("seed", "warmup_steps", "eval_every", "val_examples"):
+    for name in ("seed", "first_sample", "warmup_steps", "eval_every", "val_examples"):
         check_int(name, getattr(config, name), 0)
     check_int("vocab_size", config.vocab_size, 261)  # the byte alphabet and five specials
     check_float("weight_decay", config.weight_decay, 0.0)

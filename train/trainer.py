@@ -203,7 +203,10 @@ class Trainer:
             self.step_module = DistributedDataParallel(self.objective, device_ids=ids, find_unused_parameters=True)
         self.hardware = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
                          else f"cpu, {torch.get_num_threads()} threads")  # logged with every step
-        self.position = Position()
+        if config.first_sample >= len(train_set):
+            raise OptionError(f"first_sample={config.first_sample} is past the {len(train_set)} training samples; "
+                              "give a smaller start or leave it out")
+        self.position = Position(cursor=config.first_sample)
         self.run_dir = config.run_dir()
         self.checkpoints = self.run_dir / "checkpoints"
         cfg = model.config
