@@ -109,13 +109,26 @@ class Engine:
         import onnxruntime as ort
 
         model = onnx.load_from_string(plan)
-        self.runtime = runtime
+        self.model, self.runtime = model, runtime
         self.session = ort.InferenceSession(plan, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in model.graph.input]
         self.outputs = [o.name for o in model.graph.output]
         self.types = {v.name: TYPES[v.type.tensor_type.elem_type] for v in [*model.graph.input, *model.graph.output]}
         self.names = self.inputs + self.outputs
         self.num_io_tensors = len(self.names)
+
+    def infer_shapes(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]] | None:
+        """The outputs' shapes at these input shapes as ONNX shape inference (with constant folding of shape
+        arithmetic) finds them, or None where it leaves one open."""
+        for value in self.model.graph.input:
+            for dim, size in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+                dim.ClearField("dim_param")
+                dim.dim_value = size
+        del self.model.graph.value_info[:]
+        inferred = onnx.shape_inference.infer_shapes(self.model, data_prop=True).graph.output
+        found = {v.name: tuple(d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim)
+                 for v in inferred}
+        return None if any(0 in shape for shape in found.values()) else found
 
     def get_tensor_name(self, index: int) -> str:
         return self.names[index]
@@ -153,10 +166,13 @@ class Context:
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
         if name in self.engine.inputs:
             return self.shapes[name]
-        if self._key() not in self.output_shapes:  # what TensorRT infers: here, a run on zeros at these shapes
-            feeds = {n: np.zeros(self.shapes[n], trt_standin.NUMPY[self.engine.types[n]]) for n in self.engine.inputs}
-            outputs = self.engine.session.run(None, feeds)
-            self.output_shapes[self._key()] = {n: v.shape for n, v in zip(self.engine.outputs, outputs)}
+        if self._key() not in self.output_shapes:  # what TensorRT infers: ONNX's shape inference, else a run on zeros
+            found = self.engine.infer_shapes(self.shapes)
+            if found is None:
+                feeds = {n: np.zeros(self.shapes[n], trt_standin.NUMPY[self.engine.types[n]])
+                         for n in self.engine.inputs}
+                found = dict(zip(self.engine.outputs, (v.shape for v in self.engine.session.run(None, feeds))))
+            self.output_shapes[self._key()] = found
         return self.output_shapes[self._key()][name]
 
     def execute_async_v3(self, stream: int) -> bool:

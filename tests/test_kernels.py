@@ -12,7 +12,10 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("torch")
 
-from locsum_sdk.kernels.cases import CASES, DTYPES, OPS, TOLERANCE, check  # noqa: E402
+from locsum_sdk.kernels.cases import DTYPES, OPS, TOLERANCE, check  # noqa: E402
+
+INTERPRETED = 80  # the interpreter runs every program of a launch in Python: 80 of the GPU test's 200 cases, which
+# hold each special case (every 3rd, 4th, 7th, 10th and 11th) at least 7 times
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -24,8 +27,8 @@ pytestmark = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 def test_kernel_matches_reference(op, dtype):
-    worst = check(op, dtype, "cpu", CASES, seed=OPS.index(op))
-    assert worst <= TOLERANCE[dtype], f"{op} {dtype}: relative error {worst:.2e} over {CASES} cases"
+    worst = check(op, dtype, "cpu", INTERPRETED, seed=OPS.index(op))
+    assert worst <= TOLERANCE[dtype], f"{op} {dtype}: relative error {worst:.2e} over {INTERPRETED} cases"
 
 
 COMPILE = """

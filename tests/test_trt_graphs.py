@@ -217,3 +217,27 @@ def test_shipped_profiles_at_their_default_maxima_fit_the_model(name, tiny, tmp_
         with pytest.raises(OptionError, match=f"max_units={positions + 1} is past the model's {positions} positions"):
             trt_export.build_engines(path, tmp_path / "ranks", trt_export.EngineShapes(max_units=positions + 1),
                                      dry_run=True)
+
+
+def test_prepared_nodes_are_ordered_wave_by_wave_and_a_cycle_or_a_missing_input_is_refused():
+    from onnx import helper
+
+    from locsum_sdk.errors import ExportError
+
+    def graph(*nodes):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+        return helper.make_graph(list(nodes), "g", [x], [y])
+
+    def node(name, *inputs):
+        return helper.make_node("Add", list(inputs), [name], name=name)
+
+    nodes = [node("y", "c", "b"), node("c", "a", "b"), node("b", "x", "x"), node("a", "x", "")]
+    ordered = trt_export._topological(nodes, graph(*nodes))
+    assert [n.name for n in ordered] == ["b", "a", "c", "y"]  # wave 0 in the given order, then 1, then 2
+    cycle = [node("p", "x", "q"), node("q", "p", "x")]
+    with pytest.raises(ExportError, match="has a cycle"):
+        trt_export._topological(cycle, graph(*cycle))
+    orphan = [node("p", "x", "nowhere")]
+    with pytest.raises(ExportError, match="an input nothing produces"):
+        trt_export._topological(orphan, graph(*orphan))

@@ -303,19 +303,33 @@ def _axis(node: Any) -> int:
 
 
 def _topological(nodes: list[Any], graph: Any) -> list[Any]:
-    """Nodes in an order where every input is produced before it is read."""
+    """Nodes in an order where every input is produced before it is read: wave by wave (a wave holds the nodes whose
+    inputs the waves before it produce), each in the nodes' own order; linear in the graph's size."""
     ready = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending, ordered = list(nodes), []
-    while pending:
-        progress = [n for n in pending if all(name in ready for name in n.input)]
-        if not progress:
-            raise ExportError("the prepared graph has a cycle or an input nothing produces; export the bundle again")
-        for node in progress:
-            ordered.append(node)
-            ready.update(node.output)
-        taken = {id(n) for n in progress}
-        pending = [n for n in pending if id(n) not in taken]
-    return ordered
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output}
+    readers: list[list[int]] = [[] for _ in nodes]
+    waiting = []
+    for index, node in enumerate(nodes):
+        if any(name not in ready and name not in producer for name in node.input):
+            raise ExportError("the prepared graph has an input nothing produces; export the bundle again")
+        needs = {producer[name] for name in node.input if name not in ready}
+        for source in needs:
+            readers[source].append(index)
+        waiting.append(len(needs))
+    wave = [index for index, count in enumerate(waiting) if count == 0]
+    ordered: list[int] = []
+    while wave:
+        ordered += wave
+        following = []
+        for source in wave:
+            for reader in readers[source]:
+                waiting[reader] -= 1
+                if waiting[reader] == 0:
+                    following.append(reader)
+        wave = sorted(following)
+    if len(ordered) < len(nodes):
+        raise ExportError("the prepared graph has a cycle; export the bundle again")
+    return [nodes[index] for index in ordered]
 
 
 FLOAT16_MAX = 65504.0
