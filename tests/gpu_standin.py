@@ -126,9 +126,9 @@ class Engine:
                 dim.dim_value = size
         del self.model.graph.value_info[:]
         inferred = onnx.shape_inference.infer_shapes(self.model, data_prop=True).graph.output
-        found = {v.name: tuple(d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim)
+        found = {v.name: tuple(d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim)
                  for v in inferred}
-        return None if any(0 in shape for shape in found.values()) else found
+        return None if any(None in shape for shape in found.values()) else found
 
     def get_tensor_name(self, index: int) -> str:
         return self.names[index]
