@@ -110,6 +110,17 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, jsonl, tokenizer_file
         assert 0 <= straight[2]["val_rouge1"] <= 100
 
 
+def test_a_run_cut_before_its_first_checkpoint_starts_its_log_over(tmp_path, jsonl, tokenizer_file):
+    from train.__main__ import build
+
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "loss": 99.0}) + "\n" for step in (1, 2)))
+    build(run_config(tmp_path, jsonl, tokenizer_file, "summarize", "cut"), progress=False).train(max_steps=2)
+    log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2] and all(r["loss"] != 99.0 for r in log)
+
+
 def test_a_time_budget_stops_the_run_saved_and_ends_the_linear_schedule_with_it(tmp_path, jsonl, tokenizer_file):
     from train.__main__ import build
     from train.trainer import learning_rate

@@ -415,9 +415,11 @@ class Trainer:
         return found[-1] if found else None
 
     def resume(self) -> None:
-        """Restore model, optimizer, position and RNG from the latest checkpoint; drop log lines past it."""
+        """Restore model, optimizer, position and RNG from the latest checkpoint; drop log lines past it (all of
+        them where there is none: a run cut before its first checkpoint starts over)."""
         latest = self.latest()
         if latest is None:
+            self._keep_log(0)
             return
         from locsum_sdk.modeling.checkpoint import checkpoint_state
         from locsum_sdk.modeling.weights import load_into
@@ -430,11 +432,15 @@ class Trainer:
             self.scaler.load_state_dict(torch.load(latest / SCALER_FILE, weights_only=True))
         self._restore_rng(torch.load(latest / RNG_FILE, map_location="cpu", weights_only=True), latest)
         self.position = Position(**json.loads((latest / STATE_FILE).read_text()))
+        self._keep_log(self.position.step)
+        logger.info("resumed %s at step %d", self.config.name, self.position.step)
+
+    def _keep_log(self, step: int) -> None:
+        """Drop the metrics log's lines past `step`: steps a cut run took after its last checkpoint are taken again."""
         log = self.run_dir / METRICS_FILE
         if log.is_file() and self.processes.main:
-            kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.position.step]
+            kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= step]
             log.write_text("".join(line + "\n" for line in kept))
-        logger.info("resumed %s at step %d", self.config.name, self.position.step)
 
     def _restore_rng(self, saved: dict[str, Any], where: Path) -> None:
         """This process's RNG state from a checkpoint (one written before process counts were saved holds the one
