@@ -89,25 +89,15 @@ class KeywordBonus:
                               for prefix, nexts in steps.items()})
         return cls(pieces, spellings, bonus)
 
-    def read(self, sequence: Iterable[int]) -> tuple[set[str], set[int], tuple[int, ...]]:
-        """What a sequence of token ids holds: its words (lowercased runs of letters, as the pieces spell them),
-        the pieces that opened a word, and the pieces of its last word while it has only letters (else ())."""
+    def read(self, sequence: Sequence[int]) -> tuple[set[str], set[int], tuple[int, ...]]:
+        """What a sequence of token ids holds: its words (as `Pieces.spell` reads them), the pieces that opened a
+        word, and the pieces of its last word while it has only letters and may go on (else ())."""
         letters, opens = self.pieces.letters, self.pieces.opens
-        found, opened, parts, word = set(), set(), [], []
-        for token in sequence:
-            text = letters[token] if 0 <= token < len(letters) else None
-            if text is None or opens[token]:
-                if parts:
-                    found.add("".join(parts))
-                parts, word = ([], []) if text is None else ([text], [token])
-                if text is not None:
-                    opened.add(token)
-            else:
-                parts.append(text)
-                word.append(token)
-        if parts:
-            found.add("".join(parts))
-        return found, opened, tuple(word)
+        spelled = self.pieces.spell(sequence)
+        opened = {word.tokens[0] for word in spelled if letters[word.tokens[0]] is not None and opens[word.tokens[0]]}
+        last = spelled[-1].tokens if spelled and sequence and spelled[-1].tokens[-1] == sequence[-1] else ()
+        return ({word.text for word in spelled}, opened,
+                last if all(letters[token] is not None for token in last) else ())
 
     def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
         """Add the bonus, in place, to the next piece of every keyword a beam has not written. log_probs (B, K, V)

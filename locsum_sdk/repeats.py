@@ -6,39 +6,16 @@ Professor F.") or on one noun ("The meeting was a discussion about the meeting")
 `word_repeat_penalty` a piece that opens a word of four or more letters (`CONTENT_LETTERS`) that is the whole of
 that word ("Ġmeeting") loses the penalty from its log-probability once for every time the beam has already written
 the word: additive, so it reaches a confident loop, and on content words alone, so "the", "of" and punctuation are
-left as they are. Words are read from the beam's pieces as `known_words` reads them (runs of letters, lowercased).
+left as they are. Words are read from the beam's pieces by `Pieces.spell` (runs of letters, lowercased).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 
 import numpy as np
 
 from .words import CONTENT_LETTERS, Pieces
-
-
-def written_words(pieces: Pieces, sequence: Iterable[int]) -> list[str]:
-    """The words a sequence of token ids spells, in order (runs of letters, lowercased; the last one too, though it
-    may go on); a mixed piece ends the word before it with the letters it starts with ("ense." after "Cor") and
-    starts the next with the letters it ends in ("s.The")."""
-    letters, opens, ends, starts = pieces.letters, pieces.opens, pieces.ends, pieces.starts
-    found: list[str] = []
-    word: list[str] = []
-    for token in sequence:
-        text = letters[token] if 0 <= token < len(letters) else None
-        if text is not None and not opens[token]:
-            word.append(text)
-            continue
-        if text is None and token in ends:
-            word.append(ends[token])
-        if word:
-            found.append("".join(word))
-        word = [text] if text is not None else ([starts[token]] if token in starts else [])
-    if word:
-        found.append("".join(word))
-    return found
 
 
 class WordRepeats:
@@ -58,8 +35,8 @@ class WordRepeats:
         that would write it again. log_probs (B, K, V) holding every token's log-probability (V: the pieces'
         vocabulary), sequences (B, K, T) starting with the decoder start token."""
         for b, k in np.ndindex(*sequences.shape[:2]):
-            counts = Counter(word for word in written_words(self.pieces, sequences[b, k, 1:].tolist())
-                             if len(word) >= CONTENT_LETTERS)
+            counts = Counter(word.text for word in self.pieces.spell(sequences[b, k, 1:].tolist())
+                             if len(word.text) >= CONTENT_LETTERS)
             for word, count in counts.items():
                 tokens = self.openers.get(word)
                 if tokens is not None:

@@ -104,6 +104,15 @@ def _components(config: dict | None) -> list[dict]:
 
 
 @dataclass(frozen=True)
+class Spelled:
+    """A word a sequence of token ids spells: its letters, lowercased, and the pieces it was read from (a mixed
+    piece at either end included)."""
+
+    text: str
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Pieces:
     """What each token id is as part of a word: its letters (lowercased; None when it holds anything but letters)
     and whether it opens a word (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##"). A piece
@@ -157,6 +166,33 @@ class Pieces:
             if tail:
                 starts[i] = tail.group().lower()
         return cls(letters, opens, continues, ends, starts, frozenset(i for i in special if i < vocab))
+
+    def spell(self, sequence: Iterable[int]) -> list[Spelled]:
+        """The words a sequence of token ids spells, in order (runs of letters, lowercased; the last one too, though
+        it may go on), each with the pieces it was read from: a mixed piece ends the word before it with the letters
+        it starts with ("ense." after "Cor") and starts the next with the letters it ends in ("s.The")."""
+        letters, opens, ends, starts = self.letters, self.opens, self.ends, self.starts
+        found: list[Spelled] = []
+        text: list[str] = []
+        tokens: list[int] = []
+        for token in sequence:
+            piece = letters[token] if 0 <= token < len(letters) else None
+            if piece is not None and not opens[token]:
+                text.append(piece)
+                tokens.append(token)
+                continue
+            if piece is None and token in ends:
+                text.append(ends[token])
+                tokens.append(token)
+            if text:
+                found.append(Spelled("".join(text), tuple(tokens)))
+            if piece is not None:
+                text, tokens = [piece], [token]
+            else:
+                text, tokens = ([starts[token]], [token]) if token in starts else ([], [])
+        if text:
+            found.append(Spelled("".join(text), tuple(tokens)))
+        return found
 
 
 def _from_bytes(text: str, alphabet: dict[str, int]) -> str:

@@ -9,6 +9,7 @@ from conftest import WORDS, document
 from hypothesis import given
 from hypothesis import strategies as st
 from test_generation import TableSession
+from test_repeats import pieces as repeat_pieces
 from test_words import random_pieces, toy_pieces
 
 from locsum_sdk import Summarizer
@@ -44,6 +45,13 @@ def test_what_a_sequence_holds():
     assert bonus.read([0, 7, 3, 4]) == ({"the", "gany"}, {7, 3}, (3, 4))
     assert bonus.read([3, 8]) == ({"gan"}, {3}, ())
     assert bonus.read([]) == (set(), set(), ()) and bonus.read([3]) == ({"gan"}, {3}, (3,))
+
+
+def test_a_word_a_mixed_piece_finishes_counts_as_written():
+    # 5 "Ġmeet", 7 "s.The" (ends "meets", starts "the"), 4 "ing": the word a mixed piece starts may not go on
+    bonus = KeywordBonus(repeat_pieces(), [{}], 1.0)
+    assert bonus.read([0, 5, 7]) == ({"meets", "the"}, {5}, ())
+    assert bonus.read([0, 5, 7, 4]) == ({"meets", "theing"}, {5}, ())
 
 
 GANYMEDE_SHIP = {(): {3: frozenset({"ganymede"}), 10: frozenset({"ship"})}, (3,): {4: frozenset({"ganymede"})},

@@ -9,7 +9,7 @@ import pytest
 
 from locsum_sdk.errors import OptionError
 from locsum_sdk.generation import GenerationOptions, generate
-from locsum_sdk.repeats import WordRepeats, written_words
+from locsum_sdk.repeats import WordRepeats
 from locsum_sdk.words import Pieces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +24,13 @@ def pieces() -> Pieces:
 
 
 def test_the_words_of_a_sequence_are_read_from_its_pieces():
-    assert written_words(pieces(), [5, 4, 6, 3, 2, 9, 2]) == ["meeting", "the", "meeting", "meeting"]
-    assert written_words(pieces(), [5, 7, 4, 8]) == ["meets", "theing", "professor"]  # "s.The": ends one, starts one
-    assert written_words(pieces(), []) == []
+    def words(sequence):
+        return [(word.text, word.tokens) for word in pieces().spell(sequence)]
+
+    assert words([5, 4, 6, 3, 2, 9, 2]) == [("meeting", (5, 4)), ("the", (3,)), ("meeting", (2,)), ("meeting", (2,))]
+    # "s.The" ends one word and starts the next
+    assert words([5, 7, 4, 8]) == [("meets", (5, 7)), ("theing", (7, 4)), ("professor", (8,))]
+    assert words([]) == []
 
 
 def test_a_written_content_word_is_penalized_once_per_time_written_and_nothing_else():
@@ -95,7 +99,7 @@ def test_a_summarizer_and_the_command_line_take_the_option(capsys, tmp_path):
                                      word_repeat_penalty=20.0)
 
     def repeated(summary):
-        words = [w for w in written_words(summarizer.pieces, summary.token_ids) if len(w) >= 4]
+        words = [w.text for w in summarizer.pieces.spell(summary.token_ids) if len(w.text) >= 4]
         return len(words) - len(set(words))
 
     assert repeated(penalized) <= repeated(plain)
