@@ -327,10 +327,12 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
-        if bonus is not None:
-            bonus.apply(log_probs, search.sequences)
-        if options.word_repeat_penalty:
-            repeats.apply(log_probs, search.sequences, options.word_repeat_penalty)
+        if bonus is not None or options.word_repeat_penalty:
+            written = (bonus.pieces if bonus is not None else repeats.pieces).spell_beams(search.sequences)
+            if bonus is not None:
+                bonus.apply(log_probs, search.sequences, written)
+            if options.word_repeat_penalty:
+                repeats.apply(log_probs, written, options.word_repeat_penalty)
         _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .words import CONTENT_LETTERS, RARE_SHARE, WORD, Pieces, WordList, words_of
+from .words import CONTENT_LETTERS, RARE_SHARE, WORD, Pieces, Spelled, WordList, words_of
 
 FORMS = 4  # spellings of one keyword whose first pieces are favoured ("icsi", "ICSI", "Icsi")
 
@@ -92,23 +92,26 @@ class KeywordBonus:
     def read(self, sequence: Sequence[int]) -> tuple[set[str], set[int], tuple[int, ...]]:
         """What a sequence of token ids holds: its words (as `Pieces.spell` reads them), the pieces that opened a
         word, and the pieces of its last word while it has only letters and may go on (else ())."""
-        letters, opens = self.pieces.letters, self.pieces.opens
-        spelled = self.pieces.spell(sequence)
-        opened = {word.tokens[0] for word in spelled if letters[word.tokens[0]] is not None and opens[word.tokens[0]]}
-        last = spelled[-1].tokens if spelled and sequence and spelled[-1].tokens[-1] == sequence[-1] else ()
-        return ({word.text for word in spelled}, opened,
-                last if all(letters[token] is not None for token in last) else ())
+        return self._holds(self.pieces.spell(sequence), sequence[-1] if len(sequence) else None)
 
-    def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
+    def _holds(self, spelled: list[Spelled], last: int | None) -> tuple[set[str], set[int], tuple[int, ...]]:
+        """`read` of a sequence whose words are `spelled` and whose last token is `last`."""
+        letters, opens = self.pieces.letters, self.pieces.opens
+        opened = {word.tokens[0] for word in spelled if letters[word.tokens[0]] is not None and opens[word.tokens[0]]}
+        word = spelled[-1].tokens if spelled and spelled[-1].tokens[-1] == last else ()
+        return ({word.text for word in spelled}, opened,
+                word if all(letters[token] is not None for token in word) else ())
+
+    def apply(self, log_probs: np.ndarray, sequences: np.ndarray, written: list[list[list[Spelled]]]) -> None:
         """Add the bonus, in place, to the next piece of every keyword a beam has not written. log_probs (B, K, V)
-        holding every token's log-probability, sequences (B, K, T)."""
+        holding every token's log-probability, sequences (B, K, T), written their words (`Pieces.spell_beams`)."""
         for b, k in np.ndindex(*sequences.shape[:2]):
             spellings = self.spellings[b]
             if not spellings:
                 continue
-            written, opened, word = self.read(sequences[b, k].tolist())
-            tokens = [token for token, words in spellings.get((), {}).items()
-                      if token not in opened and not words <= written]
+            words, opened, word = self._holds(written[b][k], int(sequences[b, k, -1]))
+            tokens = [token for token, found in spellings.get((), {}).items()
+                      if token not in opened and not found <= words]
             if word:
-                tokens += [token for token, words in spellings.get(word, {}).items() if not words <= written]
+                tokens += [token for token, found in spellings.get(word, {}).items() if not found <= words]
             log_probs[b, k, tokens] += self.bonus

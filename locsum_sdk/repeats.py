@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 
-from .words import CONTENT_LETTERS, Pieces
+from .words import CONTENT_LETTERS, Pieces, Spelled
 
 
 class WordRepeats:
@@ -30,13 +30,12 @@ class WordRepeats:
                 openers.setdefault(text, []).append(token)
         self.openers = {text: np.array(tokens, dtype=np.int64) for text, tokens in openers.items()}
 
-    def apply(self, log_probs: np.ndarray, sequences: np.ndarray, penalty: float) -> None:
+    def apply(self, log_probs: np.ndarray, written: list[list[list[Spelled]]], penalty: float) -> None:
         """Subtract, in place, `penalty` times the count of every content word a beam has written from the pieces
         that would write it again. log_probs (B, K, V) holding every token's log-probability (V: the pieces'
-        vocabulary), sequences (B, K, T) starting with the decoder start token."""
-        for b, k in np.ndindex(*sequences.shape[:2]):
-            counts = Counter(word.text for word in self.pieces.spell(sequences[b, k, 1:].tolist())
-                             if len(word.text) >= CONTENT_LETTERS)
+        vocabulary), written each beam's words (`Pieces.spell_beams`)."""
+        for b, k in np.ndindex(*log_probs.shape[:2]):
+            counts = Counter(word.text for word in written[b][k] if len(word.text) >= CONTENT_LETTERS)
             for word, count in counts.items():
                 tokens = self.openers.get(word)
                 if tokens is not None:

@@ -194,6 +194,11 @@ class Pieces:
             found.append(Spelled("".join(text), tuple(tokens)))
         return found
 
+    def spell_beams(self, sequences: np.ndarray) -> list[list[list[Spelled]]]:
+        """Each beam's words as `spell` reads them from its summary, the decoder start token left out: sequences
+        (B, K, T), read once a step for every filter that needs them."""
+        return [[self.spell(beam[1:].tolist()) for beam in item] for item in sequences]
+
 
 def _from_bytes(text: str, alphabet: dict[str, int]) -> str:
     """A byte-level piece's text; "" where its bytes are not whole UTF-8 characters."""

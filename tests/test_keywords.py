@@ -70,7 +70,8 @@ def test_the_bonus_goes_to_the_next_piece_of_unwritten_keywords(sequence, favour
     bonus = KeywordBonus(toy_pieces(), [GANYMEDE_SHIP], 2.5)
     log_probs = np.zeros((1, 1, 12), dtype=np.float32)
     log_probs[0, 0, 8] = -np.inf
-    bonus.apply(log_probs, np.array([[sequence]]))
+    sequences = np.array([[sequence]])
+    bonus.apply(log_probs, sequences, toy_pieces().spell_beams(sequences))
     assert np.flatnonzero(log_probs[0, 0] == 2.5).tolist() == favoured
     assert log_probs[0, 0, 8] == -np.inf and np.count_nonzero(log_probs[0, 0] == 0) == 11 - len(favoured)
 
