@@ -43,8 +43,8 @@ def config(tmp_path: Path, data: Path, tokenizer_file: Path, name: str, **change
     return path
 
 
-def launch(path: Path, processes: int) -> subprocess.Popen:
-    command = [sys.executable, "-c", SCRIPT, str(path)]
+def launch(path: Path, processes: int, script: str = SCRIPT) -> subprocess.Popen:
+    command = [sys.executable, "-c", script, str(path)]
     if processes > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
                    "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
@@ -108,3 +108,16 @@ def test_two_processes_end_a_time_budget_at_the_same_step(tmp_path, data, tokeni
     assert [p.name for p in (tmp_path / "timed" / "checkpoints").iterdir()] == [f"step-{last:07d}"]
     state = json.loads((tmp_path / "timed" / "checkpoints" / f"step-{last:07d}" / "trainer.json").read_text())
     assert state["seconds"] >= 0.12
+
+
+def test_a_process_leaves_its_group_before_the_interpreter_exits(tmp_path):
+    """A gloo group still alive at the interpreter's teardown can abort a finished process (SIGABRT): the group
+    `join_processes` made is destroyed by an exit handler, which runs before one registered earlier."""
+    script = ("import atexit, torch.distributed as dist\n"
+              "atexit.register(lambda: print('left:', not dist.is_initialized(), flush=True))\n"
+              "from train.trainer import join_processes\n"
+              "print('world:', join_processes('cpu').world, flush=True)\n")
+    job = launch(tmp_path, 2, script)
+    out, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err[-3000:]
+    assert sorted(out.split("\n"))[-4:] == ["left: True", "left: True", "world: 2", "world: 2"]

@@ -17,6 +17,7 @@ checkpoints (with every process's RNG state).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -65,7 +66,9 @@ class Processes:
 
 def join_processes(device: str) -> Processes:
     """torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK) -> this process in an initialized process group
-    (NCCL for CUDA, gloo for the CPU); without it, the one process."""
+    (NCCL for CUDA, gloo for the CPU); without it, the one process. A group joined here is left when the
+    interpreter exits, before its teardown: a gloo worker thread still alive then aborts the process (SIGABRT,
+    "terminate called without an active exception") after training has finished."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return Processes()
@@ -73,7 +76,15 @@ def join_processes(device: str) -> Processes:
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        atexit.register(_leave_processes)
     return Processes(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _leave_processes() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def device_type(config: TrainConfig) -> str:
