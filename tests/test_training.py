@@ -604,14 +604,16 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     examples = [EvalExample(id="0", documents=["a b c."], query=None, reference="a.")]
     calls = []
 
-    def summaries(summarizer, examples, at_reference_length=False, **options):
+    def summaries(summarizer, examples, at_reference_length=False, journal=None, **options):
         calls.append({**options, **({"at reference length": True} if at_reference_length else {})})
+        journal.write_text('"part"\n')  # left by a run cut partway through
         return ["summary"]
 
     monkeypatch.setattr(release, "summaries", summaries)
     assert release.cached(tmp_path, bundle_dir, "set", examples, {}) == ["summary"]
     assert release.cached(tmp_path, bundle_dir, "set", examples, {}) == ["summary"]
     assert calls == [{}] and not list((tmp_path / "summaries").glob("*.partial"))
+    assert not list((tmp_path / "summaries").glob("*.journal.jsonl"))  # the set is kept whole: its journal goes
     assert release.cached(tmp_path, bundle_dir, "set", examples, {"policy": "document"}) == ["summary"]
     assert calls == [{}, {"policy": "document"}]  # other options, other summaries
     release.cached(tmp_path, bundle_dir, "set", examples, {}, at_reference_length=True)
@@ -627,6 +629,36 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     assert len(calls) == 2  # the same files and settings: the same summaries
     release.cached(tmp_path, tmp_path / "other-defaults", "set", examples, {})
     assert len(calls) == 3  # the same files with other decoding defaults: other summaries
+
+
+def test_a_release_cut_partway_through_a_set_resumes_at_its_first_missing_summary(tmp_path):
+    from types import SimpleNamespace
+
+    from locsum_sdk.evaluation import EvalExample
+    from train.release import summaries
+
+    examples = [EvalExample(id=str(i), documents=[f"text {i}."], query=None, reference="r.") for i in range(5)]
+    written = []
+
+    class Summarizer:
+        def __init__(self, cut_at: int | None = None):
+            self.cut_at = cut_at
+
+        def summarize(self, documents, query=None, truncate=False, **options):
+            if len(written) == self.cut_at:
+                raise KeyboardInterrupt  # the session ends
+            written.append(documents[0])
+            return SimpleNamespace(text=f"summary of {documents[0]}\nline two")
+
+    journal = tmp_path / "set.journal.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        summaries(Summarizer(cut_at=3), examples, journal=journal)
+    with open(journal, "a") as handle:
+        handle.write('"summary of te')  # a line the end of the run cut
+    texts = summaries(Summarizer(), examples, journal=journal)
+    assert written == [f"text {i}." for i in range(5)]  # each example summarized once
+    assert texts == [f"summary of text {i}.\nline two" for i in range(5)]
+    assert summaries(Summarizer(), examples, journal=journal) == texts and len(written) == 5
 
 
 def test_compared_systems_are_parsed_with_their_options(tmp_path):

@@ -12,7 +12,8 @@ ONNX Runtime against the torch checkpoint (greedy, token for token), and the tra
 runs' metrics.jsonl. A model that writes (nearly) the same summary for every input is not released
 (`--min-distinct`). A model with copy decodes with `known_words` unless `--default known_words=false` says
 otherwise. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
-content and data set, so a release that was stopped picks up where it was.
+content and data set, so a release that was stopped picks up where it was: a test set's summaries one by one as
+they are written, the other stages whole.
 
     python -m train.release --bundle engines/default --output engines/default --default known_words=true
 
@@ -26,6 +27,7 @@ release); the card says which figures are which.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
@@ -119,11 +121,38 @@ def reference_length(summarizer: Summarizer, example: EvalExample) -> dict[str, 
 
 
 def summaries(summarizer: Summarizer, examples: list[EvalExample], at_reference_length: bool = False,
-              **options) -> list[str]:
+              journal: Path | None = None, **options) -> list[str]:
     """The examples' summaries with `options`; `at_reference_length`: each as long as its reference
-    (`reference_length`)."""
-    return [summary(summarizer, ex, **options, **(reference_length(summarizer, ex) if at_reference_length else {})
-                    ).text for ex in tqdm(examples, desc="summarizing", leave=False)]
+    (`reference_length`). `journal`: each summary is appended there (a JSON line) once written, and the summaries
+    already there are not written again: a run cut partway through a set resumes at its first missing example."""
+    texts = read_journal(journal) if journal else []
+    with open(journal, "a", encoding="utf-8") if journal else contextlib.nullcontext() as handle:
+        for example in tqdm(examples[len(texts):], desc="summarizing", leave=False, initial=len(texts),
+                            total=len(examples)):
+            length = reference_length(summarizer, example) if at_reference_length else {}
+            texts.append(summary(summarizer, example, **options, **length).text)
+            if handle:
+                handle.write(json.dumps(texts[-1]) + "\n")
+                handle.flush()
+    return texts
+
+
+def read_journal(journal: Path) -> list[str]:
+    """The summaries a journal holds, in order; a last line cut by the end of a run is dropped (and the journal
+    rewritten without it, so that the next line starts whole)."""
+    if not journal.is_file():
+        return []
+    lines = journal.read_text(encoding="utf-8").split("\n")
+    texts = []
+    for line in lines[:-1]:  # a whole line ends with a newline
+        try:
+            texts.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    if len(texts) != len(lines) - 1 or lines[-1]:
+        write_whole(journal, lambda partial: partial.write_text("".join(json.dumps(t) + "\n" for t in texts),
+                                                                encoding="utf-8"))
+    return texts
 
 
 @dataclass(frozen=True)
@@ -183,8 +212,13 @@ def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], 
     """The bundle's summaries of `examples` with `options` (see `summaries`), kept under `work` by bundle content,
     options and data."""
     key = content_key(bundle_content(bundle), options, *(["at reference length"] if at_reference_length else []))
-    return stored(work / "summaries" / f"{dataset}-{len(examples)}-{key}.json",
-                  lambda: summaries(Summarizer.from_pretrained(bundle), examples, at_reference_length, **options))
+    path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
+    journal = path.with_suffix(".journal.jsonl")
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    texts = stored(path, lambda: summaries(Summarizer.from_pretrained(bundle), examples, at_reference_length,
+                                           journal=journal, **options))
+    journal.unlink(missing_ok=True)
+    return texts
 
 
 def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
