@@ -1,7 +1,9 @@
 """Every trained bundle shipped under engines/ besides the default: intact, within the size a shipped bundle may
-have, with its model card and measured figures, and summarizing the shipped example as its kind does."""
+have, with its model card and measured figures, and summarizing the shipped example as its kind does; every bundle,
+the default too: decoding as its card was measured, and quoted in README and docs/bundles.md by its card's figures."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +59,29 @@ def test_a_copying_bundle_decodes_with_known_words_and_its_card_says_what_it_mea
         # a word of one piece the tokenizer has stays possible ("Ġsandw" ending a word); the worst card: DYLE on
         # L-Eval, outside its training domains, 0.10 a summary
         assert max(made_up) < 0.15
+
+
+def quoted_row(page: Path, marker: str) -> str:
+    rows = [line for line in page.read_text().splitlines() if line.startswith("|") and marker in line]
+    assert len(rows) == 1, (page.name, marker, rows)
+    return rows[0]
+
+
+def pairs(text: str) -> list[tuple[float, float]]:
+    return [(float(a), float(b)) for a, b in re.findall(r"(\d+\.\d+) / (\d+\.\d+)", text)]
+
+
+@pytest.mark.parametrize("bundle", EVERY, ids=[p.name for p in EVERY])
+def test_the_figures_readme_and_the_bundle_guide_quote_are_the_cards(bundle):
+    """README's table and docs/bundles.md quote each bundle's QMSum test ROUGE-1 / ROUGE-2 and, in their header, lead's
+    and random's on the same examples: all of them the figures in the bundle's evaluation.json."""
+    qmsum = json.loads((bundle / "evaluation.json").read_text())["rouge"]["qmsum"]
+
+    def card(row: str, places: int) -> tuple[float, float]:
+        return tuple(round(qmsum[row][metric]["mean"], places) for metric in ("rouge1", "rouge2"))
+
+    for page, marker in ((ROOT / "README.md", f"`engines/{bundle.name}`"),
+                         (ROOT / "docs" / "bundles.md", f"(cards/{bundle.name}.md)")):
+        assert pairs(quoted_row(page, marker))[0] == card("locsum (this bundle)", 2), page.name
+        header = quoted_row(page, "(lead ")
+        assert pairs(header) == [card("lead", 1), card("random", 1)], page.name
