@@ -120,7 +120,7 @@ def test_a_process_leaves_its_group_before_the_interpreter_exits(tmp_path):
               "from train.trainer import join_processes\n"
               "record.write_text(f'world: {join_processes(\"cpu\").world}\\n')\n")
     job = launch(tmp_path, 2, script)
-    out, err = job.communicate(timeout=300)
+    _, err = job.communicate(timeout=300)
     assert job.returncode == 0, err[-3000:]
     records = [(tmp_path / f"rank-{rank}.txt").read_text() for rank in range(2)]  # a file each: no interleaving
     assert records == ["world: 2\nleft: True"] * 2
