@@ -505,8 +505,8 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "repetition_penalty", "word_repeat_penalty", "known_words", "keywords",
-                 "keyword_bonus", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select",
+                 "no_repeat_ngram_size", "repetition_penalty", "word_repeat_penalty", "end_penalty", "known_words",
+                 "keywords", "keyword_bonus", "policy", "page_tokens", "num_pages", "max_tokens", "truncate", "select",
                  "memory_limit")
 
 
@@ -529,6 +529,9 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--word-repeat-penalty", dest="word_repeat_penalty", type=float,
                         help="subtract this from the log-probability of a content word already written, once per "
                              "time it was (0: off)")
+    parser.add_argument("--end-penalty", dest="end_penalty", type=float,
+                        help="subtract this from end-of-sequence's log-probability at every step: longer summaries "
+                             "(0: off)")
     parser.add_argument("--known-words", dest="known_words", action=argparse.BooleanOptionalAction, default=None,
                         help="a word of several pieces must be a word of the input or of the bundle's words.txt")
     parser.add_argument("--keywords", type=int, help="favour the input's N most frequent words that the bundle's "

@@ -29,6 +29,7 @@ MAX_KEYWORDS = 100  # keywords favoured per input
 MAX_KEYWORD_BONUS = 10.0  # a larger bonus writes nothing but keywords
 MAX_REPETITION_PENALTY = 10.0  # a larger penalty forbids every token once written
 MAX_WORD_REPEAT_PENALTY = 20.0  # a larger one forbids a content word once written
+MAX_END_PENALTY = 20.0  # a larger one forbids ending before max_length
 
 
 def length_normalized(total: float, generated: int, options: GenerationOptions) -> float:
@@ -54,6 +55,7 @@ class GenerationOptions:
     keyword_bonus: float = 3.0  # added to the log-probability of each unwritten keyword's next piece
     repetition_penalty: float = 1.0  # a token already written has its log-probability multiplied by this (1: off)
     word_repeat_penalty: float = 0.0  # taken from a written content word's piece per time written (0: off; `repeats`)
+    end_penalty: float = 0.0  # taken from end-of-sequence's log-probability at every step: longer summaries (0: off)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -68,6 +70,7 @@ class GenerationOptions:
         check_float("keyword_bonus", self.keyword_bonus, 0.0, MAX_KEYWORD_BONUS)
         check_float("repetition_penalty", self.repetition_penalty, 1.0, MAX_REPETITION_PENALTY)
         check_float("word_repeat_penalty", self.word_repeat_penalty, 0.0, MAX_WORD_REPEAT_PENALTY)
+        check_float("end_penalty", self.end_penalty, 0.0, MAX_END_PENALTY)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -127,6 +130,13 @@ def input_lengths(options: GenerationOptions, input_tokens: Sequence[int]) -> tu
 def min_length_filter(log_probs: np.ndarray, length: int, low: np.ndarray, eos: int) -> None:
     """Forbid end-of-sequence to every item shorter than its min_length. log_probs (B, K, V), low (B,)."""
     log_probs[length < low, :, eos] = -np.inf
+
+
+def end_penalty_filter(log_probs: np.ndarray, eos: int, penalty: float) -> None:
+    """Take `penalty` from end-of-sequence's log-probability for every beam (B, K, V): each step's odds of ending
+    divided by e**penalty, so a model that ends its summaries early writes on to its next likely end."""
+    if penalty:
+        log_probs[:, :, eos] -= np.float32(penalty)
 
 
 def max_length_filter(log_probs: np.ndarray, length: int, high: np.ndarray, eos: int) -> None:
@@ -276,9 +286,10 @@ class BeamSearch:
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
             guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray]) -> None:
-    """Every logit filter, in place: min_length, repetition_penalty, no_repeat_ngram_size, known words, then each
-    input's max_length (an input at its max_length ends there, as every input does at the option's)."""
+    """Every logit filter, in place: min_length, end_penalty, repetition_penalty, no_repeat_ngram_size, known words,
+    then each input's max_length (an input at its max_length ends there, as every input does at the option's)."""
     min_length_filter(log_probs, length, lengths[0], eos)
+    end_penalty_filter(log_probs, eos, options.end_penalty)
     repetition_penalty_filter(log_probs, sequences, options.repetition_penalty)
     no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size)
     if guard is not None:
@@ -301,7 +312,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     best tokens that the filters leave; so a session giving only each beam's best tokens decides the same,
     unless the filters leave a beam fewer than that: then the step reads the full log-probabilities. With
     keywords every step reads them (a keyword's next piece may be outside a beam's best before its bonus), and with
-    a repetition or word repeat penalty (a penalized token may fall below one outside a beam's best)."""
+    a repetition or word repeat penalty (a penalized token may fall below one outside a beam's best); with an end
+    penalty, every step where end-of-sequence is among a beam's best."""
     if options.known_words and guard is None:
         raise OptionError("known_words needs each input's words and the tokenizer's pieces: summarize through a "
                           "Summarizer, or turn known_words off")
@@ -323,7 +335,8 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     for length in range(1, options.max_length):
         log_probs, unit_weights = session.step(search.sequences[:, :, -1], beam_index)  # (B, K, V), (B, U, K)
         partial = session.partial_log_probs
-        if partial and (bonus is not None or options.word_repeat_penalty or options.repetition_penalty != 1.0):
+        if partial and (bonus is not None or options.word_repeat_penalty or options.repetition_penalty != 1.0
+                        or (options.end_penalty and np.isfinite(log_probs[:, :, eos]).any())):
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers

@@ -1,6 +1,7 @@
 """The decoding loop: token-exact ORT == torch on long random inputs, HF `generate` semantics, filters."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +14,17 @@ from locsum_sdk import Summarizer
 from locsum_sdk.backends.base import BeamSlots, UnitBatch, scatter_top
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.errors import OptionError
-from locsum_sdk.generation import GenerationOptions, generate, length_normalized, no_repeat_ngram_filter
+from locsum_sdk.generation import (
+    GenerationOptions,
+    end_penalty_filter,
+    generate,
+    length_normalized,
+    no_repeat_ngram_filter,
+)
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.units import Unit
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -300,3 +309,70 @@ def test_a_repetition_penalty_reads_the_full_distribution_and_decides_as_without
     assert full[0].token_ids == partial[0].token_ids
     plain = generate(Session(False), 1, GenerationOptions(num_beams=2, max_length=20, min_length=19), 0, 1, 2)
     assert len(set(full[0].token_ids)) >= len(set(plain[0].token_ids))
+
+
+class EndingSession:
+    """A fixed table of log-probabilities in which end-of-sequence (token 1) is often the best token; partial: each
+    beam sees only its 3 best tokens, the others -inf."""
+
+    def __init__(self, partial: bool, beams: int, seed: int = 5):
+        rng = np.random.default_rng(seed)
+        weights = np.ones(12) * 0.4
+        weights[1] = 3.0
+        self.table = np.log(rng.dirichlet(weights, size=(40,)).astype(np.float32))
+        self.partial_log_probs, self.beams, self.step_index = partial, beams, 0
+
+    def step(self, tokens, beam_index):
+        self.full = np.repeat(self.table[self.step_index][None, None], self.beams, axis=1)
+        self.step_index += 1
+        if not self.partial_log_probs:
+            return self.full.copy(), np.ones((1, 1, self.beams), np.float32)
+        shown = np.full_like(self.full, -np.inf)
+        best = np.argsort(-self.full, axis=-1)[..., :3]
+        np.put_along_axis(shown, best, np.take_along_axis(self.full, best, -1), -1)
+        return shown, np.ones((1, 1, self.beams), np.float32)
+
+    def full_log_probs(self):
+        return self.full.copy()
+
+
+def test_the_end_penalty_lowers_only_end_of_sequence_and_is_refused_out_of_range():
+    log_probs = np.log(np.full((2, 3, 6), 1 / 6, dtype=np.float32))
+    before = log_probs.copy()
+    end_penalty_filter(log_probs, 4, 2.5)
+    assert np.allclose(log_probs[..., 4], before[..., 4] - 2.5)
+    assert np.array_equal(np.delete(log_probs, 4, -1), np.delete(before, 4, -1))
+    end_penalty_filter(log_probs, 4, 0.0)
+    assert np.allclose(log_probs[..., 4], before[..., 4] - 2.5)
+    for bad in (-0.5, 21.0, float("nan"), float("inf")):
+        with pytest.raises(OptionError, match="end_penalty"):
+            GenerationOptions(end_penalty=bad)
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_an_end_penalty_writes_longer_and_decides_as_without_partial_reads(beams):
+    """Ending is put off; a session giving each beam's best tokens only decides as one giving all of them."""
+    def length(penalty, partial):
+        options = GenerationOptions(num_beams=beams, max_length=30, end_penalty=penalty)
+        return generate(EndingSession(partial, beams), 1, options, start=0, eos=1, pad=2)[0].token_ids
+
+    plain = length(0.0, False)
+    assert len(plain) < 6 and plain[-1] == 1  # this table ends early
+    lengths = [len(length(penalty, False)) for penalty in (0.0, 1.0, 3.0, 20.0)]
+    assert lengths == sorted(lengths) and lengths[-1] == 29  # 20: ending is left only to max_length
+    for penalty in (1.0, 3.0):
+        assert length(penalty, True) == length(penalty, False)
+
+
+def test_a_summarizer_and_the_command_line_take_the_end_penalty(tmp_path):
+    from locsum_sdk.cli import main
+
+    summarizer = Summarizer.from_pretrained(ROOT / "engines" / "pagesum", threads=1)
+    text = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")[:3000]
+    plain = summarizer.summarize(text, num_beams=1, max_length=60, min_length=0)
+    longer = summarizer.summarize(text, num_beams=1, max_length=60, min_length=0, end_penalty=20.0)
+    assert len(longer.token_ids) >= len(plain.token_ids)
+    assert len(longer.token_ids) == 59 or longer.token_ids[-1] != summarizer.model["eos_token_id"]
+    (tmp_path / "note.txt").write_text(text, encoding="utf-8")
+    assert main(["summarize", str(tmp_path / "note.txt"), "--bundle", "pagesum", "--max-length", "12",
+                 "--end-penalty", "2", "--json"]) == 0
