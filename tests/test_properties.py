@@ -67,6 +67,9 @@ def option_values():
         "min_length": mostly(st.integers(0, 30), st.integers(-3, -1)),
         "length_penalty": mostly(st.floats(-10, 10), st.floats(10.5, 1e300)),
         "no_repeat_ngram_size": mostly(st.integers(0, 4), st.just(-1)),
+        "repetition_penalty": mostly(st.floats(1, 10), st.floats(-1, 0.99) | st.floats(10.5, 1e300)),
+        "word_repeat_penalty": mostly(st.floats(0, 20), st.floats(-5, -0.01) | st.floats(20.5, 1e300)),
+        "end_penalty": mostly(st.floats(0, 20), st.floats(-5, -0.01) | st.floats(20.5, 1e300)),
         "early_stopping": mostly(st.booleans(), st.integers(0, 1)),
         "known_words": mostly(st.booleans(), st.sampled_from(["yes", 1])),
         "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn", "blocks",
@@ -297,7 +300,7 @@ def cli_options():
     numbers = st.integers(0, 5).flatmap(lambda roll: st.integers(2, 40).map(str) if roll < 4 else wrong)
     return st.lists(st.sampled_from([
         ("--num-beams", numbers), ("--max-length", numbers), ("--min-length", numbers), ("--page-tokens", numbers),
-        ("--max-tokens", numbers), ("--length-penalty", numbers),
+        ("--max-tokens", numbers), ("--length-penalty", numbers), ("--end-penalty", numbers),
         ("--select", st.sampled_from(["first", "tfidf", "x"])),
         ("--memory-limit", st.sampled_from(["1KB", "4GB", "x", "-3"])), ("--truncate", None), ("--no-truncate", None),
         ("--threads", numbers), ("--policy", st.sampled_from(["spatial", "document", "x"])),
