@@ -37,7 +37,7 @@ from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
-from .words import Pieces, WordGuard, WordList, words_of
+from .words import Pieces, WordGuard, WordList, input_words
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -296,10 +296,11 @@ class Summarizer:
             self._word_repeats = WordRepeats(self.pieces)
         return self._word_repeats
 
-    def _guard(self, inputs: list[WordList]) -> WordGuard:
-        """The `known_words` filter of one decoding batch: each input's words, and the bundle's."""
-        return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words in inputs],
-                         self.special.eos)
+    def _guard(self, inputs: list[tuple[WordList, WordList]]) -> WordGuard:
+        """The `known_words` filter of one decoding batch: each input's words (and those it writes with other
+        capitals than Capitalized or ALL CAPS, `input_words`), and the bundle's."""
+        return WordGuard(self.pieces, [[words, self.words] if self.words else [words] for words, _ in inputs],
+                         self.special.eos, [mixed for _, mixed in inputs])
 
     def _bonus(self, inputs: list[list[Keyword]], generation: GenerationOptions) -> KeywordBonus:
         """The `keywords` bonus of one decoding batch: each input's keywords spelled as pieces."""
@@ -470,7 +471,7 @@ class Summarizer:
         documents, query_ids, items = self._paged(inputs, queries, chosen)
         input_tokens = [sum(len(u.text_ids) for u in units) for units in items]  # before selection: the whole input
         # the words of the documents and the query, whole: a unit may end in the middle of a long word
-        known = ([WordList(words_of([*docs, self.tokenizer.decode(ids)])) for docs, ids in zip(documents, query_ids)]
+        known = ([input_words([*docs, self.tokenizer.decode(ids)]) for docs, ids in zip(documents, query_ids)]
                  if generation.known_words else None)
         found = ([keywords(docs, self.common_words, generation.keywords) for docs in documents]
                  if generation.keywords else None)

@@ -4,7 +4,9 @@ A small model that copies pieces of its input can string them into words that ar
 dictionary ("Ganymedriveration" for a story set on Ganymede). With the `known_words` option a word built of
 several pieces may only grow as a prefix of a known word, and end only as a whole one: a word of the input, of
 the query or of the bundle's word list (`words.txt`: the words of its training text). A word of one piece is a
-word of the tokenizer's own vocabulary and always allowed. Words are runs of letters, lowercased.
+word of the tokenizer's own vocabulary and always allowed. Words are runs of letters, lowercased; a word of several
+pieces is also written as words are: lowercase, Capitalized or ALL CAPS, or with the capitals of a word of the input
+or query that has others ("SmartKom"), never "MistY" or "prostraTe".
 
 The lists are sorted distinct words searched by bisection: an input's list holds its distinct words, so building
 it reads the input once and it grows with the input's vocabulary, never faster than the input.
@@ -40,6 +42,25 @@ def words_of(texts: Iterable[str]) -> set[str]:
     for text in texts:
         found.update(WORD.findall(text.lower()))
     return found
+
+
+def written_as_words_are(word: str) -> bool:
+    """Whether a run of letters is lowercase, Capitalized or ALL CAPS (its start included: every prefix of such a word
+    is one too, so a word checked piece by piece as it grows is one when it ends)."""
+    return len(word) < 2 or word[1:].islower() or word.isupper()
+
+
+def input_words(texts: Iterable[str]) -> tuple[WordList, WordList]:
+    """The distinct lowercased words of `texts`, and, as written, those of their words whose capitals are neither
+    Capitalized nor ALL CAPS ("SmartKom", "iPhone"): reading the texts once."""
+    lowered: set[str] = set()
+    mixed: set[str] = set()
+    for text in texts:
+        for word in WORD.findall(text):
+            lowered.add(word.lower())
+            if not written_as_words_are(word):
+                mixed.add(word)
+    return WordList(lowered), WordList(mixed)
 
 
 class WordList:
@@ -117,7 +138,8 @@ class Pieces:
     """What each token id is as part of a word: its letters (lowercased; None when it holds anything but letters)
     and whether it opens a word (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##"). A piece
     that mixes letters with other characters ("ense.", "s,", ".The") can finish the word before it with the letters
-    it starts with (`ends`, unless it opens a word) and start one with the letters it ends in (`starts`)."""
+    it starts with (`ends`, unless it opens a word) and start one with the letters it ends in (`starts`). Letters are
+    lowercased; those holding a capital are also kept as written (`capitals`, `capital_ends`, `capital_starts`)."""
 
     letters: list[str | None]
     opens: np.ndarray  # (V,) bool
@@ -125,6 +147,9 @@ class Pieces:
     ends: dict[int, str] = field(default_factory=dict)  # mixed piece, not opening -> the letters it starts with
     starts: dict[int, str] = field(default_factory=dict)  # mixed piece -> the letters it ends in
     special: frozenset[int] = frozenset()  # special tokens: left out of the text, so they join what they separate
+    capitals: dict[int, str] = field(default_factory=dict)  # a letters piece with a capital -> its letters as written
+    capital_ends: dict[int, str] = field(default_factory=dict)  # as `ends`, as written, where they hold a capital
+    capital_starts: dict[int, str] = field(default_factory=dict)  # as `starts`, as written, likewise
 
     @classmethod
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
@@ -157,15 +182,22 @@ class Pieces:
         opens = np.array(marked, dtype=bool)
         continues = np.array([text is not None for text in letters]) & ~opens
         ends, starts = {}, {}
+        capitals = {i: texts[i] for i, text in enumerate(letters) if text is not None and texts[i] != text}
+        capital_ends, capital_starts = {}, {}
         for i, text in enumerate(texts):
             if i in special or not text or letters[i] is not None:
                 continue
             head, tail = _LEADING.match(text), _TRAILING.search(text)
             if head and not marked[i]:
                 ends[i] = head.group().lower()
+                if ends[i] != head.group():
+                    capital_ends[i] = head.group()
             if tail:
                 starts[i] = tail.group().lower()
-        return cls(letters, opens, continues, ends, starts, frozenset(i for i in special if i < vocab))
+                if starts[i] != tail.group():
+                    capital_starts[i] = tail.group()
+        return cls(letters, opens, continues, ends, starts, frozenset(i for i in special if i < vocab), capitals,
+                   capital_ends, capital_starts)
 
     def spell(self, sequence: Iterable[int]) -> list[Spelled]:
         """The words a sequence of token ids spells, in order (runs of letters, lowercased; the last one too, though
@@ -213,22 +245,27 @@ class WordGuard:
     Special tokens other than `eos` are never written: decoding leaves them out of the text, where they would
     join the pieces on either side into one word ("Cor", "<s>", "ense": "Corense")."""
 
-    def __init__(self, pieces: Pieces, known: Sequence[Sequence[WordList]], eos: int | None = None):
+    def __init__(self, pieces: Pieces, known: Sequence[Sequence[WordList]], eos: int | None = None,
+                 mixed: Sequence[WordList] | None = None):
+        """`known`: each batch item's word lists; `mixed`: each item's words of the input and query whose capitals
+        are neither Capitalized nor ALL CAPS, as written (`input_words`; None: none)."""
         self.pieces, self.known = pieces, known
+        self.mixed = mixed if mixed is not None else [WordList(()) for _ in known]
         self.hidden = np.array(sorted(pieces.special - {eos}), dtype=np.int64)
 
     def current_word(self, sequence: Sequence[int]) -> tuple[str, int]:
-        """The word the sequence ends in and how many pieces it has ("" and 0 after a space, punctuation or a
-        special token); a mixed piece counts with the letters it ends in ("s.The" starts "the")."""
-        letters, opens, starts = self.pieces.letters, self.pieces.opens, self.pieces.starts
+        """The word the sequence ends in, as written, and how many pieces it has ("" and 0 after a space,
+        punctuation or a special token); a mixed piece counts with the letters it ends in ("s.The" starts "The")."""
+        pieces = self.pieces
+        letters, opens, starts = pieces.letters, pieces.opens, pieces.starts
         parts: list[str] = []
         for token in reversed(sequence):
             text = letters[token] if 0 <= token < len(letters) else None
             if text is None:
                 if token in starts:
-                    parts.append(starts[token])
+                    parts.append(pieces.capital_starts.get(token, starts[token]))
                 break
-            parts.append(text)
+            parts.append(pieces.capitals.get(token, text))
             if opens[token]:
                 break
         return "".join(reversed(parts)), len(parts)
@@ -241,11 +278,16 @@ class WordGuard:
         word, parts = self.current_word(body)
         return 0 if parts <= 1 or self._word(item, word) else parts
 
-    def _prefix(self, item: int, text: str) -> bool:
-        return any(words.has_prefix(text) for words in self.known[item])
+    def _prefix(self, item: int, written: str) -> bool:
+        """Whether `written` can grow into a known word: a prefix of one, lowercased, and written as words are or
+        as the start of one of the input's words with other capitals."""
+        return (any(words.has_prefix(written.lower()) for words in self.known[item])
+                and (written_as_words_are(written) or self.mixed[item].has_prefix(written)))
 
-    def _word(self, item: int, text: str) -> bool:
-        return any(words.has_word(text) for words in self.known[item])
+    def _word(self, item: int, written: str) -> bool:
+        """Whether `written` is a known word, lowercased, written as words are or as the input writes it."""
+        return (any(words.has_word(written.lower()) for words in self.known[item])
+                and (written_as_words_are(written) or self.mixed[item].has_word(written)))
 
     def apply(self, log_probs: np.ndarray, sequences: np.ndarray, needed: int, complete: bool) -> None:
         """Forbid, in place, the tokens that would leave a word of several pieces unknown. log_probs (B, K, V),
@@ -253,7 +295,8 @@ class WordGuard:
         among those alone. Rows of only some tokens (`complete` False) may be left with fewer, for the caller to
         read the full distribution; a full row whose every token is forbidden (a word no piece can finish) is
         left as it was."""
-        continues, ends = self.pieces.continues, self.pieces.ends
+        continues, ends, letters = self.pieces.continues, self.pieces.ends, self.pieces.letters
+        capitals, capital_ends = self.pieces.capitals, self.pieces.capital_ends
         log_probs[..., self.hidden] = -np.inf  # Pieces.special holds ids of the model's vocabulary only
         for b, k in np.ndindex(*sequences.shape[:2]):
             word, parts = self.current_word(sequences[b, k].tolist())
@@ -265,10 +308,11 @@ class WordGuard:
                 row[~continues[: len(row)]] = -np.inf  # the word cannot end before it is a known one
             allowed = 0
             for token in _best_first(row):
-                if continues[token] and not self._prefix(b, word + self.pieces.letters[token]):
+                if continues[token] and not self._prefix(b, word + capitals.get(token, letters[token])):
                     row[token] = -np.inf
                     continue
-                if token in ends and not self._word(b, word + ends[token]):  # "ense." after "cor": "corense"
+                end = capital_ends.get(token, ends.get(token))
+                if end is not None and not self._word(b, word + end):
                     row[token] = -np.inf
                     continue
                 allowed += 1

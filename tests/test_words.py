@@ -14,7 +14,7 @@ from locsum_sdk import Summarizer
 from locsum_sdk.constants import WORDS_FILE
 from locsum_sdk.errors import DataError, OptionError
 from locsum_sdk.generation import GenerationOptions, generate
-from locsum_sdk.words import Pieces, WordGuard, WordList, words_of
+from locsum_sdk.words import WORD, Pieces, WordGuard, WordList, input_words, words_of, written_as_words_are
 
 # A toy vocabulary: 0-2 special, 3 "Ġgan", 4 "y", 5 "med", 6 "e", 7 "Ġthe", 8 ".", 9 "rive", 10 "Ġsh", 11 "ip".
 TOY = [None, None, None, "gan", "y", "med", "e", "the", None, "rive", "sh", "ip"]
@@ -89,6 +89,27 @@ def test_a_word_of_several_pieces_grows_only_into_a_known_word():
     assert allowed(guard, [2, 3, 4, 5]) == {6}
     assert allowed(guard, [2, 3, 4, 5, 6]) == set(range(12)) - {4, 5, 6, 9, 11}  # "ganymede" is whole: it may end
     assert allowed(guard, [2, 10]) == set(range(12)) - {4, 5, 6, 9}  # "sh" + "ip" from the second list
+
+
+def test_a_word_of_several_pieces_is_written_as_words_are_or_as_the_input_writes_it():
+    """"MistY" and "ScarCity" never; "Misty", "SCAR" and "Smartkom" yes; "SmartKom" where the input writes it so."""
+    # 0-2 special, 3 "ĠMist", 4 "y", 5 "Y", 6 "ĠSC", 7 "AR", 8 "ĠSmart", 9 "Kom", 10 "kom", 11 "ĠScar", 12 "City"
+    letters = [None, None, None, "mist", "y", "y", "sc", "ar", "smart", "kom", "kom", "scar", "city"]
+    opens = np.array([False] * 3 + [True, False, False, True, False, True, False, False, True, False])
+    pieces = Pieces(letters, opens, np.array([t is not None for t in letters]) & ~opens,
+                    capitals={3: "Mist", 5: "Y", 6: "SC", 7: "AR", 8: "Smart", 9: "Kom", 11: "Scar", 12: "City"})
+    lowered, mixed = input_words(["The Misty Ones met at SmartKom; SCAR and scarcity. McDonald's iPhone"])
+    assert mixed.words == ["McDonald", "SmartKom", "iPhone"] and lowered.has_word("smartkom")
+    guard = WordGuard(pieces, [[lowered]], mixed=[mixed])
+    assert guard.current_word([2, 3, 5]) == ("MistY", 2)
+    assert allowed(guard, [2, 3], 13) & {4, 5} == {4}  # "Misty", not "MistY"
+    assert allowed(guard, [2, 6], 13) & {7} == {7}  # "SCAR"
+    assert allowed(guard, [2, 11], 13) & {12} == set()  # "ScarCity": written so nowhere
+    assert allowed(guard, [2, 8], 13) & {9, 10} == {9, 10}  # "SmartKom" as the input writes it, or "Smartkom"
+    unchecked = WordGuard(pieces, [[lowered]])  # no mixed words given: only words written as words are
+    assert allowed(unchecked, [2, 8], 13) & {9, 10} == {10}
+    assert all(map(written_as_words_are, ["a", "A", "misty", "Misty", "MISTY", "Ünter", "ÜNTER"]))
+    assert not any(map(written_as_words_are, ["MistY", "mIsty", "SCar", "iPhone"]))
 
 
 def test_the_filter_checks_the_best_tokens_until_enough_are_allowed():
@@ -234,8 +255,10 @@ def word_summarizer(tmp_path_factory, word_bundle):
 
 
 def one_piece_words(tokenizer) -> set[str]:
-    """Every run of letters one token holds: a word a summary may write in one piece, known or not."""
-    return {word for i in range(tokenizer.get_vocab_size()) for word in words_of([tokenizer.decode([i])])}
+    """Every run of letters one token holds, lowercased and as written: a word a summary may write in one piece,
+    known or not."""
+    return {word for i in range(tokenizer.get_vocab_size()) for found in WORD.findall(tokenizer.decode([i]))
+            for word in (found, found.lower())}
 
 
 @given(text=st.text(alphabet=st.sampled_from(list("ptbviewcoransdBVIEWCOR .,;:'!?-\n")), min_size=1, max_size=60)
@@ -253,6 +276,8 @@ def test_known_words_let_no_made_up_word_through(word_summarizer, text, num_beam
                                    page_tokens=page_tokens)
     allowed = words_of([text]) | set(summarizer.words.words) | one_piece
     assert words_of([summary.text]) <= allowed, (summary.text, words_of([summary.text]) - allowed)
+    written = {word for word in WORD.findall(summary.text) if not written_as_words_are(word)}
+    assert written <= set(WORD.findall(text)) | one_piece, (summary.text, written)  # "BiEw" only as the input has it
 
 
 def test_a_mixed_piece_finishes_a_word_only_into_a_known_one_and_special_tokens_are_never_written():
