@@ -283,44 +283,25 @@ def test_a_repetition_penalty_reads_the_full_distribution_and_decides_as_without
     """A session that gives each beam's best tokens only decides as one giving all of them, penalty on."""
     from locsum_sdk.generation import GenerationOptions, generate
 
-    rng = np.random.default_rng(3)
-    table = np.log(rng.dirichlet(np.ones(12) * 0.3, size=(40,)).astype(np.float32))
+    table = np.log(np.random.default_rng(3).dirichlet(np.ones(12) * 0.3, size=(40,)).astype(np.float32))
 
-    class Session:
-        def __init__(self, partial):
-            self.partial_log_probs, self.step_index = partial, 0
-
-        def step(self, tokens, beam_index):
-            self.full = np.repeat(table[self.step_index][None, None], 2, axis=1)
-            self.step_index += 1
-            if not self.partial_log_probs:
-                return self.full.copy(), np.ones((1, 1, 2), np.float32)
-            shown = np.full_like(self.full, -np.inf)
-            best = np.argsort(-self.full, axis=-1)[..., :4]
-            np.put_along_axis(shown, best, np.take_along_axis(self.full, best, -1), -1)
-            return shown, np.ones((1, 1, 2), np.float32)
-
-        def full_log_probs(self):
-            return self.full.copy()
+    def session(partial):
+        return StepTableSession(table, partial, 2, 4)
 
     options = GenerationOptions(num_beams=2, max_length=20, min_length=19, repetition_penalty=3.0)
-    full = generate(Session(False), 1, options, start=0, eos=1, pad=2)
-    partial = generate(Session(True), 1, options, start=0, eos=1, pad=2)
+    full = generate(session(False), 1, options, start=0, eos=1, pad=2)
+    partial = generate(session(True), 1, options, start=0, eos=1, pad=2)
     assert full[0].token_ids == partial[0].token_ids
-    plain = generate(Session(False), 1, GenerationOptions(num_beams=2, max_length=20, min_length=19), 0, 1, 2)
+    plain = generate(session(False), 1, GenerationOptions(num_beams=2, max_length=20, min_length=19), 0, 1, 2)
     assert len(set(full[0].token_ids)) >= len(set(plain[0].token_ids))
 
 
-class EndingSession:
-    """A fixed table of log-probabilities in which end-of-sequence (token 1) is often the best token; partial: each
-    beam sees only its 3 best tokens, the others -inf."""
+class StepTableSession:
+    """A session giving row `step` of a fixed (steps, V) table of log-probabilities at every step, to every beam;
+    partial: each beam sees only its `top` best tokens, the others -inf."""
 
-    def __init__(self, partial: bool, beams: int, seed: int = 5):
-        rng = np.random.default_rng(seed)
-        weights = np.ones(12) * 0.4
-        weights[1] = 3.0
-        self.table = np.log(rng.dirichlet(weights, size=(40,)).astype(np.float32))
-        self.partial_log_probs, self.beams, self.step_index = partial, beams, 0
+    def __init__(self, table: np.ndarray, partial: bool, beams: int, top: int):
+        self.table, self.partial_log_probs, self.beams, self.top, self.step_index = table, partial, beams, top, 0
 
     def step(self, tokens, beam_index):
         self.full = np.repeat(self.table[self.step_index][None, None], self.beams, axis=1)
@@ -328,12 +309,20 @@ class EndingSession:
         if not self.partial_log_probs:
             return self.full.copy(), np.ones((1, 1, self.beams), np.float32)
         shown = np.full_like(self.full, -np.inf)
-        best = np.argsort(-self.full, axis=-1)[..., :3]
+        best = np.argsort(-self.full, axis=-1)[..., : self.top]
         np.put_along_axis(shown, best, np.take_along_axis(self.full, best, -1), -1)
         return shown, np.ones((1, 1, self.beams), np.float32)
 
     def full_log_probs(self):
         return self.full.copy()
+
+
+def ending_session(partial: bool, beams: int, seed: int = 5) -> StepTableSession:
+    """A table in which end-of-sequence (token 1) is often the best token; partial: each beam's 3 best shown."""
+    weights = np.ones(12) * 0.4
+    weights[1] = 3.0
+    table = np.log(np.random.default_rng(seed).dirichlet(weights, size=(40,)).astype(np.float32))
+    return StepTableSession(table, partial, beams, 3)
 
 
 def test_the_end_penalty_lowers_only_end_of_sequence_and_is_refused_out_of_range():
@@ -354,7 +343,7 @@ def test_an_end_penalty_writes_longer_and_decides_as_without_partial_reads(beams
     """Ending is put off; a session giving each beam's best tokens only decides as one giving all of them."""
     def length(penalty, partial):
         options = GenerationOptions(num_beams=beams, max_length=30, end_penalty=penalty)
-        return generate(EndingSession(partial, beams), 1, options, start=0, eos=1, pad=2)[0].token_ids
+        return generate(ending_session(partial, beams), 1, options, start=0, eos=1, pad=2)[0].token_ids
 
     plain = length(0.0, False)
     assert len(plain) < 6 and plain[-1] == 1  # this table ends early
