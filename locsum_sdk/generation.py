@@ -17,6 +17,7 @@ import numpy as np
 from .errors import OptionError
 from .keywords import KeywordBonus
 from .repeats import WordRepeats
+from .sentences import SentenceEnds
 from .validation import check_bool, check_choice, check_float, check_int, is_int
 from .words import WordGuard
 
@@ -56,6 +57,7 @@ class GenerationOptions:
     repetition_penalty: float = 1.0  # a token already written has its log-probability multiplied by this (1: off)
     word_repeat_penalty: float = 0.0  # taken from a written content word's piece per time written (0: off; `repeats`)
     end_penalty: float = 0.0  # taken from end-of-sequence's log-probability at every step: longer summaries (0: off)
+    whole_sentences: bool = False  # a summary max_length cuts ends at its last full sentence (`sentences`)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -71,6 +73,7 @@ class GenerationOptions:
         check_float("repetition_penalty", self.repetition_penalty, 1.0, MAX_REPETITION_PENALTY)
         check_float("word_repeat_penalty", self.word_repeat_penalty, 0.0, MAX_WORD_REPEAT_PENALTY)
         check_float("end_penalty", self.end_penalty, 0.0, MAX_END_PENALTY)
+        check_bool("whole_sentences", self.whole_sentences)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))
@@ -300,11 +303,11 @@ def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
              on_step: StepCallback | None = None, guard: WordGuard | None = None,
              bonus: KeywordBonus | None = None, input_tokens: Sequence[int] | None = None,
-             repeats: WordRepeats | None = None) -> list[Hypothesis]:
+             repeats: WordRepeats | None = None, sentences: SentenceEnds | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
     the `known_words` filter of this batch, `bonus` its `keywords` (None: off), `repeats` the tokenizer's
-    `word_repeat_penalty` filter (read only when the option is on);
+    `word_repeat_penalty` filter (read only when the option is on), `sentences` its `whole_sentences` ends (likewise);
     `input_tokens`: each item's input length in text tokens, which bounds its min_length and max_length
     (`input_lengths`; None: the options').
 
@@ -323,6 +326,9 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     if options.word_repeat_penalty and repeats is None:
         raise OptionError("word_repeat_penalty needs the tokenizer's pieces: summarize through a Summarizer, or set "
                           "word_repeat_penalty=0")
+    if options.whole_sentences and sentences is None:
+        raise OptionError("whole_sentences needs the tokenizer's pieces: summarize through a Summarizer, or turn "
+                          "whole_sentences off")
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
@@ -364,7 +370,11 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
                 options.num_beams, seconds, 1000 * seconds / max(steps, 1),
                 f"; {full_reads} steps read the full distribution" if full_reads else "")
     hypotheses = search.finalize()
-    return hypotheses if guard is None else [_whole_words(guard, b, h, eos) for b, h in enumerate(hypotheses)]
+    if guard is not None:
+        hypotheses = [_whole_words(guard, b, h, eos) for b, h in enumerate(hypotheses)]
+    if options.whole_sentences:
+        hypotheses = [_first(h, sentences.kept(h.token_ids, eos)) for h in hypotheses]
+    return hypotheses
 
 
 def _whole_words(guard: WordGuard, item: int, hypothesis: Hypothesis, eos: int) -> Hypothesis:
@@ -376,3 +386,10 @@ def _whole_words(guard: WordGuard, item: int, hypothesis: Hypothesis, eos: int) 
     end = len(tokens) - (tokens[-1:] == [eos])
     keep = list(range(end - drop)) + list(range(end, len(tokens)))
     return Hypothesis([tokens[i] for i in keep], hypothesis.score, weights[keep])
+
+
+def _first(hypothesis: Hypothesis, count: int) -> Hypothesis:
+    """`hypothesis`'s first `count` tokens, with their steps' unit weights (its score is the search's)."""
+    if count == len(hypothesis.token_ids):
+        return hypothesis
+    return Hypothesis(hypothesis.token_ids[:count], hypothesis.score, hypothesis.unit_weights[:count])

@@ -33,6 +33,7 @@ from .limits import Estimate, LimitOptions, apply_limits, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
+from .sentences import SentenceEnds
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -129,6 +130,7 @@ class Summarizer:
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
         self.words, self.common_words, self._pieces, self._word_repeats = words, common_words, None, None
+        self._sentence_ends: SentenceEnds | None = None
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
@@ -295,6 +297,13 @@ class Summarizer:
         if self._word_repeats is None:
             self._word_repeats = WordRepeats(self.pieces)
         return self._word_repeats
+
+    @property
+    def sentence_ends(self) -> SentenceEnds:
+        """Where the model's pieces may end a sentence, for the `whole_sentences` option (read once)."""
+        if self._sentence_ends is None:
+            self._sentence_ends = SentenceEnds.from_tokenizer(self.tokenizer, self.model["vocab_size"])
+        return self._sentence_ends
 
     def _guard(self, inputs: list[tuple[WordList, WordList]]) -> WordGuard:
         """The `known_words` filter of one decoding batch: each input's words (and those it writes with other
@@ -520,6 +529,7 @@ class Summarizer:
                     self._bonus([found[i] for i in group], generation) if found else None,
                     [input_tokens[i] for i in group],
                     self.word_repeats if generation.word_repeat_penalty else None,
+                    self.sentence_ends if generation.whole_sentences else None,
                 )
             finally:
                 session.close()

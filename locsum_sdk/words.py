@@ -155,28 +155,8 @@ class Pieces:
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
         """The pieces of a `tokenizers.Tokenizer` (byte-level BPE, SentencePiece-style or WordPiece), for a model
         of `size` token ids (None: the tokenizer's count); ids past the tokenizer's are no letters."""
-        config = json.loads(tokenizer.to_str())
-        model = config.get("model") or {}
-        parts = {part.get("type"): part for key in ("pre_tokenizer", "decoder")
-                 for part in _components(config.get(key))}
-        vocab = tokenizer.get_vocab_size(with_added_tokens=True) if size is None else size
-        tokens = [tokenizer.id_to_token(i) or "" for i in range(vocab)]
-        special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
-        if model.get("type") == "WordPiece":
-            prefix = model.get("continuing_subword_prefix") or "##"
-            marked = [not t.startswith(prefix) for t in tokens]
-            texts = [t[len(prefix):] if t.startswith(prefix) else t for t in tokens]
-        elif "ByteLevel" in parts:
-            alphabet = _byte_alphabet()
-            marked = [t.startswith("Ġ") for t in tokens]
-            texts = [_from_bytes(t[1:] if m else t, alphabet) for t, m in zip(tokens, marked)]
-        elif "Metaspace" in parts:
-            marker = parts["Metaspace"].get("replacement") or "▁"
-            marked = [t.startswith(marker) for t in tokens]
-            texts = [t[len(marker):] if m else t for t, m in zip(tokens, marked)]
-        else:
-            raise OptionError("known_words needs a tokenizer that marks where words start (byte-level BPE, "
-                              "SentencePiece or WordPiece); this bundle's does not: turn known_words off")
+        texts, marked, special = piece_texts(tokenizer, size, "known_words")
+        vocab = len(texts)
         letters = [None if i in special or not text or not text.isalpha() else text.lower()
                    for i, text in enumerate(texts)]
         opens = np.array(marked, dtype=bool)
@@ -230,6 +210,35 @@ class Pieces:
         """Each beam's words as `spell` reads them from its summary, the decoder start token left out: sequences
         (B, K, T), read once a step for every filter that needs them."""
         return [[self.spell(beam[1:].tolist()) for beam in item] for item in sequences]
+
+
+def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], list[bool], set[int]]:
+    """Each token id's text without its word-start marker ("" where its bytes are not whole characters), whether
+    it has one (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##"), and the special tokens, for
+    a model of `size` token ids (None: the tokenizer's count). OptionError naming `option` for a tokenizer that
+    marks no word starts."""
+    config = json.loads(tokenizer.to_str())
+    model = config.get("model") or {}
+    parts = {part.get("type"): part for key in ("pre_tokenizer", "decoder") for part in _components(config.get(key))}
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True) if size is None else size
+    tokens = [tokenizer.id_to_token(i) or "" for i in range(vocab)]
+    special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
+    if model.get("type") == "WordPiece":
+        prefix = model.get("continuing_subword_prefix") or "##"
+        marked = [not t.startswith(prefix) for t in tokens]
+        texts = [t[len(prefix):] if t.startswith(prefix) else t for t in tokens]
+    elif "ByteLevel" in parts:
+        alphabet = _byte_alphabet()
+        marked = [t.startswith("Ġ") for t in tokens]
+        texts = [_from_bytes(t[1:] if m else t, alphabet) for t, m in zip(tokens, marked)]
+    elif "Metaspace" in parts:
+        marker = parts["Metaspace"].get("replacement") or "▁"
+        marked = [t.startswith(marker) for t in tokens]
+        texts = [t[len(marker):] if m else t for t, m in zip(tokens, marked)]
+    else:
+        raise OptionError(f"{option} needs a tokenizer that marks where words start (byte-level BPE, SentencePiece "
+                          f"or WordPiece); this bundle's does not: turn {option} off")
+    return texts, marked, special
 
 
 def _from_bytes(text: str, alphabet: dict[str, int]) -> str:

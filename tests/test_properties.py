@@ -72,6 +72,7 @@ def option_values():
         "end_penalty": mostly(st.floats(0, 20), st.floats(-5, -0.01) | st.floats(20.5, 1e300)),
         "early_stopping": mostly(st.booleans(), st.integers(0, 1)),
         "known_words": mostly(st.booleans(), st.sampled_from(["yes", 1])),
+        "whole_sentences": mostly(st.booleans(), st.sampled_from(["no", 0])),
         "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn", "blocks",
                                           "turns"]),
                          st.just("chapters")),
@@ -303,7 +304,8 @@ def cli_options():
         ("--max-tokens", numbers), ("--length-penalty", numbers), ("--end-penalty", numbers),
         ("--select", st.sampled_from(["first", "tfidf", "x"])),
         ("--memory-limit", st.sampled_from(["1KB", "4GB", "x", "-3"])), ("--truncate", None), ("--no-truncate", None),
-        ("--threads", numbers), ("--policy", st.sampled_from(["spatial", "document", "x"])),
+        ("--whole-sentences", None), ("--threads", numbers),
+        ("--policy", st.sampled_from(["spatial", "document", "x"])),
     ]), unique_by=lambda flag: flag[0], max_size=4)
 
 

@@ -395,7 +395,8 @@ VALID_OPTIONS = {
     "policy": st.sampled_from(["spatial", "document", "discourse", "x"]), "max_tokens": st.integers(1, 10_000),
     "truncate": st.booleans(), "select": st.sampled_from(["first", "tfidf"]),
     "memory_limit": st.sampled_from(["1GB", "10KB", "2"]), "early_stopping": st.booleans(),
-    "known_words": st.booleans(), "end_penalty": st.floats(0.0, 3.0), "nope": st.just(1)}
+    "known_words": st.booleans(), "end_penalty": st.floats(0.0, 3.0),
+    "whole_sentences": st.booleans(), "nope": st.just(1)}
 
 
 def mostly(valid, invalid):  # 4 in 5 valid
