@@ -36,7 +36,11 @@ class SentenceEnds:
     @classmethod
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> SentenceEnds:
         """The sentence ends of a `tokenizers.Tokenizer` for a model of `size` token ids (None: the tokenizer's)."""
-        texts, marked, special = piece_texts(tokenizer, size, "whole_sentences")
+        return cls.from_texts(*piece_texts(tokenizer, size, "whole_sentences"))
+
+    @classmethod
+    def from_texts(cls, texts: list[str], marked: list[bool], special: set[int]) -> SentenceEnds:
+        """The sentence ends of a tokenizer read by `piece_texts`."""
         texts = ["" if i in special else text for i, text in enumerate(texts)]
         ends = np.array([text.rstrip(CLOSERS).endswith(TERMINALS) for text in texts], dtype=bool)
         breaks = np.array([m or text[:1].isspace() for text, m in zip(texts, marked)], dtype=bool)

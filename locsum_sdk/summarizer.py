@@ -38,7 +38,7 @@ from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
 from .validation import check_bool, check_choice, check_int
-from .words import Pieces, WordGuard, WordList, input_words
+from .words import Pieces, WordGuard, WordList, input_words, piece_texts
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -131,6 +131,7 @@ class Summarizer:
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
         self.words, self.common_words, self._pieces, self._word_repeats = words, common_words, None, None
         self._sentence_ends: SentenceEnds | None = None
+        self._piece_texts: tuple[list[str], list[bool], set[int]] | None = None
         self.selection_tokenizer = selection_tokenizer
         self.kind = backend.kind
         self.model, self.max_positions, self.unit_batch_size = model, model["max_positions"], unit_batch_size
@@ -288,7 +289,7 @@ class Summarizer:
     def pieces(self) -> Pieces:
         """What each token id of the model is as part of a word (read from the tokenizer once)."""
         if self._pieces is None:
-            self._pieces = Pieces.from_tokenizer(self.tokenizer, self.model["vocab_size"])
+            self._pieces = Pieces.from_texts(*self._texts("known_words"))
         return self._pieces
 
     @property
@@ -302,8 +303,15 @@ class Summarizer:
     def sentence_ends(self) -> SentenceEnds:
         """Where the model's pieces may end a sentence, for the `whole_sentences` option (read once)."""
         if self._sentence_ends is None:
-            self._sentence_ends = SentenceEnds.from_tokenizer(self.tokenizer, self.model["vocab_size"])
+            self._sentence_ends = SentenceEnds.from_texts(*self._texts("whole_sentences"))
         return self._sentence_ends
+
+    def _texts(self, option: str) -> tuple[list[str], list[bool], set[int]]:
+        """The model's piece texts (`piece_texts`), read from the tokenizer once for every option that needs them;
+        `option` names the one asking in the error of a tokenizer that marks no word starts."""
+        if self._piece_texts is None:
+            self._piece_texts = piece_texts(self.tokenizer, self.model["vocab_size"], option)
+        return self._piece_texts
 
     def _guard(self, inputs: list[tuple[WordList, WordList]]) -> WordGuard:
         """The `known_words` filter of one decoding batch: each input's words (and those it writes with other

@@ -155,7 +155,11 @@ class Pieces:
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
         """The pieces of a `tokenizers.Tokenizer` (byte-level BPE, SentencePiece-style or WordPiece), for a model
         of `size` token ids (None: the tokenizer's count); ids past the tokenizer's are no letters."""
-        texts, marked, special = piece_texts(tokenizer, size, "known_words")
+        return cls.from_texts(*piece_texts(tokenizer, size, "known_words"))
+
+    @classmethod
+    def from_texts(cls, texts: list[str], marked: list[bool], special: set[int]) -> Pieces:
+        """The pieces of a tokenizer read by `piece_texts`."""
         vocab = len(texts)
         letters = [None if i in special or not text or not text.isalpha() else text.lower()
                    for i, text in enumerate(texts)]
