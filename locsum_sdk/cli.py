@@ -505,9 +505,9 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
-                 "no_repeat_ngram_size", "repetition_penalty", "word_repeat_penalty", "end_penalty", "whole_sentences",
-                 "known_words", "keywords", "keyword_bonus", "policy", "page_tokens", "num_pages", "max_tokens",
-                 "truncate", "select", "memory_limit")
+                 "no_repeat_ngram_size", "ngram_word_starts", "repetition_penalty", "word_repeat_penalty",
+                 "end_penalty", "whole_sentences", "known_words", "keywords", "keyword_bonus", "policy", "page_tokens",
+                 "num_pages", "max_tokens", "truncate", "select", "memory_limit")
 
 
 def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
@@ -524,6 +524,9 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
     parser.add_argument("--length-normalization", dest="length_normalization", choices=LENGTH_NORMALIZATIONS,
                         help="beam scores over length (hf) or GNMT's (5 + length) / 6, to the length penalty")
     parser.add_argument("--no-repeat-ngram-size", dest="no_repeat_ngram_size", type=int)
+    parser.add_argument("--ngram-word-starts", dest="ngram_word_starts", action=argparse.BooleanOptionalAction,
+                        default=None, help="n-gram blocking forbids only pieces that open a word: a word begun is "
+                        "finished as written (a name is not turned into another word that starts alike)")
     parser.add_argument("--repetition-penalty", dest="repetition_penalty", type=float,
                         help="multiply the log-probability of every token already written by this (1: off)")
     parser.add_argument("--word-repeat-penalty", dest="word_repeat_penalty", type=float,

@@ -50,6 +50,7 @@ class GenerationOptions:
     length_penalty: float = 1.0  # beam score = sum log p / normalizer ** length_penalty (see length_normalization)
     length_normalization: str = "hf"  # normalizer: "hf" generated length n; "gnmt" (5 + n) / 6 (Wu et al. 2016)
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
+    ngram_word_starts: bool = False  # no_repeat_ngram_size forbids only pieces that open a word (a begun word ends)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
     known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
     keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
@@ -66,6 +67,7 @@ class GenerationOptions:
         check_float("length_penalty", self.length_penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY)
         check_choice("length_normalization", self.length_normalization, LENGTH_NORMALIZATIONS)
         check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        check_bool("ngram_word_starts", self.ngram_word_starts)
         check_bool("early_stopping", self.early_stopping)
         check_bool("known_words", self.known_words)
         check_int("keywords", self.keywords, 0, MAX_KEYWORDS)
@@ -151,14 +153,19 @@ def max_length_filter(log_probs: np.ndarray, length: int, high: np.ndarray, eos:
         log_probs[last, :, eos] = 0.0
 
 
-def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int) -> None:
-    """Forbid tokens that would repeat an n-gram already in the sequence. sequences (B, K, T)."""
+def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int,
+                           spared: np.ndarray | None = None) -> None:
+    """Forbid tokens that would repeat an n-gram already in the sequence. sequences (B, K, T); spared (V,) bool: tokens
+    never forbidden (`ngram_word_starts`: the pieces that continue a word, so that a name of two pieces written
+    after the same token twice is finished as itself, not turned into another word that starts alike)."""
     if size == 0 or sequences.shape[-1] < size:
         return
     for b, k in np.ndindex(*sequences.shape[:2]):
         seq = sequences[b, k].tolist()
         prefix = tuple(seq[len(seq) - size + 1 :])
         banned = [seq[i + size - 1] for i in range(len(seq) - size + 1) if tuple(seq[i : i + size - 1]) == prefix]
+        if spared is not None:
+            banned = [token for token in banned if not spared[token]]
         log_probs[b, k, banned] = -np.inf
 
 
@@ -288,13 +295,14 @@ class BeamSearch:
 
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
-            guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray]) -> None:
+            guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray],
+            spared: np.ndarray | None) -> None:
     """Every logit filter, in place: min_length, end_penalty, repetition_penalty, no_repeat_ngram_size, known words,
     then each input's max_length (an input at its max_length ends there, as every input does at the option's)."""
     min_length_filter(log_probs, length, lengths[0], eos)
     end_penalty_filter(log_probs, eos, options.end_penalty)
     repetition_penalty_filter(log_probs, sequences, options.repetition_penalty)
-    no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size)
+    no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size, spared)
     if guard is not None:
         guard.apply(log_probs, sequences, needed, complete)
     max_length_filter(log_probs, length, lengths[1], eos)
@@ -303,11 +311,13 @@ def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: 
 def generate(session: StepSession, batch: int, options: GenerationOptions, start: int, eos: int, pad: int,
              on_step: StepCallback | None = None, guard: WordGuard | None = None,
              bonus: KeywordBonus | None = None, input_tokens: Sequence[int] | None = None,
-             repeats: WordRepeats | None = None, sentences: SentenceEnds | None = None) -> list[Hypothesis]:
+             repeats: WordRepeats | None = None, sentences: SentenceEnds | None = None,
+             word_pieces: np.ndarray | None = None) -> list[Hypothesis]:
     """Run the decoding loop on one batch and return the best hypothesis of each batch item. `on_step` is called
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
     the `known_words` filter of this batch, `bonus` its `keywords` (None: off), `repeats` the tokenizer's
-    `word_repeat_penalty` filter (read only when the option is on), `sentences` its `whole_sentences` ends (likewise);
+    `word_repeat_penalty` filter (read only when the option is on), `sentences` its `whole_sentences` ends (likewise),
+    `word_pieces` (V,) bool the pieces that continue a word, which `ngram_word_starts` spares (likewise);
     `input_tokens`: each item's input length in text tokens, which bounds its min_length and max_length
     (`input_lengths`; None: the options').
 
@@ -329,6 +339,10 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     if options.whole_sentences and sentences is None:
         raise OptionError("whole_sentences needs the tokenizer's pieces: summarize through a Summarizer, or turn "
                           "whole_sentences off")
+    if options.ngram_word_starts and word_pieces is None:
+        raise OptionError("ngram_word_starts needs the tokenizer's pieces: summarize through a Summarizer, or turn "
+                          "ngram_word_starts off")
+    spared = word_pieces if options.ngram_word_starts else None
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
@@ -352,10 +366,10 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
                 bonus.apply(log_probs, search.sequences, written)
             if options.word_repeat_penalty:
                 repeats.apply(log_probs, written, options.word_repeat_penalty)
-        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths)
+        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths, spared)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
-            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True, lengths)
+            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True, lengths, spared)
             full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
         steps = length

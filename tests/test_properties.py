@@ -73,6 +73,7 @@ def option_values():
         "early_stopping": mostly(st.booleans(), st.integers(0, 1)),
         "known_words": mostly(st.booleans(), st.sampled_from(["yes", 1])),
         "whole_sentences": mostly(st.booleans(), st.sampled_from(["no", 0])),
+        "ngram_word_starts": mostly(st.booleans(), st.sampled_from(["yes", 1])),
         "policy": mostly(st.sampled_from(["spatial", "discourse", "document", "auto", "sentence", "turn", "blocks",
                                           "turns"]),
                          st.just("chapters")),
@@ -304,7 +305,7 @@ def cli_options():
         ("--max-tokens", numbers), ("--length-penalty", numbers), ("--end-penalty", numbers),
         ("--select", st.sampled_from(["first", "tfidf", "x"])),
         ("--memory-limit", st.sampled_from(["1KB", "4GB", "x", "-3"])), ("--truncate", None), ("--no-truncate", None),
-        ("--whole-sentences", None), ("--threads", numbers),
+        ("--whole-sentences", None), ("--no-ngram-word-starts", None), ("--threads", numbers),
         ("--policy", st.sampled_from(["spatial", "document", "x"])),
     ]), unique_by=lambda flag: flag[0], max_size=4)
 

@@ -396,7 +396,7 @@ VALID_OPTIONS = {
     "truncate": st.booleans(), "select": st.sampled_from(["first", "tfidf"]),
     "memory_limit": st.sampled_from(["1GB", "10KB", "2"]), "early_stopping": st.booleans(),
     "known_words": st.booleans(), "end_penalty": st.floats(0.0, 3.0),
-    "whole_sentences": st.booleans(), "nope": st.just(1)}
+    "whole_sentences": st.booleans(), "ngram_word_starts": st.booleans(), "nope": st.just(1)}
 
 
 def mostly(valid, invalid):  # 4 in 5 valid
