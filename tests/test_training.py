@@ -631,6 +631,25 @@ def test_release_keeps_summaries_by_bundle_content(tmp_path, bundle_dir, monkeyp
     assert len(calls) == 3  # the same files with other decoding defaults: other summaries
 
 
+def test_release_jobs_write_the_summaries_one_process_writes(tmp_path, bundle_dir):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.evaluation import EvalExample
+    from train import release
+
+    examples = {name: [EvalExample(id=f"{name}-{i}", documents=[f"the {name} board met on day {i} and agreed."],
+                                   query=None, reference="the board agreed.") for i in range(3)]
+                for name in ("first", "second")}
+    tasks = [release.Task(bundle_dir, name, items, {}, at_reference_length=at_length)
+             for name, items in examples.items() for at_length in (False, True)]
+    release.write_all(tmp_path, tasks, jobs=2)
+    assert len(list((tmp_path / "summaries").glob("*.json"))) == 4
+    assert not list((tmp_path / "summaries").glob("*.journal.jsonl"))
+    summarizer = Summarizer.from_pretrained(bundle_dir)
+    for task in tasks:
+        alone = release.summaries(summarizer, task.examples, task.at_reference_length)
+        assert release.cached(tmp_path, bundle_dir, task.dataset, task.examples, {}, task.at_reference_length) == alone
+
+
 def test_a_release_cut_partway_through_a_set_resumes_at_its_first_missing_summary(tmp_path):
     from types import SimpleNamespace
 

@@ -2,7 +2,7 @@
 
     python -m train.release --checkpoint RUN/checkpoints/step-N --output engines/default \
         [--compare "NAME=CHECKPOINT_OR_BUNDLE[;option=value...]" ...] [--runs pretrain-small,pagesum-small] \
-        [--about TEXT] [--limit 40] [--default min_length=60 ...] [--dtype int8] [--read NOTES.md]
+        [--about TEXT] [--limit 40] [--default min_length=60 ...] [--dtype int8] [--read NOTES.md] [--jobs 2]
 
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
 to the lead / random / oracle baselines and every --compare system (another checkpoint, exported here, or a
@@ -13,7 +13,8 @@ runs' metrics.jsonl. A model that writes (nearly) the same summary for every inp
 (`--min-distinct`). A model with copy decodes with `known_words` unless `--default known_words=false` says
 otherwise. Summaries, the float32/int8 comparison and the parity check are kept under --work by bundle
 content and data set, so a release that was stopped picks up where it was: a test set's summaries one by one as
-they are written, the other stages whole.
+they are written, the other stages whole. `--jobs N` writes the test sets' summaries in N processes, each with its
+share of the cores, after the float32/int8 timing (which runs alone).
 
     python -m train.release --bundle engines/default --output engines/default --default known_words=true
 
@@ -33,8 +34,11 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
+import os
 import shutil
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,17 +212,46 @@ def stored(path: Path, make):
 
 
 def cached(work: Path, bundle: Path, dataset: str, examples: list[EvalExample], options: dict,
-           at_reference_length: bool = False) -> list[str]:
+           at_reference_length: bool = False, threads: int | None = None) -> list[str]:
     """The bundle's summaries of `examples` with `options` (see `summaries`), kept under `work` by bundle content,
-    options and data."""
+    options and data; `threads`: the Summarizer's (None: every core)."""
     key = content_key(bundle_content(bundle), options, *(["at reference length"] if at_reference_length else []))
     path = work / "summaries" / f"{dataset}-{len(examples)}-{key}.json"
     journal = path.with_suffix(".journal.jsonl")
     journal.parent.mkdir(parents=True, exist_ok=True)
-    texts = stored(path, lambda: summaries(Summarizer.from_pretrained(bundle), examples, at_reference_length,
-                                           journal=journal, **options))
+    texts = stored(path, lambda: summaries(Summarizer.from_pretrained(bundle, threads=threads), examples,
+                                           at_reference_length, journal=journal, **options))
     journal.unlink(missing_ok=True)
     return texts
+
+
+@dataclass(frozen=True)
+class Task:
+    """One `cached` call: a bundle's summaries of one test set with its options."""
+
+    bundle: Path
+    dataset: str
+    examples: list[EvalExample]
+    options: dict
+    at_reference_length: bool = False
+
+
+def _write(work: Path, task: Task, threads: int) -> str:
+    cached(work, task.bundle, task.dataset, task.examples, task.options, task.at_reference_length, threads)
+    return task.dataset + (" at the reference's length" if task.at_reference_length else "")
+
+
+def write_all(work: Path, tasks: list[Task], jobs: int) -> None:
+    """Every task's summaries written into the cache by `jobs` processes of (cores / jobs) threads each, the largest
+    sets first, before the card reads them one by one (`cached`). On a small machine a decoding step leaves cores idle
+    for much of its time (its filters run in Python on one core), which other processes then use."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no ONNX Runtime threads forked
+    ordered = sorted(tasks, key=lambda task: -sum(len(" ".join(e.documents)) for e in task.examples))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(_write, work, task, threads) for task in ordered]
+        for future in as_completed(futures):
+            logger.info("summaries written: %s", future.result())
 
 
 def side_by_side(bundles: dict[str, Path], examples: list[EvalExample]
@@ -615,6 +648,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="first N examples of each test set")
     parser.add_argument("--sets", default=",".join(TEST_SETS))
     parser.add_argument("--work", default="~/.cache/locsum/release")
+    parser.add_argument("--jobs", type=int, default=1, help="write the test sets' summaries in this many processes, "
+                        "each with an equal share of the cores, before the card is assembled (default 1: one process "
+                        "on every core)")
     parser.add_argument("--default", action="append", default=[], type=default_option, dest="defaults",
                         help="NAME=VALUE: a default option of the bundle (e.g. min_length=60, chosen on val), "
                         "replacing the checkpoint's; repeatable")
@@ -628,6 +664,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.bundle and args.runs:
         parser.error("--runs is read from the checkpoint's runs; a bundle released again keeps its budget")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more processes")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     work = Path(args.work).expanduser()
     work.mkdir(parents=True, exist_ok=True)
@@ -635,9 +673,15 @@ def main(argv: list[str] | None = None) -> None:
     measured = (from_bundle if args.bundle else from_checkpoint)(args, work, qmsum)
     ship = measured.ship
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
+    sets = {dataset: qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
+            for dataset in filter(None, args.sets.split(","))}
+    if args.jobs > 1:
+        write_all(work, [task for dataset, examples in sets.items() for task in (
+            *([] if dataset == "qmsum" else [Task(ship, dataset, examples, {})]),
+            Task(ship, dataset, examples, {}, at_reference_length=True),
+            *(Task(path, dataset, examples, options) for path, options in compared.values()))], args.jobs)
     reports = {}
-    for dataset in filter(None, args.sets.split(",")):
-        examples = qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
+    for dataset, examples in sets.items():
         ours = measured.qmsum_texts if dataset == "qmsum" else cached(work, ship, dataset, examples, {})
         systems = {"locsum (this bundle)": ours,
                    AT_LENGTH: cached(work, ship, dataset, examples, {}, at_reference_length=True)}
