@@ -50,7 +50,7 @@ class GenerationOptions:
     length_penalty: float = 1.0  # beam score = sum log p / normalizer ** length_penalty (see length_normalization)
     length_normalization: str = "hf"  # normalizer: "hf" generated length n; "gnmt" (5 + n) / 6 (Wu et al. 2016)
     no_repeat_ngram_size: int = 0  # forbid repeating any n-gram of this size (0: off)
-    ngram_word_starts: bool = False  # no_repeat_ngram_size forbids only pieces that open a word (a begun word ends)
+    ngram_word_starts: bool = False  # no_repeat_ngram_size forbids only word-opening pieces (begun words, numbers end)
     early_stopping: bool = True  # beam search stops once num_beams hypotheses are finished
     known_words: bool = False  # a word of several pieces must be a word of the input or the bundle's list (`words`)
     keywords: int = 0  # favour the input's this many most frequent uncommon words while unwritten (0: off; `keywords`)
@@ -156,8 +156,9 @@ def max_length_filter(log_probs: np.ndarray, length: int, high: np.ndarray, eos:
 def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int,
                            spared: np.ndarray | None = None) -> None:
     """Forbid tokens that would repeat an n-gram already in the sequence. sequences (B, K, T); spared (V,) bool: tokens
-    never forbidden (`ngram_word_starts`: the pieces that continue a word, so that a name of two pieces written
-    after the same token twice is finished as itself, not turned into another word that starts alike)."""
+    never forbidden (`ngram_word_starts`: the pieces that continue a word or a number, so that a name of two pieces
+    written after the same token twice is finished as itself, not turned into another word that starts alike, and a
+    second year is not turned into another number because the first began with the same digits)."""
     if size == 0 or sequences.shape[-1] < size:
         return
     for b, k in np.ndindex(*sequences.shape[:2]):
@@ -317,7 +318,7 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     after every step with where each item stands; an exception it raises stops the loop and propagates. `guard`:
     the `known_words` filter of this batch, `bonus` its `keywords` (None: off), `repeats` the tokenizer's
     `word_repeat_penalty` filter (read only when the option is on), `sentences` its `whole_sentences` ends (likewise),
-    `word_pieces` (V,) bool the pieces that continue a word, which `ngram_word_starts` spares (likewise);
+    `word_pieces` (V,) bool the pieces that continue a word or a number, which `ngram_word_starts` spares (likewise);
     `input_tokens`: each item's input length in text tokens, which bounds its min_length and max_length
     (`input_lengths`; None: the options').
 

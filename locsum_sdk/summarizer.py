@@ -538,7 +538,7 @@ class Summarizer:
                     [input_tokens[i] for i in group],
                     self.word_repeats if generation.word_repeat_penalty else None,
                     self.sentence_ends if generation.whole_sentences else None,
-                    self.pieces.continues if generation.ngram_word_starts else None,
+                    self.pieces.inner if generation.ngram_word_starts else None,
                 )
             finally:
                 session.close()

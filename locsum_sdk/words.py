@@ -150,6 +150,13 @@ class Pieces:
     capitals: dict[int, str] = field(default_factory=dict)  # a letters piece with a capital -> its letters as written
     capital_ends: dict[int, str] = field(default_factory=dict)  # as `ends`, as written, where they hold a capital
     capital_starts: dict[int, str] = field(default_factory=dict)  # as `starts`, as written, likewise
+    digits: np.ndarray | None = None  # (V,) bool: digits only and not opening a word (None: none known)
+
+    @property
+    def inner(self) -> np.ndarray:
+        """(V,) bool: the pieces that go on with a word or a number begun before them (letters or digits only, not
+        opening a word), which `ngram_word_starts` never forbids."""
+        return self.continues if self.digits is None else self.continues | self.digits
 
     @classmethod
     def from_tokenizer(cls, tokenizer, size: int | None = None) -> Pieces:
@@ -165,6 +172,7 @@ class Pieces:
                    for i, text in enumerate(texts)]
         opens = np.array(marked, dtype=bool)
         continues = np.array([text is not None for text in letters]) & ~opens
+        digits = np.array([i not in special and text.isdecimal() for i, text in enumerate(texts)], dtype=bool) & ~opens
         ends, starts = {}, {}
         capitals = {i: texts[i] for i, text in enumerate(letters) if text is not None and texts[i] != text}
         capital_ends, capital_starts = {}, {}
@@ -181,7 +189,7 @@ class Pieces:
                 if starts[i] != tail.group():
                     capital_starts[i] = tail.group()
         return cls(letters, opens, continues, ends, starts, frozenset(i for i in special if i < vocab), capitals,
-                   capital_ends, capital_starts)
+                   capital_ends, capital_starts, digits)
 
     def spell(self, sequence: Iterable[int]) -> list[Spelled]:
         """The words a sequence of token ids spells, in order (runs of letters, lowercased; the last one too, though

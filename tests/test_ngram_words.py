@@ -1,5 +1,5 @@
-"""ngram_word_starts: n-gram blocking forbids the pieces that open a word and spares those that continue one, on the
-filter, a decoding loop, the default bundle's byte-level BPE and a Summarizer with its command line."""
+"""ngram_word_starts: n-gram blocking forbids the pieces that open a word and spares those that continue one (or a
+number), on the filter, a decoding loop, the default bundle's byte-level BPE and a Summarizer with its command line."""
 
 import lzma
 from pathlib import Path
@@ -77,6 +77,25 @@ def test_the_default_bundles_pieces_continue_a_name_and_open_a_word():
     assert not continues[tokenizer.token_to_id(".")] and not continues[tokenizer.encode(" was").ids[0]]
 
 
+def test_a_second_year_is_not_turned_into_another_number():
+    """The default bundle's tokenizer writes a number digit by digit after a lone " ": once " 2014" is written,
+    token trigrams forbid the "0" of " 2022" (" ", "2", "0" again), and the model wrote "2014 through 2516"; digits
+    that go on with a number are spared like letters that go on with a word, and what opens a word is not."""
+    tokenizer = Tokenizer.from_str(lzma.decompress((ROOT / "engines/default/tokenizer.json.xz").read_bytes()).decode())
+    pieces = Pieces.from_tokenizer(tokenizer)
+    written = tokenizer.encode("from 2014 through 2", add_special_tokens=False).ids
+    zero, space = tokenizer.token_to_id("0"), tokenizer.token_to_id("Ġ")
+    assert pieces.inner[zero] and not pieces.continues[zero] and not pieces.inner[space]
+    for spared, forbidden in ((None, True), (pieces.inner, False)):
+        log_probs = np.zeros((1, 1, len(pieces.letters)), np.float32)
+        no_repeat_ngram_filter(log_probs, np.array([[written]]), 3, spared)
+        assert np.isneginf(log_probs[0, 0, zero]) == forbidden
+    again = tokenizer.encode("so up through 2014 and up through", add_special_tokens=False).ids
+    log_probs = np.zeros((1, 1, len(pieces.letters)), np.float32)
+    no_repeat_ngram_filter(log_probs, np.array([[again]]), 3, pieces.inner)
+    assert np.isneginf(log_probs[0, 0, space])  # " up through 2" again: the " " before a number opens it: forbidden
+
+
 def repeated_ngram_ends(token_ids: list[int], size: int) -> set[int]:
     """The last tokens of the n-grams of `size` that `token_ids` holds more than once."""
     seen, ends = set(), set()
@@ -93,13 +112,13 @@ def test_a_summarizer_and_the_command_line_take_ngram_word_starts(tmp_path):
 
     summarizer = Summarizer.from_pretrained(ROOT / "engines" / "pagesum", threads=1)
     text = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")[:3000]
-    continues = summarizer.pieces.continues
+    inner = summarizer.pieces.inner
     for size in (1, 2):  # 1: no token written twice, but for pieces that continue a word
         options = dict(num_beams=2, max_length=64, min_length=60, no_repeat_ngram_size=size, known_words=False)
         plain = summarizer.summarize(text, **options)
         words = summarizer.summarize(text, **options, ngram_word_starts=True)
         assert not repeated_ngram_ends(plain.token_ids, size)
-        assert all(continues[token] for token in repeated_ngram_ends(words.token_ids, size))
+        assert all(inner[token] for token in repeated_ngram_ends(words.token_ids, size))
     (tmp_path / "note.txt").write_text(text, encoding="utf-8")
     assert main(["summarize", str(tmp_path / "note.txt"), "--bundle", "pagesum", "--max-length", "40",
                  "--ngram-word-starts", "--json"]) == 0
