@@ -235,9 +235,22 @@ class Task:
     options: dict
     at_reference_length: bool = False
 
+    def texts(self, work: Path, threads: int | None = None) -> list[str]:
+        return cached(work, self.bundle, self.dataset, self.examples, self.options, self.at_reference_length, threads)
+
+
+def set_tasks(ship: Path, compared: dict[str, tuple[Path, dict]], dataset: str, examples: list[EvalExample],
+              defaults: bool = True) -> dict[str, Task]:
+    """The summaries the card reads for one test set, by row: the bundle at its defaults (unless `defaults` is
+    False: QMSum's come with what was measured, `Measured.qmsum_texts`) and at the reference's length, and every
+    compared system with its options."""
+    return {**({"locsum (this bundle)": Task(ship, dataset, examples, {})} if defaults else {}),
+            AT_LENGTH: Task(ship, dataset, examples, {}, at_reference_length=True),
+            **{name: Task(path, dataset, examples, options) for name, (path, options) in compared.items()}}
+
 
 def _write(work: Path, task: Task, threads: int) -> str:
-    cached(work, task.bundle, task.dataset, task.examples, task.options, task.at_reference_length, threads)
+    task.texts(work, threads)
     return task.dataset + (" at the reference's length" if task.at_reference_length else "")
 
 
@@ -676,18 +689,14 @@ def main(argv: list[str] | None = None) -> None:
     compared = {c.name: (c.bundle(work), c.options) for c in args.compare}
     sets = {dataset: qmsum if dataset == "qmsum" else read_examples(DATA / TEST_SETS[dataset], args.limit)
             for dataset in filter(None, args.sets.split(","))}
+    tasks = {dataset: set_tasks(ship, compared, dataset, examples, defaults=dataset != "qmsum")
+             for dataset, examples in sets.items()}
     if args.jobs > 1:
-        write_all(work, [task for dataset, examples in sets.items() for task in (
-            *([] if dataset == "qmsum" else [Task(ship, dataset, examples, {})]),
-            Task(ship, dataset, examples, {}, at_reference_length=True),
-            *(Task(path, dataset, examples, options) for path, options in compared.values()))], args.jobs)
+        write_all(work, [task for by_row in tasks.values() for task in by_row.values()], args.jobs)
     reports = {}
     for dataset, examples in sets.items():
-        ours = measured.qmsum_texts if dataset == "qmsum" else cached(work, ship, dataset, examples, {})
-        systems = {"locsum (this bundle)": ours,
-                   AT_LENGTH: cached(work, ship, dataset, examples, {}, at_reference_length=True)}
-        for system, (path, options) in compared.items():
-            systems[system] = cached(work, path, dataset, examples, options)
+        systems = {**({"locsum (this bundle)": measured.qmsum_texts} if dataset == "qmsum" else {}),
+                   **{name: task.texts(work) for name, task in tasks[dataset].items()}}
         for name in ("lead", "random", "oracle"):
             systems[name] = run_baseline(name, examples)
         report = evaluate(systems, examples, work / f"{dataset}.outputs.jsonl", known=known_words(ship))
