@@ -758,6 +758,21 @@ def test_each_warm_start_run_has_a_random_twin_that_differs_only_in_its_start(wa
                                "encoder_ffn_dim", "max_positions", "bos_token_id", "eos_token_id", "pad_token_id"}
 
 
+def test_the_full_fine_tune_and_its_adapter_twin_read_the_same_data_in_the_same_steps():
+    """Full weights against adapters: the two runs differ only in what trains and at what learning rate, and the
+    adapters are the general bundle's."""
+    configs = Path(__file__).resolve().parents[1] / "train" / "configs"
+    full = TrainConfig.load(configs / "smollm2-hierencdec-full-probe-cpu.toml")
+    lora = TrainConfig.load(configs / "smollm2-hierencdec-lora-probe-cpu.toml")
+    general = TrainConfig.load(configs / "smollm2-hierencdec-general-cpu.toml")
+    differing = {f.name for f in dataclasses.fields(TrainConfig) if getattr(full, f.name) != getattr(lora, f.name)}
+    assert differing == {"name", "lr", "lora", "trainable"} and full.lora == {} and full.trainable == []
+    assert (lora.lora, lora.trainable, lora.lr) == (general.lora, general.trainable, general.lr)
+    same = ("init_from", "train_files", "units", "max_target_tokens", "batch_size", "grad_accum", "seed",
+            "first_sample", "schedule", "label_smoothing")
+    assert all(getattr(full, name) == getattr(general, name) for name in same)
+
+
 def test_release_refuses_a_default_that_is_not_name_equals_value(capsys):
     from train.release import main as release
 
