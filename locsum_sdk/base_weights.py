@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import logging
 import os
-import struct
 import tempfile
 import time
 from collections.abc import Iterator
@@ -175,64 +173,24 @@ def quantize(array: np.ndarray, scale: float, zero_point: int = 0, unsigned: boo
 
 def source_arrays(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     """Every tensor of a pretrained file as float32, by its name in the file: a GGUF's query and key projections
-    with their rows in HF order (`unpermute`), a safetensors file's floating-point tensors."""
+    with their rows in HF order (`llm.gguf_model.oriented_tensors`), a safetensors file's floating-point tensors."""
+    from .llm.gguf_model import oriented_tensors
+
     if path.suffix == ".gguf":
-        reader = GGUFFile(path)
-        heads = {"attn_q": reader.field("llama.attention.head_count"),
-                 "attn_k": reader.field("llama.attention.head_count_kv")}
-        for name in reader.tensors:
-            array = reader.array(name)
-            part = name.split(".")[2] if name.startswith("blk.") and name.count(".") >= 3 else None
-            if part in heads:
-                array = np.ascontiguousarray(unpermute(array, int(heads[part])))
-            yield name, array
+        yield from oriented_tensors(GGUFFile(path))
     elif path.suffix == ".safetensors":
         yield from read_safetensors(path).items()
     else:
         raise BundleError(f"{path}: pretrained weights are read from .gguf or .safetensors files")
 
 
-def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's reordering of a query or key projection (out, in): GGUF stores each head's rows as
-    interleaved (even, odd) rotary pairs; HF Llama rotates the two halves of a head."""
-    rows = weight.shape[0] // heads // 2
-    return weight.reshape(heads, rows, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-_SAFETENSORS_FLOATS = {"F32": "<f4", "F16": "<f2"}
-
-
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """The floating-point tensors of a safetensors file as float32 (bfloat16 widened), by name; integer tensors
     (position ids) are skipped. BundleError for a file that is not one."""
-    try:
-        data = path.read_bytes()
-        length = struct.unpack("<Q", data[:8])[0]
-        if length > len(data) - 8:
-            raise ValueError("its header runs past the end of the file")
-        header = json.loads(data[8:8 + length])
-        if not isinstance(header, dict):
-            raise ValueError("its header is not a JSON object")
-        arrays = {name: _safetensor(entry, data, 8 + length) for name, entry in header.items()
-                  if name != "__metadata__"}
-    except (OSError, struct.error, ValueError, TypeError, KeyError, UnicodeDecodeError) as error:
-        raise BundleError(f"{path} is not a readable safetensors file ({error})") from None
-    return {name: array for name, array in arrays.items() if array is not None}
+    from .llm.safetensors_file import SafetensorsFile
 
-
-def _safetensor(entry: dict[str, Any], data: bytes, start: int) -> np.ndarray | None:
-    begin, end = (int(n) for n in entry["data_offsets"])
-    shape = [int(n) for n in entry["shape"]]
-    if entry["dtype"] not in (*_SAFETENSORS_FLOATS, "BF16"):
-        return None
-    if not 0 <= begin <= end <= len(data) - start or min(shape, default=1) < 0:
-        raise ValueError("a tensor's data lies outside the file")
-    raw = np.frombuffer(data[start + begin:start + end], dtype=np.uint8)
-    if entry["dtype"] == "BF16":
-        array = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
-    else:
-        array = raw.view(_SAFETENSORS_FLOATS[entry["dtype"]]).astype(np.float32)
-    return array.reshape(shape)
+    weights = SafetensorsFile(path)
+    return {name: weights.array(name) for name in weights.names if weights.is_float(name)}
 
 
 def file_sha256(path: Path) -> str:

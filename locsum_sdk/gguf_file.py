@@ -1,10 +1,10 @@
 """A GGUF file (llama.cpp's format) read with numpy alone: its metadata, its tensors' names and shapes, and each
-tensor dequantized to float32.
+tensor dequantized to float32, one at a time.
 
-Only what the base model's file holds is read: F32, F16, Q8_0 and Q4_1 tensors. Dequantizing is elementwise
-float32 arithmetic in a fixed order (a block's scale times each code, then its minimum added), so every machine
-gets the same bits from the same file: the weights a bundle assembles from it (`base_weights`) are checked by
-their sha256.
+The tensor types read are `ggml_blocks.TYPES` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K);
+a file holding another is refused when it is opened, naming the type and the tensor. Dequantizing is elementwise
+float32 arithmetic in a fixed order, so every machine gets the same bits from the same file: the weights a bundle
+assembles from it (`base_weights`) are checked by their sha256.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .errors import BundleError, BundleNotFoundError
+from .ggml_blocks import UnsupportedTypeError, block_type, dequantize
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -25,11 +26,6 @@ DEFAULT_ALIGNMENT = 32
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-
-F32, F16, Q4_1, Q8_0 = 0, 1, 3, 8
-BLOCK = 32  # values per Q4_1 / Q8_0 block
-_BLOCK_BYTES = {Q4_1: 20, Q8_0: 34}  # f16 scale (+ f16 minimum) and the codes
-_ELEMENT_BYTES = {F32: 4, F16: 2}
 
 
 @dataclass(frozen=True)
@@ -45,9 +41,8 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        if self.type in _ELEMENT_BYTES:
-            return self.size * _ELEMENT_BYTES[self.type]
-        return self.size // BLOCK * _BLOCK_BYTES[self.type]
+        block = block_type(self.type, f"tensor {self.name!r}")
+        return self.size // block.values * block.nbytes
 
 
 class GGUFFile:
@@ -60,6 +55,8 @@ class GGUFFile:
         try:
             with open(self.path, "rb") as handle:
                 self.metadata, self.tensors, self.data_start = _read_header(handle)
+        except UnsupportedTypeError as error:
+            raise UnsupportedTypeError(f"{self.path}: {error}") from None
         except (struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as error:
             raise BundleError(f"{self.path} is not a readable GGUF file ({error})") from None
         end = max((t.offset + t.nbytes for t in self.tensors.values()), default=0)
@@ -78,24 +75,6 @@ class GGUFFile:
             raise BundleError(f"{self.path} has no tensor {name!r}")
         raw = np.fromfile(self.path, dtype=np.uint8, count=info.nbytes, offset=self.data_start + info.offset)
         return dequantize(raw, info.type, info.size).reshape(info.shape)
-
-
-def dequantize(raw: np.ndarray, kind: int, size: int) -> np.ndarray:
-    """`size` float32 values from the bytes `raw` of one tensor of ggml type `kind`."""
-    if kind == F32:
-        return raw.view("<f4").astype(np.float32)
-    if kind == F16:
-        return raw.view("<f2").astype(np.float32)
-    if kind not in _BLOCK_BYTES:
-        raise BundleError(f"ggml tensor type {kind} is not read here (F32, F16, Q8_0 and Q4_1 are)")
-    blocks = raw.reshape(size // BLOCK, _BLOCK_BYTES[kind])
-    scale = blocks[:, :2].copy().view("<f2").astype(np.float32)
-    if kind == Q8_0:
-        return (blocks[:, 2:].copy().view(np.int8).astype(np.float32) * scale).reshape(-1)
-    minimum = blocks[:, 2:4].copy().view("<f2").astype(np.float32)
-    codes = blocks[:, 4:]
-    values = np.concatenate([codes & np.uint8(0x0F), codes >> np.uint8(4)], axis=1).astype(np.float32)
-    return ((scale * values) + minimum).reshape(-1)
 
 
 def _read(handle: BinaryIO, fmt: str) -> Any:
@@ -147,8 +126,8 @@ def _read_header(handle: BinaryIO) -> tuple[dict[str, Any], dict[str, TensorInfo
         name = _string(handle)
         dims = [_read(handle, "<Q") for _ in range(_read(handle, "<I"))]
         info = TensorInfo(name, tuple(int(n) for n in reversed(dims)), _read(handle, "<I"), _read(handle, "<Q"))
-        if info.type not in _ELEMENT_BYTES and (info.type not in _BLOCK_BYTES or info.size % BLOCK):
-            raise ValueError(f"tensor {name!r} has ggml type {info.type}, which is not read here")
+        if info.size % block_type(info.type, f"tensor {name!r}").values:
+            raise ValueError(f"tensor {name!r} has {info.size} values, not whole blocks of its type")
         tensors[name] = info
     alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
     if alignment <= 0:

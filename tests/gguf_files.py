@@ -13,8 +13,13 @@ TINY = dict(vocab_size=0, d_model=64, layers=2, heads=4, kv_heads=2, ffn_dim=96,
             max_positions=256)
 
 
+#: A chat template of the tiny vocabulary's special tokens (ChatML's layout, `<s>` and `</s>` as its markers).
+CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}"
+                 "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
 def permute(weight: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's reordering of an HF query/key projection (what `base_model.unpermute` undoes)."""
+    """llama.cpp's reordering of an HF query/key projection (what `llm.gguf_model.unpermute` undoes)."""
     rows = weight.shape[0] // heads // 2
     return weight.reshape(heads, 2, rows, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
@@ -56,9 +61,10 @@ _NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_at
           "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
-def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, **changes) -> tuple[Path, dict, dict]:
-    """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` -> (path, config, the HF weights it was
-    made from, before quantization)."""
+def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: str | None = CHAT_TEMPLATE,
+               **changes) -> tuple[Path, dict, dict]:
+    """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` and `chat_template` -> (path, config, the
+    HF weights it was made from, before quantization)."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 
@@ -81,6 +87,8 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, **changes) -> tu
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(2)
     writer.add_pad_token_id(1)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     def add(name: str, array: np.ndarray, kind) -> None:
         if kind == Q.F32:

@@ -20,6 +20,9 @@ from locsum_sdk.modeling.llama_config import FRAME, LlamaConfig
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # noqa: E402
 
+PLAIN_BLOCK = {"attention_bias": False, "output_bias": False, "mlp_bias": False, "tie_embeddings": True}
+ROPE_SCALING = ("head_size", "rope_type", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                "rope_original_positions")  # LlamaConfig's defaults, which a file with no such settings leaves unset
 TEXTS = ["The board met on 12 May 2026 to approve the budget of 3,450.75 dollars.",
          "  Hello   world!\n\nIt's   <s> café </s> naïve -- 100%", ""]
 
@@ -69,7 +72,8 @@ def test_a_gguf_reads_as_transformers_reads_it(tiny_gguf, tiny_base):
     path, config, weights = tiny_gguf
     newline = tiny_base.tokenizer.token_to_id("Ċ")  # byte-level "\n"
     shape = {k: v for k, v in tiny_base.config.items() if k not in FRAME}
-    assert shape == pytest.approx({**config, "decoder_start_token_id": newline}, rel=1e-7)  # float32 in the file
+    expected = {**config, "decoder_start_token_id": newline, **PLAIN_BLOCK}
+    assert shape == pytest.approx(expected, rel=1e-7)  # float32 in the file
     decode = tiny_base.tokenizer.decode
     head, tail = (tiny_base.config[name] for name in ("unit_head", "unit_tail"))
     assert decode(head, skip_special_tokens=False) + "T" + decode(tail + [newline], skip_special_tokens=False) == \
@@ -155,23 +159,23 @@ def test_the_installed_base_model_reads_as_transformers_reads_it():
         pytest.skip(f"{BASE_FILE} is not installed here ({INSTALL_BASE})")
     base = read_base(path)
     expected = {k: v for k, v in LlamaConfig().to_dict().items()
-                if k not in ("backbone", "lora_rank", "lora_alpha") and k not in FRAME}  # the file's own settings
+                if k not in ("backbone", "lora_rank", "lora_alpha", *ROPE_SCALING) and k not in FRAME}  # the file's
     assert {k: v for k, v in base.config.items() if k not in FRAME} == pytest.approx(expected, rel=1e-7)  # SmolLM2
     assert base.tokenizer.decode(base.config["unit_tail"], skip_special_tokens=False) == CHAT_PROMPT[3]
     check_against_transformers(path, base)
 
 
 def test_a_gguf_loads_as_a_pagesum_on_its_backbone(tiny_gguf, tiny_base, tmp_path, monkeypatch):
-    """`load_checkpoint` takes the base model's file by its magic: a PageSum whose page weights start equal, its
-    one-page scores the language model's own, the tokenizer written once to the user's cache."""
+    """`load_checkpoint` takes a GGUF by its magic: as a PageSum, page weights that start equal, its one-page scores
+    the language model's own, the tokenizer written once to the user's cache."""
     from locsum_sdk.modeling.checkpoint import load_checkpoint
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    checkpoint = load_checkpoint(tiny_gguf[0])
+    checkpoint = load_checkpoint(tiny_gguf[0], kind="pagesum")
     model = checkpoint.model
     assert model.kind == "pagesum" and torch.all(model.page_conf.weight == 0)
     assert checkpoint.tokenizer_file.is_relative_to(tmp_path) and checkpoint.tokenizer_file.name == "tokenizer.json"
-    assert load_checkpoint(tiny_gguf[0]).tokenizer_file == checkpoint.tokenizer_file
+    assert load_checkpoint(tiny_gguf[0], kind="pagesum").tokenizer_file == checkpoint.tokenizer_file
     ids = torch.tensor([tiny_base.tokenizer.encode(TEXTS[0]).ids])
     with torch.no_grad():
         scores, _ = model(ids[:, None, :-3], torch.ones_like(ids[:, None, :-3]), torch.ones(1, 1, dtype=torch.bool),

@@ -20,7 +20,8 @@ from pathlib import Path
 from locsum_sdk.base_model import base_file
 from locsum_sdk.errors import OptionError
 from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER
-from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+from locsum_sdk.modeling.checkpoint import save_checkpoint
+from locsum_sdk.modeling.llm_checkpoint import load_base_model
 
 KINDS = ("dyle", "hierencdec", "pagesum")
 
@@ -39,7 +40,7 @@ def base_start(kind: str, output: Path, base: Path | None = None, extractor: Pat
         shutil.copyfile(extractor / "tokenizer.json", directory / EXTRACTOR_TOKENIZER.file)
         return directory
     if kind in ("hierencdec", "pagesum"):
-        checkpoint = load_checkpoint(base, kind=kind)
+        checkpoint = load_base_model(base, kind)
         return save_checkpoint(checkpoint.model, output, checkpoint.tokenizer_file)
     raise OptionError(f"--kind {kind!r}: the base model starts {list(KINDS)}")
 

@@ -1,7 +1,8 @@
 """Load any supported checkpoint: detect its format and call the loader registered for it.
 
-Directories: our own checkpoint (`config.json` with a `kind`, `model.safetensors`) and an HF BART directory
-(`config.json` + `model.safetensors` or `pytorch_model.bin`), both loaded here. Weights files: read once, then
+Directories: our own checkpoint (`config.json` with a `kind`, `model.safetensors`), an HF directory of a
+Llama-family LLM (`llm_checkpoint`) and an HF BART directory (`config.json` + `model.safetensors` or
+`pytorch_model.bin`). Files: a GGUF (by its magic) is an LLM (`llm_checkpoint`); other weights files are read once, then
 handed to the loader whose format claims them; each kind's modeling module registers the formats it owns
 (`registry.register_loader`): PageSum's research state dict (HF BART keys with `lin.weight [1, d]`, `lin.bias
 [1]`), DYLE's research files (`rag.*`), the Hierarchical Transformer's research checkpoints. Nothing is ever
@@ -95,10 +96,14 @@ def load_hf_bart(directory: Path, kind: str = "pagesum") -> Checkpoint:
 
 
 def detect_format(path: Path) -> str:
-    """The format of a checkpoint directory: "locsum" (ours) or "hf-bart"."""
+    """The format of a checkpoint directory: "locsum" (ours), "llm" (an HF Llama-family model) or "hf-bart"."""
+    from ..llm import is_llm
+
     if not (path / CONFIG_FILE).is_file():
         raise BundleNotFoundError(f"{path} is neither a weights file nor a directory with {CONFIG_FILE}")
-    return "locsum" if "kind" in read_config(path / CONFIG_FILE) else "hf-bart"
+    if "kind" in read_config(path / CONFIG_FILE):
+        return "locsum"
+    return "llm" if is_llm(path) else "hf-bart"
 
 
 def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None,
@@ -108,16 +113,25 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
     Args:
         config: HF config.json for a bare research state dict file.
         kind: the kind to load the checkpoint as (None: the kind our checkpoints were saved as, "pagesum" for
-            foreign ones: HF BART, research state dicts); the kind completes or drops weights as it needs.
+            foreign ones: HF BART, research state dicts; "hierencdec" for an LLM); the kind completes or drops
+            weights as it needs.
     """
+    from ..llm import is_gguf
+    from .llm_checkpoint import load_llm
+
     path = Path(path)
     if not path.exists():
         raise BundleNotFoundError(f"checkpoint {path} does not exist")
+    if path.is_file() and is_gguf(path):
+        return load_llm(path, kind)
     if path.is_file():
         file = WeightsFile.read(path)
         return registry.file_loader(file).load(file, Path(config) if config else None, kind)
-    if detect_format(path) == "locsum":
+    found = detect_format(path)
+    if found == "locsum":
         return load_locsum(path, kind)
+    if found == "llm":
+        return load_llm(path, kind)
     return load_hf_bart(path, kind or "pagesum")
 
 

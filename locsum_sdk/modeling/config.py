@@ -80,7 +80,8 @@ def step_shape(model: dict[str, Any]) -> StepShape:
     unit, grouped-query heads) or BART's encoder-decoder (the default)."""
     d = model["d_model"]
     if on_base_model(model):
-        return StepShape(model["layers"], model["kv_heads"], d // model["heads"], model["heads"], d, model["ffn_dim"],
+        head_dim = model.get("head_size") or d // model["heads"]
+        return StepShape(model["layers"], model["kv_heads"], head_dim, model["heads"], d, model["ffn_dim"],
                          model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4,
                          continues_units=True)
     heads = model["decoder_heads"]

@@ -274,5 +274,5 @@ def register_model_kind() -> None:
         name=KIND, model=build, complete=complete,
         graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},
         functions={"decoder": doc_scaled_attention.NAME}, register_symbolics=graphs.register_doc_scaled_attention,
-        formats=("hf-bart", "pagesum-research", "gguf"), llama_functions={},
+        formats=("hf-bart", "pagesum-research", "llm"), llama_functions={},
     ))

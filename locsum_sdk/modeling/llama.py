@@ -1,7 +1,9 @@
-"""A decoder-only Llama backbone (SmolLM2's architecture), equal to `transformers.LlamaForCausalLM`.
+"""A decoder-only Llama-family backbone, equal to `transformers.LlamaForCausalLM` (and to Mistral's and Qwen2's,
+which share its block).
 
-Pre-RMSNorm layers, rotary positions, grouped-query attention, a SwiGLU feed-forward and an LM head tied to the
-token embedding. Parameter names follow HF Llama without the `model.` prefix.
+Pre-RMSNorm layers, rotary positions (optionally scaled: linear, llama3), grouped-query attention (optionally with
+query/key/value biases, as Qwen2 has), a SwiGLU feed-forward and an LM head tied to the token embedding or its own.
+Parameter names follow HF Llama without the `model.` prefix (the LM head is `lm_head.weight`).
 
 A unit (page, snippet, document) is read as its own prefix: `encode` runs the unit's tokens at positions 0..T-1
 and returns every layer's key/value, which is the unit's encoding (keys stored transposed, `(N, KV, d, T)`, as
@@ -16,6 +18,8 @@ axis, `(N, KV, G*T, d) @ (N, KV, d, S)`.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -43,11 +47,30 @@ class RMSNorm(nn.Module):
         return self.weight * wide.to(x.dtype)
 
 
-def rotary(positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
-    """Integer positions (...) -> cos and sin (2, ..., d) of the rotary code, float32: pair (i, i + d/2) turns by
-    position / base^(2i/d)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
-    angles = positions[..., None].float() * (1.0 / base**exponents)  # (..., d/2)
+def frequencies(config: LlamaConfig) -> torch.Tensor:
+    """The rotary frequencies (d/2,), float32: pair (i, i + d/2) turns by 1 / base^(2i/d) a position, scaled as
+    `config.rope_type` says (HF's `rope_scaling`): linear divides them all by the factor; llama3 divides those
+    whose wavelength is over original_positions / low_freq_factor, keeps those under original_positions /
+    high_freq_factor, and blends the two in between."""
+    d = config.head_dim
+    inverse = 1.0 / config.rope_base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)  # (d/2,)
+    if config.rope_type == "linear":
+        return inverse / config.rope_factor
+    if config.rope_type == "llama3":
+        original, factor = config.rope_original_positions, config.rope_factor
+        low, high = config.rope_low_freq_factor, config.rope_high_freq_factor
+        wavelength = 2 * math.pi / inverse
+        scaled = torch.where(wavelength > original / low, inverse / factor, inverse)
+        smooth = (original / wavelength - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        between = ~(wavelength < original / high) & ~(wavelength > original / low)
+        return torch.where(between, blended, scaled)
+    return inverse
+
+
+def rotary(positions: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    """Integer positions (...) and frequencies (d/2,) -> cos and sin (2, ..., d) of the rotary code, float32."""
+    angles = positions[..., None].float() * inverse.to(positions.device)  # (..., d/2)
     angles = torch.cat([angles, angles], dim=-1)
     return torch.stack([angles.cos(), angles.sin()])
 
@@ -84,10 +107,10 @@ class Attention(nn.Module):
         d, hd = config.d_model, config.head_dim
         self.heads, self.kv_heads, self.group, self.head_dim = config.heads, config.kv_heads, config.group, hd
         self.scaling = hd**-0.5
-        self.q_proj = nn.Linear(d, config.heads * hd, bias=False)
-        self.k_proj = nn.Linear(d, config.kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(d, config.kv_heads * hd, bias=False)
-        self.o_proj = nn.Linear(config.heads * hd, d, bias=False)
+        self.q_proj = nn.Linear(d, config.heads * hd, bias=config.attention_bias)
+        self.k_proj = nn.Linear(d, config.kv_heads * hd, bias=config.attention_bias)
+        self.v_proj = nn.Linear(d, config.kv_heads * hd, bias=config.attention_bias)
+        self.o_proj = nn.Linear(config.heads * hd, d, bias=config.output_bias)
 
     def split(self, x: torch.Tensor, heads: int, length: int | torch.Tensor) -> torch.Tensor:
         """Rows (R*T, heads*d) -> (R, heads, T, d)."""
@@ -157,9 +180,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
-        self.up_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
-        self.down_proj = nn.Linear(config.ffn_dim, config.d_model, bias=False)
+        self.gate_proj = nn.Linear(config.d_model, config.ffn_dim, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(config.d_model, config.ffn_dim, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.ffn_dim, config.d_model, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -185,7 +208,7 @@ def refuse_read(read: bool) -> None:
 
 
 class Llama(nn.Module):
-    """The backbone: token embedding, pre-norm layers, final norm, LM head tied to the embedding."""
+    """The backbone: token embedding, pre-norm layers, final norm, LM head (the embedding, or `lm_head`)."""
 
     shares_first_layer = False  # every layer's self-attention reads the unit: no cache is shared by an item's units
 
@@ -195,13 +218,15 @@ class Llama(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
+        if not config.tie_embeddings:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.lora_rank:
             add_adapters(self.layers, config.lora_rank, config.lora_alpha)
 
     def codes(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (R, T) -> rotary cos, sin (R, 1, T, d), broadcasting over heads, computed for these positions
         only (a graph holds no table of every position's codes)."""
-        code = rotary(positions, self.config.head_dim, self.config.rope_base).to(dtype)  # (2, R, T, d)
+        code = rotary(positions, frequencies(self.config)).to(dtype)  # (2, R, T, d)
         return code[0][:, None], code[1][:, None]
 
     def extend(self, input_ids: torch.Tensor, start: torch.Tensor | None = None, past: UnitKV | None = None,
@@ -276,9 +301,10 @@ class Llama(nn.Module):
                 for _ in self.layers]
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (..., D) -> logits (..., V) through the tied embedding, rows flattened (one Gemm when exported)."""
+        """hidden (..., D) -> logits (..., V) through the LM head, rows flattened (one Gemm when exported)."""
         rows = hidden.reshape(-1, hidden.shape[-1])
-        return F.linear(rows, self.embed_tokens.weight).view(*hidden.shape[:-1], -1)
+        head = self.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
+        return F.linear(rows, head).view(*hidden.shape[:-1], -1)
 
     def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
         """input_ids (...) -> the tokens' embeddings (..., D)."""

@@ -1,4 +1,5 @@
-"""The configuration of a decoder-only Llama backbone (SmolLM2's architecture): a plain dataclass, no torch."""
+"""The configuration of a decoder-only Llama-family backbone (SmolLM2's, Llama's, Mistral's, Qwen2's block): a plain
+dataclass, no torch."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
-from ..validation import check_float, check_int
+from ..validation import check_bool, check_choice, check_float, check_int
 from .config import from_fields
 
 BACKBONE = "llama"
 FRAME = ("unit_head", "unit_tail", "query_head", "query_tail")
+ROPE_TYPES = ("default", "linear", "llama3")  # rotary position scalings (HF's `rope_scaling.rope_type`)
 
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """Shape, rotary positions and special tokens of a Llama decoder with tied input and output embeddings.
+    """Shape, rotary positions and special tokens of a Llama-family decoder: pre-RMSNorm layers, rotary positions,
+    grouped-query attention (with or without query/key/value biases), a SwiGLU feed-forward, an LM head tied to the
+    token embedding or its own.
 
     The defaults are SmolLM2-135M's."""
 
@@ -29,6 +33,16 @@ class LlamaConfig:
     rope_base: float = 100000.0
     rms_eps: float = 1e-5
     max_positions: int = 8192  # the context the model was trained on
+    head_size: int = 0  # each head's width; 0: d_model // heads (a model may declare another, e.g. Mistral's)
+    attention_bias: bool = False  # biases on the query, key and value projections (Qwen2's)
+    output_bias: bool = False  # a bias on the attention's output projection
+    mlp_bias: bool = False  # biases on the feed-forward's three projections
+    tie_embeddings: bool = True  # the LM head is the token embedding; False: a weight of its own (`lm_head`)
+    rope_type: str = "default"  # one of ROPE_TYPES: how rotary frequencies are scaled for a longer context
+    rope_factor: float = 1.0  # linear and llama3: the frequencies' scaling factor
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths over original_positions / this are scaled fully,
+    rope_high_freq_factor: float = 4.0  # those under original_positions / this not at all, smoothly in between
+    rope_original_positions: int = 8192  # llama3: the context of the model before its frequencies were scaled
     bos_token_id: int = 1
     eos_token_id: int = 2
     pad_token_id: int = 2
@@ -57,15 +71,27 @@ class LlamaConfig:
         check_float("model.lora_alpha", self.lora_alpha, 0.0, error=BundleError)
         check_float("model.rope_base", self.rope_base, 1.0, error=BundleError)
         check_float("model.rms_eps", self.rms_eps, 0.0, 1.0, error=BundleError)
-        if self.d_model % self.heads or (self.d_model // self.heads) % 2:
-            raise BundleError(f"d_model={self.d_model} must split into {self.heads} heads of an even size (rotary "
-                              "positions rotate pairs of dimensions)")
+        for name in ("attention_bias", "output_bias", "mlp_bias", "tie_embeddings"):
+            check_bool(f"model.{name}", getattr(self, name), error=BundleError)
+        check_choice("model.rope_type", self.rope_type, ROPE_TYPES, error=BundleError)
+        check_float("model.rope_factor", self.rope_factor, 1.0, error=BundleError)
+        check_float("model.rope_low_freq_factor", self.rope_low_freq_factor, 0.0, error=BundleError)
+        check_float("model.rope_high_freq_factor", self.rope_high_freq_factor, 0.0, error=BundleError)
+        check_int("model.rope_original_positions", self.rope_original_positions, 1, error=BundleError)
+        if self.rope_type == "llama3" and not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
+            raise BundleError(f"model.rope_low_freq_factor={self.rope_low_freq_factor} must be above 0 and under "
+                              f"rope_high_freq_factor={self.rope_high_freq_factor} (llama3 rotary scaling)")
+        check_int("model.head_size", self.head_size, 0, error=BundleError)
+        if self.head_size == 0 and self.d_model % self.heads:
+            raise BundleError(f"d_model={self.d_model} does not split into {self.heads} heads; give head_size")
+        if self.head_dim % 2:
+            raise BundleError(f"heads of {self.head_dim} values cannot be rotated (rotary positions turn pairs)")
         if self.heads % self.kv_heads:
             raise BundleError(f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.heads
+        return self.head_size or self.d_model // self.heads
 
     def special_tokens(self) -> dict[str, Any]:
         """The ids the runtime needs and the prompt around a unit, keyed as `units.SpecialTokens`: the query goes

@@ -80,32 +80,15 @@ def load_research(file, config_path, kind: str | None):
     return Checkpoint(model, tokenizer_beside(file.path.parent))
 
 
-def load_base(file, config_path, kind: str | None):
-    """The pretrained base model's GGUF file (`base_model`) as a PageSum on its Llama backbone, page_conf at zero
-    (pages weigh equally until trained), with the file's tokenizer and chat prompt."""
-    from ..base_model import read_base, saved_tokenizer
-    from . import registry
-    from .weights import Checkpoint
-
-    kind = kind or KIND
-    registry.check_formats(kind, "gguf")
-    base = read_base(file.path)
-    state = {f"model.{name}": torch.from_numpy(array) for name, array in base.weights.items()}
-    model = registry.build(kind, LlamaConfig(**base.config), state, str(file.path))
-    return Checkpoint(model, saved_tokenizer(base))
-
-
 def register_model_kind() -> None:
-    from ..base_model import is_gguf
     from . import graphs
     from .registry import Loader, ModelKind, register, register_loader
 
     register_loader(Loader("pagesum-research", claims=lambda file: file.state is not None, load=load_research,
                            fallback=True))
-    register_loader(Loader("gguf", claims=lambda file: file.state is None and is_gguf(file.path), load=load_base))
     register(ModelKind(
         name=KIND, model=PageSum, complete=complete,
         graphs=lambda model: {"encoder": graphs.encoder_spec(model), "decoder": graphs.decoder_spec(model)},
         functions={"decoder": page_combine.NAME}, register_symbolics=graphs.register_symbolics,
-        formats=("hf-bart", "pagesum-research", "gguf"),
+        formats=("hf-bart", "pagesum-research", "llm"),
     ))

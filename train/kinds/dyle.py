@@ -237,7 +237,7 @@ def from_base(base: Path, extractor: Path, tfidf_weight: float = 0.4):
     state.update({k: torch.zeros_like(v) if k.startswith("dynamic_mlp.4.") else v
                   for k, v in model.state_dict().items() if k.startswith("dynamic_mlp.")})
     load_into(model, {**state, **encoder}, str(base))
-    return with_tfidf(model, tfidf_weight).eval(), saved_tokenizer(source)
+    return with_tfidf(model, tfidf_weight).eval(), saved_tokenizer(source.tokenizer)
 
 
 def with_tfidf(model, weight: float = 1.0):

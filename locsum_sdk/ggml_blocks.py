@@ -1,0 +1,169 @@
+"""The tensor types of llama.cpp's GGUF files that are read here, dequantized to float32 with numpy alone.
+
+Plain types (F32, F16, BF16) and the block types common files use: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32
+values, one float16 scale and, for _1, a float16 minimum) and the K-quants Q4_K, Q5_K, Q6_K (super-blocks of 256
+values in sub-blocks of 16 or 32, each with its own 6- or 8-bit scale). Dequantizing is elementwise float32
+arithmetic in a fixed order (each scale times each code, then the minimum), so every machine gets the same bits from
+the same file. Another type is refused by its name (`UnsupportedTypeError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import BundleError
+
+
+class UnsupportedTypeError(BundleError):
+    """A GGUF tensor type that is not read here."""
+
+
+@dataclass(frozen=True)
+class BlockType:
+    """One ggml tensor type: `values` per block stored in `nbytes` bytes (1 value for plain types)."""
+
+    name: str
+    values: int
+    nbytes: int
+    dequantize: Callable[[np.ndarray], np.ndarray]  # uint8 blocks (n, nbytes) -> float32 (n, values)
+
+
+def _half(blocks: np.ndarray, start: int) -> np.ndarray:
+    """The float16 at byte `start` of every block, as float32 (n, 1)."""
+    return blocks[:, start:start + 2].copy().view("<f2").astype(np.float32)
+
+
+def _nibbles(codes: np.ndarray) -> np.ndarray:
+    """Bytes (n, k) -> their low nibbles then their high nibbles (n, 2k), uint8."""
+    return np.concatenate([codes & np.uint8(0x0F), codes >> np.uint8(4)], axis=1)
+
+
+def _f32(blocks: np.ndarray) -> np.ndarray:
+    return blocks.copy().view("<f4").astype(np.float32)
+
+
+def _f16(blocks: np.ndarray) -> np.ndarray:
+    return blocks.copy().view("<f2").astype(np.float32)
+
+
+def _bf16(blocks: np.ndarray) -> np.ndarray:
+    return (blocks.copy().view("<u2").astype(np.uint32) << 16).view(np.float32)
+
+
+def _q4_0(blocks: np.ndarray) -> np.ndarray:
+    codes = _nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)
+    return _half(blocks, 0) * codes.astype(np.float32)
+
+
+def _q4_1(blocks: np.ndarray) -> np.ndarray:
+    return _half(blocks, 0) * _nibbles(blocks[:, 4:]).astype(np.float32) + _half(blocks, 2)
+
+
+def _fifth_bits(high: np.ndarray) -> np.ndarray:
+    """The 32 fifth bits of a Q5 block (n, 4 bytes, little-endian) -> (n, 32) of 0 or 16."""
+    bits = np.unpackbits(high, axis=1, bitorder="little")  # (n, 32): bit j of the uint32
+    return bits.astype(np.uint8) << np.uint8(4)
+
+
+def _q5_0(blocks: np.ndarray) -> np.ndarray:
+    codes = (_nibbles(blocks[:, 6:]) | _fifth_bits(blocks[:, 2:6])).astype(np.int8) - np.int8(16)
+    return _half(blocks, 0) * codes.astype(np.float32)
+
+
+def _q5_1(blocks: np.ndarray) -> np.ndarray:
+    codes = _nibbles(blocks[:, 8:]) | _fifth_bits(blocks[:, 4:8])
+    return _half(blocks, 0) * codes.astype(np.float32) + _half(blocks, 2)
+
+
+def _q8_0(blocks: np.ndarray) -> np.ndarray:
+    return _half(blocks, 0) * blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+
+
+def _k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and minimums of a Q4_K/Q5_K super-block from its 12 packed bytes (n, 12) -> two (n, 8)
+    uint8: sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums); sub-blocks 4-7 in the nibbles
+    of bytes 8-11, their top two bits in the high bits of bytes 0-3 and 4-7."""
+    low, high, rest = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    scales = np.concatenate([low & np.uint8(63), (rest & np.uint8(0x0F)) | ((low >> np.uint8(6)) << np.uint8(4))],
+                            axis=1)
+    minimums = np.concatenate([high & np.uint8(63), (rest >> np.uint8(4)) | ((high >> np.uint8(6)) << np.uint8(4))],
+                              axis=1)
+    return scales, minimums
+
+
+def _k_nibbles(codes: np.ndarray) -> np.ndarray:
+    """128 bytes (n, 128) -> 256 codes (n, 256): each run of 32 bytes gives 32 low nibbles, then 32 high ones."""
+    runs = codes.reshape(-1, 4, 1, 32)
+    return np.concatenate([runs & np.uint8(0x0F), runs >> np.uint8(4)], axis=2).reshape(-1, 256)
+
+
+def _k_affine(blocks: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """codes (n, 256) of Q4_K/Q5_K super-blocks -> d * scale * code - dmin * minimum, per sub-block of 32."""
+    scales, minimums = _k_scales(blocks[:, 4:16])
+    step = (_half(blocks, 0) * scales.astype(np.float32))[:, :, None]  # (n, 8, 1)
+    offset = (_half(blocks, 2) * minimums.astype(np.float32))[:, :, None]
+    return (step * codes.reshape(-1, 8, 32).astype(np.float32) - offset).reshape(-1, 256)
+
+
+def _q4_k(blocks: np.ndarray) -> np.ndarray:
+    return _k_affine(blocks, _k_nibbles(blocks[:, 16:144]))
+
+
+def _q5_k(blocks: np.ndarray) -> np.ndarray:
+    high = np.unpackbits(blocks[:, 16:48], axis=1, bitorder="little").reshape(-1, 32, 8)  # (n, l, bit)
+    fifth = high.transpose(0, 2, 1).reshape(-1, 256) << np.uint8(4)  # sub-block j's l-th value: bit j of byte l
+    return _k_affine(blocks, _k_nibbles(blocks[:, 48:176]) | fifth)
+
+
+def _q6_k(blocks: np.ndarray) -> np.ndarray:
+    low = blocks[:, 0:128].reshape(-1, 2, 2, 32)  # (n, half, first/second 32 bytes, l)
+    high = blocks[:, 128:192].reshape(-1, 2, 1, 32)  # (n, half, 1, l)
+    scales = blocks[:, 192:208].copy().view(np.int8).astype(np.float32).reshape(-1, 16, 1)
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    top = ((high >> shifts) & np.uint8(3)) << np.uint8(4)  # (n, half, 4, l): quarter q's two high bits
+    nibbles = np.concatenate([low & np.uint8(0x0F), low >> np.uint8(4)], axis=2)  # (n, half, 4, l)
+    codes = ((nibbles | top).astype(np.int8) - np.int8(32)).astype(np.float32).reshape(-1, 16, 16)
+    return (_half(blocks, 208)[:, :, None] * scales * codes).reshape(-1, 256)
+
+
+TYPES: dict[int, BlockType] = {
+    0: BlockType("F32", 1, 4, _f32),
+    1: BlockType("F16", 1, 2, _f16),
+    2: BlockType("Q4_0", 32, 18, _q4_0),
+    3: BlockType("Q4_1", 32, 20, _q4_1),
+    6: BlockType("Q5_0", 32, 22, _q5_0),
+    7: BlockType("Q5_1", 32, 24, _q5_1),
+    8: BlockType("Q8_0", 32, 34, _q8_0),
+    12: BlockType("Q4_K", 256, 144, _q4_k),
+    13: BlockType("Q5_K", 256, 176, _q5_k),
+    14: BlockType("Q6_K", 256, 210, _q6_k),
+    30: BlockType("BF16", 1, 2, _bf16),
+}
+
+#: ggml's names of the types that are not read, for the error that refuses them.
+OTHER_NAMES = {9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+               19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+               27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+
+
+def type_name(kind: int) -> str:
+    known = TYPES.get(kind)
+    return known.name if known else OTHER_NAMES.get(kind, f"type {kind}")
+
+
+def block_type(kind: int, what: str = "a tensor") -> BlockType:
+    """The type `kind`, or UnsupportedTypeError naming it and the types that are read."""
+    if kind not in TYPES:
+        read = ", ".join(t.name for t in TYPES.values())
+        raise UnsupportedTypeError(f"{what} is of ggml type {type_name(kind)}, which is not read here ({read} are); "
+                                   "convert the model with llama.cpp's llama-quantize to one of those")
+    return TYPES[kind]
+
+
+def dequantize(raw: np.ndarray, kind: int, size: int) -> np.ndarray:
+    """`size` float32 values from the bytes `raw` (uint8) of one tensor of ggml type `kind`."""
+    block = block_type(kind)
+    return block.dequantize(raw.reshape(size // block.values, block.nbytes)).reshape(-1)
