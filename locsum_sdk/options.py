@@ -103,16 +103,23 @@ class Options:
         return {key: dataclasses.asdict(getattr(self, key)) for key in ("units", *SHARED)}
 
 
-def checkpoint_defaults(saved: dict[str, Any], options: dict[str, Any], positions: int, kind: Kind) -> Options:
-    """The default options of a checkpoint's model: its `saved` ones with `options` applied one by one. Library
-    defaults that the checkpoint did not save are fitted to the model's positions (a 512-position model gets
-    page_tokens and max_length of at most 512), so no default makes a valid option fail."""
+def checkpoint_defaults(saved: dict[str, Any], options: dict[str, Any], model: dict[str, Any], kind: Kind) -> Options:
+    """The default options of a checkpoint's model (its config as a dict): its `saved` ones with `options` applied
+    one by one. Library defaults that the checkpoint did not save are fitted to the model's positions (a 512-position
+    model gets page_tokens and max_length of at most 512; where the summary continues each unit, a unit leaves
+    max_length's positions free), so no default makes a valid option fail."""
+    positions = model["max_positions"]
     base = Options.from_settings(saved, kind)
     fitted = {}
+    continues = step_shape(model).continues_units
+    length = options.get("max_length", saved.get("generation", {}).get("max_length"))
+    if length is None:
+        length = fitted["max_length"] = min(base.generation.max_length, positions // 2 if continues else positions)
+    room = positions - length if continues and isinstance(length, int) else positions
     sized = (kind.unit_options.UNIT_TOKENS, *getattr(kind.unit_options, "ALSO_WITHIN_POSITIONS", ()))
-    for group, name in (*(("units", name) for name in sized), ("generation", "max_length")):
-        if name not in saved.get(group, {}) and name not in options:
-            fitted[name] = min(getattr(getattr(base, group), name), positions)
+    for name in sized:
+        if name not in saved.get("units", {}) and name not in options:
+            fitted[name] = max(1, min(getattr(base.units, name), room))
     return base.replace(**fitted).replace(**options)
 
 

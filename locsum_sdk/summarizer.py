@@ -643,7 +643,7 @@ def _torch_backend(path: Path, is_bundle: bool, threads: int | None, device: str
     if loaded.tokenizer_file is None:
         raise BundleNotFoundError(f"{path} has no {C.TOKENIZER_FILE}; put the model's tokenizer beside its weights")
     cfg = loaded.model.config
-    fitted = checkpoint_defaults(loaded.settings, {}, cfg.max_positions, kinds.get(loaded.model.kind))
+    fitted = checkpoint_defaults(loaded.settings, {}, cfg.to_dict(), kinds.get(loaded.model.kind))
     settings = {
         "model": cfg.to_dict(),
         **fitted.to_settings(),  # as export writes them: defaults the checkpoint did not save fit its positions

@@ -178,7 +178,7 @@ def export_onnx(
             WordList.read(file)  # a damaged list is refused before any work
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"options is a {type(options).__name__}; pass a dict of option names and values, or None")
-    defaults = checkpoint_defaults(loaded.settings, options or {}, loaded.model.config.max_positions, declared)
+    defaults = checkpoint_defaults(loaded.settings, options or {}, loaded.model.config.to_dict(), declared)
     if defaults.generation.keywords and common_file is None:
         raise OptionError(f"keywords={defaults.generation.keywords} needs a {C.COMMON_WORDS_FILE}: put the run's "
                           "beside the checkpoint or pass one (--common-words FILE), or set keywords=0")

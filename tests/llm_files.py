@@ -1,0 +1,208 @@
+"""Tiny random LLMs of each family, built by transformers in the test and saved as a user holds them: an HF directory
+(config.json, model.safetensors, tokenizer.json, the chat template in tokenizer_config.json) and a llama.cpp GGUF
+file (float32 tensors, query/key rows permuted for the `llama` architecture, the tokenizer and chat template in its
+metadata). Each family has its own byte-level BPE tokenizer, trained here with that family's pre-tokenizer, and its
+own chat template, with real special tokens."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from locsum_sdk.llm.gguf_tokenizer import PRE_TOKENIZERS
+
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
+                   "<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+                   "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+CHATML_TEMPLATE = ("{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+                   "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+                   "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                    "[INST] {{ message['content'] }} [/INST]{% else %}{{ message['content'] }}{{ eos_token }}"
+                    "{% endif %}{% endfor %}")
+SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+            "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>"]
+
+WORDS = ("the board met to approve budget roof library children wing survey ramp entrance hall meeting decided "
+         "numbers schedule team contingency legal requirement said would they five thousand short new work we "
+         "project report page document summary text question answer cost plan city council vote park").split()
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """One tiny model: its family, transformers classes, config, template and special token strings."""
+
+    name: str
+    family: str  # HF model_type
+    arch: str  # GGUF general.architecture
+    pre: str  # GGUF pre-tokenizer name (llama.cpp's)
+    template: str
+    bos: str
+    eos: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+FAMILIES = {
+    "llama3": Tiny("llama3", "llama", "llama", "llama-bpe", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>",
+                   dict(tie_word_embeddings=False, attention_bias=True, mlp_bias=True, head_dim=32,
+                        rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                           "high_freq_factor": 4.0,
+                                                           "original_max_position_embeddings": 64})),
+    "llama": Tiny("llama", "llama", "llama", "llama-bpe", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>",
+                  dict(tie_word_embeddings=True, rope_theta=10000.0, rope_scaling={"rope_type": "linear",
+                                                                                   "factor": 2.0})),
+    "mistral": Tiny("mistral", "mistral", "llama", "gpt-2", MISTRAL_TEMPLATE, "<s>", "</s>",
+                    dict(tie_word_embeddings=False, head_dim=24, rope_theta=1000000.0, sliding_window=4096)),
+    "qwen2": Tiny("qwen2", "qwen2", "qwen2", "qwen2", CHATML_TEMPLATE, "<|endoftext|>", "<|im_end|>",
+                  dict(tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6)),
+}
+
+
+def corpus(seed: int = 0, count: int = 300) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))).capitalize()
+            + rng.choice([".", "!", "?", ", 12 May 2026.", " (3,450.75 dollars)."]) for _ in range(count)]
+
+
+def train_tokenizer(pre: str, path: Path) -> Path:
+    """A byte-level BPE of about 600 tokens with the SPECIALS, split before BPE as llama.cpp's `pre` does."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    pattern, digits, nfc = PRE_TOKENIZERS[pre]
+    tokenizer = Tokenizer(models.BPE())
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
+    if pattern is not None:
+        steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    if nfc:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(corpus(), trainer)
+    tokenizer.save(str(path))
+    return path
+
+
+def hf_model(tiny: Tiny, vocab: int, seed: int = 0):
+    """A transformers model of the family, its weights drawn large enough that greedy decoding is decisive."""
+    import torch
+    import transformers
+
+    classes = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+               "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+               "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}
+    config_class, model_class = classes[tiny.family]
+    config = config_class(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **tiny.config)
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.copy_(1 + 0.1 * torch.randn_like(parameter))
+            else:
+                parameter.copy_(0.12 * torch.randn_like(parameter))
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    return model
+
+
+def write_hf(tiny: Tiny, directory: Path, seed: int = 0):
+    """The tiny model of `tiny` as an HF directory -> (directory, the transformers model)."""
+    from tokenizers import Tokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    train_tokenizer(tiny.pre, directory / "tokenizer.json")
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    model = hf_model(tiny, tokenizer.get_vocab_size(), seed)
+    model.config.bos_token_id = tokenizer.token_to_id(tiny.bos)
+    model.config.eos_token_id = tokenizer.token_to_id(tiny.eos)
+    model.config.pad_token_id = tokenizer.token_to_id(tiny.eos)
+    model.generation_config.bos_token_id = model.config.bos_token_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    model.generation_config.pad_token_id = model.config.pad_token_id
+    model.save_pretrained(str(directory))
+    (directory / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": tiny.template, "bos_token": tiny.bos, "eos_token": tiny.eos}))
+    return directory, model
+
+
+def permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's reordering of an HF query/key projection or bias (what `llm.gguf_model.unpermute` undoes)."""
+    rows = weight.shape[0] // heads // 2
+    return weight.reshape(heads, 2, rows, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+_GGUF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down"}
+
+
+def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
+    """The model saved in `directory` (an HF directory of `tiny`) as a float32 GGUF at `path`, as llama.cpp's
+    converter writes one."""
+    import gguf
+
+    from locsum_sdk.llm.gguf_tokenizer import _CONTROL
+
+    spec = json.loads((directory / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    special = {added["content"] for added in spec["added_tokens"] if added["special"]}
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    writer = gguf.GGUFWriter(str(path), tiny.arch)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    rope = config.rope_parameters
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if rope.get("rope_type", "default") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(tiny.pre)
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types([_CONTROL if token in special else 1 for token in tokens])
+    writer.add_bos_token_id(config.bos_token_id)
+    writer.add_eos_token_id(config.eos_token_id)
+    writer.add_pad_token_id(config.pad_token_id)
+    writer.add_chat_template(tiny.template)
+    writer.add_license("apache-2.0")
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    writer.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
+    for i in range(config.num_hidden_layers):
+        for ours, theirs in _GGUF_NAMES.items():
+            for suffix in ("weight", "bias"):
+                array = state.get(f"model.layers.{i}.{ours}.{suffix}")
+                if array is None:
+                    continue
+                if tiny.arch == "llama" and theirs in ("attn_q", "attn_k"):
+                    array = permute(array, heads if theirs == "attn_q" else kv_heads)
+                writer.add_tensor(f"blk.{i}.{theirs}.{suffix}", np.ascontiguousarray(array))
+    writer.add_tensor("output_norm.weight", state["model.norm.weight"])
+    if not config.tie_word_embeddings:
+        writer.add_tensor("output.weight", state["lm_head.weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
