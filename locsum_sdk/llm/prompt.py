@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import BundleError
+from ..errors import BundleError, OptionError
 
 TEXT, QUERY, ANSWER = "\u2063LOCSUM-TEXT\u2063", "\u2063LOCSUM-QUERY\u2063", "\u2063LOCSUM-ANSWER\u2063"
 
@@ -29,9 +29,9 @@ class Instruction:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if not isinstance(value, str) or not value.strip() and name == "summarize":
-                raise BundleError(f"instruction {name}={value!r} must be a string (summarize not empty)")
+                raise OptionError(f"instruction {name}={value!r} must be a string (summarize: not empty)")
             if any(marker in value for marker in (TEXT, QUERY, ANSWER)):
-                raise BundleError(f"instruction {name} holds an internal marker")
+                raise OptionError(f"instruction {name} holds an internal marker character (U+2063); remove it")
 
     def content(self, text: str, query: str | None) -> str:
         """The user's turn: the text, the question and query if any, the instruction."""

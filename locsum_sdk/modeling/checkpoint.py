@@ -21,7 +21,7 @@ import torch
 
 from .. import kinds
 from ..constants import COMMON_WORDS_FILE, WORDS_FILE
-from ..errors import BundleError, BundleNotFoundError
+from ..errors import BundleError, BundleNotFoundError, OptionError
 from ..limits import split_legacy_units
 from . import registry
 from .config import BartConfig
@@ -107,7 +107,7 @@ def detect_format(path: Path) -> str:
 
 
 def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = None,
-                    kind: str | None = None) -> Checkpoint:
+                    kind: str | None = None, instruction: Any = None) -> Checkpoint:
     """Load any supported checkpoint as a model in eval mode.
 
     Args:
@@ -115,6 +115,7 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
         kind: the kind to load the checkpoint as (None: the kind our checkpoints were saved as, "pagesum" for
             foreign ones: HF BART, research state dicts; "hierencdec" for an LLM); the kind completes or drops
             weights as it needs.
+        instruction: an LLM's `llm.Instruction` (what each unit's turn asks); refused for other checkpoints.
     """
     from ..llm import is_gguf
     from .llm_checkpoint import load_llm
@@ -123,15 +124,18 @@ def load_checkpoint(path: str | os.PathLike, config: str | os.PathLike | None = 
     if not path.exists():
         raise BundleNotFoundError(f"checkpoint {path} does not exist")
     if path.is_file() and is_gguf(path):
-        return load_llm(path, kind)
-    if path.is_file():
+        return load_llm(path, kind, instruction)
+    found = "file" if path.is_file() else detect_format(path)
+    if instruction is not None and found != "llm":
+        raise OptionError(f"{path} is not an LLM (an HF Llama-family directory or a GGUF file); an instruction "
+                          "frames an LLM's units only")
+    if found == "file":
         file = WeightsFile.read(path)
         return registry.file_loader(file).load(file, Path(config) if config else None, kind)
-    found = detect_format(path)
     if found == "locsum":
         return load_locsum(path, kind)
     if found == "llm":
-        return load_llm(path, kind)
+        return load_llm(path, kind, instruction)
     return load_hf_bart(path, kind or "pagesum")
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BundleError
-from ..validation import check_bool, check_choice, check_float, check_int
+from ..validation import check_bool, check_choice, check_float, check_int, check_str
 from .config import from_fields
 
 BACKBONE = "llama"
@@ -52,6 +52,8 @@ class LlamaConfig:
     unit_tail: tuple[int, ...] = ()  # after it (the query, if any, between the two) up to decoder_start,
     query_head: tuple[int, ...] = ()  # and around a query
     query_tail: tuple[int, ...] = ()
+    instruction: str = ""  # the texts the frame was made from (`llm.prompt.Instruction`): after the text, and before
+    question: str = ""  # a query; recorded for the reader of a manifest (the frame's ids above are what runs)
     lora_rank: int = 0  # > 0: every projection of the layers has a low-rank adapter of this rank (`modeling.lora`)
     lora_alpha: float = 16.0  # the adapters' scale is lora_alpha / lora_rank
 
@@ -81,6 +83,8 @@ class LlamaConfig:
         if self.rope_type == "llama3" and not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
             raise BundleError(f"model.rope_low_freq_factor={self.rope_low_freq_factor} must be above 0 and under "
                               f"rope_high_freq_factor={self.rope_high_freq_factor} (llama3 rotary scaling)")
+        check_str("model.instruction", self.instruction, error=BundleError)
+        check_str("model.question", self.question, error=BundleError)
         check_int("model.head_size", self.head_size, 0, error=BundleError)
         if self.head_size == 0 and self.d_model % self.heads:
             raise BundleError(f"d_model={self.d_model} does not split into {self.heads} heads; give head_size")

@@ -47,7 +47,9 @@ def load_llm(path: str | os.PathLike, kind: str | None = None,
     config = LlamaConfig(**fields)
     model = registry.build(kind, config, backbone_state(source.tensors(), config, str(path)), str(path))
     tokenizer = Path(path) / "tokenizer.json" if source.format == "hf" else saved_tokenizer(source.tokenizer)
-    return Checkpoint(model, tokenizer)
+    described = {"model_format": source.format, "model_family": source.family, "model_file": source.path.name,
+                 "model_license": source.license or "unknown: see the model's own card"}
+    return Checkpoint(model, tokenizer, source=described)
 
 
 def load_base_model(path: str | os.PathLike, kind: str) -> Checkpoint:

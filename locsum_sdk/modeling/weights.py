@@ -31,6 +31,7 @@ class Checkpoint:
     model: torch.nn.Module  # a registered kind's module (`model.kind`), in eval mode
     tokenizer_file: Path | None = None  # tokenizer.json found beside the weights
     settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
+    source: dict[str, str] = field(default_factory=dict)  # a foreign model's format, family, file and licence
 
 
 def load_failure(err: Exception) -> str:
