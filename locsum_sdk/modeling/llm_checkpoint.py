@@ -49,7 +49,7 @@ def load_llm(path: str | os.PathLike, kind: str | None = None,
     tokenizer = Path(path) / "tokenizer.json" if source.format == "hf" else saved_tokenizer(source.tokenizer)
     described = {"model_format": source.format, "model_family": source.family, "model_file": source.path.name,
                  "model_license": source.license or "unknown: see the model's own card"}
-    return Checkpoint(model, tokenizer, source=described)
+    return Checkpoint(model, tokenizer, source=described, model_files=list(source.files))
 
 
 def load_base_model(path: str | os.PathLike, kind: str) -> Checkpoint:

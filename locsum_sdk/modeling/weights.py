@@ -32,6 +32,7 @@ class Checkpoint:
     tokenizer_file: Path | None = None  # tokenizer.json found beside the weights
     settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
     source: dict[str, str] = field(default_factory=dict)  # a foreign model's format, family, file and licence
+    model_files: list[Path] = field(default_factory=list)  # a user's model files its pretrained weights come from
 
 
 def load_failure(err: Exception) -> str:
