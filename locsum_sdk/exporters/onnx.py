@@ -135,6 +135,7 @@ def export_onnx(
     base: Sequence[BaseSource] | None = None,
     instruction: Any = None,
     carry_weights: bool = False,
+    model_files: Sequence[str | os.PathLike] = (),
 ) -> Bundle:
     """Export a checkpoint (ours, an HF BART directory, a research file, or an LLM: an HF Llama-family directory
     or a GGUF file) to a bundle.
@@ -163,6 +164,8 @@ def export_onnx(
         carry_weights: for an LLM, the bundle carries its pretrained weights (self-contained, as large as the model
             in float32) instead of recipes that assemble them from the model's own files on the user's machine
             (`model_files`: the bundle records each file's name, path, size and sha256).
+        model_files: a user's model files (GGUF or safetensors) whose tensors the bundle leaves out, as it does an
+            LLM's own: for a checkpoint fine-tuned from that model, whose adapters are all it adds.
         instruction: for an LLM, what each unit's turn asks (`llm.Instruction`; default: summarize the text, and
             answer the query where there is one), framed in the model's own chat template and recorded in the
             manifest's model settings.
@@ -207,7 +210,8 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
-    sources = [*(base or ()), *([] if carry_weights else [UserFile(p) for p in loaded.model_files])]
+    llm_files = [] if carry_weights else list(loaded.model_files)
+    sources = [*(base or ()), *(UserFile(Path(p)) for p in dict.fromkeys([*llm_files, *model_files]))]
     index = base_derived.SourceIndex(sources) if sources else None
     with staged(output) as work:
         written: dict[str, dict[str, Any]] = {}
