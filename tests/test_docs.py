@@ -79,7 +79,8 @@ def test_every_block_is_run_or_says_why_not():
 def foreign_checkpoints(work: Path, tokenizer_file: Path) -> None:
     """Tiny random files in the layouts the Bring your own model page converts, all of the test tokenizer's 400
     token ids: an HF BART directory, PageSum's research state dict, DYLE's research files, nlpyang/hiersumm's
-    checkpoint; and the tokenizer itself as tokenizer.json."""
+    checkpoint; and the tokenizer itself as tokenizer.json. Beside them, two tiny LLMs with vocabularies of their
+    own: a Qwen2 HF directory (`my-qwen2`) and a Llama GGUF file (`my-llama.gguf`)."""
     import dataclasses
 
     import torch
@@ -102,6 +103,12 @@ def foreign_checkpoints(work: Path, tokenizer_file: Path) -> None:
     config = dataclasses.replace(CONFIG, vocab_size=400, share_embeddings=False, tie_generator=False,
                                  pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=0)
     research_file(work / "model_step_1000.pt", config)
+    from llm_files import FAMILIES, write_gguf, write_hf
+
+    write_hf(FAMILIES["qwen2"], work / "my-qwen2")
+    directory, model = write_hf(FAMILIES["llama"], work / "llama-hf")
+    write_gguf(FAMILIES["llama"], directory, work / "my-llama.gguf", model)
+    shutil.rmtree(directory)
 
 
 @pytest.fixture(scope="module")

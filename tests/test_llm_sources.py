@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 TEXT = ("The board met on 12 May 2026 to approve the budget for the library roof. The team decided to use the "
         "whole contingency, and the survey of the children's wing would follow in June.")
 NEW_TOKENS = 12
-GREEDY = dict(num_beams=1, max_length=NEW_TOKENS + 1, min_length=0)
+GREEDY = dict(num_beams=1, max_length=NEW_TOKENS + 1, min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+              whole_sentences=False)  # plain greedy search, as transformers' generate
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -186,6 +187,8 @@ def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(family_files,
     manifest = Bundle.load(tmp_path / "b").manifest
     assert (manifest.kind, manifest.model["instruction"], manifest.model["question"]) == \
         ("pagesum", "List the decisions.", "Question: ")
+    assert {k: manifest.generation[k] for k in ("num_beams", "repetition_penalty", "whole_sentences")} == \
+        {"num_beams": 1, "repetition_penalty": 1.3, "whole_sentences": True}  # zero-shot decoding defaults
     assert manifest.producer["model_family"] == (tiny.arch if gguf else tiny.family)  # a Mistral GGUF is `llama`
     assert manifest.producer["model_license"] == ("apache-2.0" if gguf else "unknown: see the model's own card")
     foreign = tmp_path / "foreign"
@@ -233,7 +236,7 @@ def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path,
 
     loaded = load_checkpoint(path)
     saved = save_checkpoint(loaded.model, tmp_path / "from-gguf", loaded.tokenizer_file)
-    options = dict(num_beams=1, max_length=24, min_length=0)
+    options = {**GREEDY, "max_length": 24}
     text = ("Hannah asked for the numbers of the roof and the schedule for the children's wing. The team decided to "
             "use the whole contingency for the roof, and Daniel said the ramp was a legal requirement.")
     gguf_summary = Summarizer.from_pretrained(saved, backend="torch", threads=2).summarize(text, **options)
