@@ -19,7 +19,17 @@ from .prompt import Instruction, chat_frame
 from .source import LLMSource
 
 __all__ = ["FAMILIES", "ForeignModelError", "Instruction", "LLMSource", "framed_config", "is_gguf", "is_llm",
-           "read_llm"]
+           "read_llm", "zero_shot_decoding"]
+
+#: Decoding defaults of a zero-shot LLM bundle: the default bundle's that need no word lists of its own (greedy, a
+#: repeated token's probability lowered, no trigram of word starts written twice, ending on a whole sentence).
+ZERO_SHOT_DECODING = {"num_beams": 1, "max_length": 256, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3,
+                      "ngram_word_starts": True, "whole_sentences": True}
+
+
+def zero_shot_decoding(positions: int) -> dict[str, Any]:
+    """ZERO_SHOT_DECODING for a model of `positions` positions (a summary of at most half of them)."""
+    return {**ZERO_SHOT_DECODING, "max_length": min(ZERO_SHOT_DECODING["max_length"], positions // 2)}
 
 
 def is_gguf(path: str | os.PathLike) -> bool:

@@ -13,15 +13,11 @@ import torch
 
 from ..base_model import saved_tokenizer
 from ..errors import BundleError
-from ..llm import Instruction, framed_config, read_llm
+from ..llm import Instruction, framed_config, read_llm, zero_shot_decoding
 from . import registry
 from .llama_config import LlamaConfig
 from .weights import Checkpoint
 
-#: Decoding defaults of a zero-shot LLM bundle: the default bundle's that need no word lists of its own (greedy, a
-#: repeated token's probability lowered, no trigram of word starts written twice, ending on a whole sentence).
-GENERATION = {"num_beams": 1, "max_length": 256, "repetition_penalty": 1.3, "no_repeat_ngram_size": 3,
-              "ngram_word_starts": True, "whole_sentences": True}
 DEFAULT_KIND = "hierencdec"  # the default bundle's kind: every document (or page) read alone, one summary over all
 FORMAT = "llm"  # the source format kinds list when they run on a user's LLM
 
@@ -53,8 +49,8 @@ def load_llm(path: str | os.PathLike, kind: str | None = None,
     tokenizer = Path(path) / "tokenizer.json" if source.format == "hf" else saved_tokenizer(source.tokenizer)
     described = {"model_format": source.format, "model_family": source.family, "model_file": source.path.name,
                  "model_license": source.license or "unknown: see the model's own card"}
-    generation = {**GENERATION, "max_length": min(GENERATION["max_length"], config.max_positions // 2)}
-    return Checkpoint(model, tokenizer, {"generation": generation}, described, list(source.files))
+    return Checkpoint(model, tokenizer, {"generation": zero_shot_decoding(config.max_positions)}, described,
+                      list(source.files))
 
 
 def load_base_model(path: str | os.PathLike, kind: str) -> Checkpoint:
