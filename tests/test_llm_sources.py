@@ -11,6 +11,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from llm_files import FAMILIES, write_gguf, write_hf
 
 from locsum_sdk import Summarizer
@@ -332,3 +334,48 @@ def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(family_fil
     bundle = export_onnx(saved, tmp_path / "bundle", model_files=[gguf])
     assert [s["file"] for s in bundle.manifest.base["sources"]] == [gguf.name]
     check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} with zero adapters")
+
+
+@pytest.fixture(scope="module")
+def damaged_sources(tmp_path_factory):
+    """A tiny Qwen2 as an HF directory and a GGUF file, to damage."""
+    tiny = FAMILIES["qwen2"]
+    root = tmp_path_factory.mktemp("damaged")
+    directory, model = write_hf(tiny, root / "hf")
+    return directory, write_gguf(tiny, directory, root / "model.gguf", model)
+
+
+def read_everything(path) -> None:
+    source = read_llm(path)
+    framed_config(source)
+    for _ in source.tensors():
+        pass
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_model_file_is_refused_with_a_typed_error(damaged_sources, tmp_path, data):
+    """Truncated files and flipped bytes (in a GGUF's header, in a safetensors header or its config) are read or
+    refused with a BundleError, never an untyped exception."""
+    import shutil
+
+    directory, gguf = damaged_sources
+    target = data.draw(st.sampled_from(["gguf", "model.safetensors", "config.json", "tokenizer_config.json"]))
+    if target == "gguf":
+        path = tmp_path / "model.gguf"
+        raw = bytearray(gguf.read_bytes())
+    else:
+        path = tmp_path / "hf"
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(directory, path)
+        raw = bytearray((path / target).read_bytes())
+    if data.draw(st.booleans()):
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+    else:
+        for _ in range(data.draw(st.integers(1, 8))):
+            raw[data.draw(st.integers(0, min(len(raw), 4096) - 1))] = data.draw(st.integers(0, 255))
+    (path if target == "gguf" else path / target).write_bytes(bytes(raw))
+    try:
+        read_everything(path)
+    except BundleError:
+        pass
