@@ -114,7 +114,7 @@ ADDED_SETTINGS = ("model.copy", "model.lora_rank", "model.lora_alpha",  # lora: 
                   "model.head_size", "model.attention_bias", "model.output_bias", "model.mlp_bias",
                   "model.tie_embeddings", "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor",
                   "model.rope_high_freq_factor", "model.rope_original_positions", "model.instruction",
-                  "model.question")
+                  "model.question", "model.rope_divisors")
 
 
 def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:

@@ -141,6 +141,26 @@ def permute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, rows, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
+def llama3_divisors(rope: dict[str, Any], head_dim: int) -> np.ndarray:
+    """The rotary divisors llama.cpp's converter stores for llama3 scaling (its `rope_freqs` tensor)."""
+    import math
+
+    base, factor = float(rope["rope_theta"]), float(rope["factor"])
+    low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+    original = float(rope["original_max_position_embeddings"])
+    divisors = []
+    for exponent in range(0, head_dim, 2):
+        wavelength = 2 * math.pi * base ** (exponent / head_dim)
+        if wavelength < original / high:
+            divisors.append(1.0)
+        elif wavelength > original / low:
+            divisors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(divisors, dtype=np.float32)
+
+
 _GGUF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -176,6 +196,8 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     if rope.get("rope_type", "default") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(rope["factor"]))
+    if rope.get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", llama3_divisors(rope, head_dim))
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(tiny.pre)

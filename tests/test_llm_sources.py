@@ -34,8 +34,7 @@ def family_files(request, tmp_path_factory):
     tiny = FAMILIES[request.param]
     root = tmp_path_factory.mktemp(tiny.name)
     directory, model = write_hf(tiny, root / "hf")
-    gguf = None if tiny.config.get("rope_scaling", {}).get("rope_type") == "llama3" else \
-        write_gguf(tiny, directory, root / "model.gguf", model)
+    gguf = write_gguf(tiny, directory, root / "model.gguf", model)
     return tiny, directory, gguf, model
 
 
@@ -76,10 +75,17 @@ def test_each_family_reads_its_config_and_frame(family_files):
     instruction = "\n\nSummarize the text above in a few sentences."
     assert rendered.replace("Q", "TEXT" + instruction, 1) == frame[0] + "TEXT" + frame[1]
     if gguf is not None:
+        from locsum_sdk.modeling.llama import frequencies
+        from locsum_sdk.modeling.llama_config import LlamaConfig
+
         from_gguf = framed_config(read_llm(gguf))
-        assert {k: v for k, v in from_gguf.items() if k != "rms_eps"} == \
-            {k: v for k, v in config.items() if k != "rms_eps"}
+        rotary = ("rms_eps", "rope_type", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                  "rope_original_positions", "rope_divisors")  # llama3 scaling: stored divisors in a GGUF
+        assert {k: v for k, v in from_gguf.items() if k not in rotary} == \
+            {k: v for k, v in config.items() if k not in rotary}
         assert from_gguf["rms_eps"] == pytest.approx(config["rms_eps"], rel=1e-6)  # float32 in the file
+        torch.testing.assert_close(frequencies(LlamaConfig(**from_gguf)), frequencies(LlamaConfig(**config)),
+                                   rtol=1e-6, atol=0)
         for text in (TEXT, "Hello <|im_end|> wörld 12345 café\n\n  x", ""):
             assert read_llm(gguf).tokenizer.encode(text).ids == tokens.encode(text).ids, text
 

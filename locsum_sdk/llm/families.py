@@ -45,6 +45,8 @@ class Llama:
         fields.update(self.biases(hf))
         fields["tie_embeddings"] = bool(hf.get("tie_word_embeddings", False))
         fields.update(_rope(hf, where))
+        if hf.get("rope_divisors"):  # a GGUF's stored rotary factors (`gguf_model.hf_config`)
+            fields["rope_divisors"] = list(hf["rope_divisors"])
         window = self.window(hf)
         if window is not None and window < fields["max_positions"]:
             fields["max_positions"] = int(window)  # every unit and its summary fit the window: attention is exact

@@ -3,8 +3,8 @@ family class maps both formats), its tokenizer and chat template from the metada
 time (`ggml_blocks`) under HF Llama's names.
 
 llama.cpp stores the query and key rows of a `llama` architecture's attention permuted into interleaved rotary pairs;
-they are read back in HF's order (`unpermute`). Qwen2 files keep HF's order. A file that stores precomputed rotary
-frequency factors (`rope_freqs.weight`) is refused by name.
+they are read back in HF's order (`unpermute`). Qwen2 files keep HF's order. Rotary frequency factors stored as a
+tensor (`rope_freqs.weight`, how llama.cpp keeps Llama 3.1's scaling) become the backbone's `rope_divisors`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ LAYER_TENSORS = {
     "ffn_down": "mlp.down_proj",
 }
 GLOBAL_TENSORS = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
+ROPE_FREQS = "rope_freqs.weight"  # rotary frequency divisors, read into the config rather than the weights
 PERMUTED = ("llama",)  # architectures whose query/key rows llama.cpp permutes
 
 
@@ -81,9 +82,8 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
         hf["rope_scaling"] = {"rope_type": scaling, "factor": get("rope.scaling.factor")}
     if get("attention.sliding_window"):
         hf.update(sliding_window=get("attention.sliding_window"), use_sliding_window=True)
-    if "rope_freqs.weight" in reader.tensors:
-        raise ForeignModelError(f"{reader.path} stores rotary frequency factors (rope_freqs.weight, llama3 scaling in "
-                                "a GGUF), which are not read yet; export from the model's HF directory")
+    if ROPE_FREQS in reader.tensors:
+        hf["rope_divisors"] = reader.array(ROPE_FREQS).reshape(-1).tolist()
     return hf
 
 
@@ -120,7 +120,8 @@ def read_gguf(path: Path) -> LLMSource:
     chosen = family(hf["model_type"], str(path))
     config = chosen.fields(hf, str(path))
     for name in reader.tensors:
-        _hf_name(name, path)
+        if name != ROPE_FREQS:
+            _hf_name(name, path)
     layer0 = {name.split(".", 2)[2] for name in reader.tensors if name.startswith("blk.0.")}
     config.update(attention_bias="attn_q.bias" in layer0, output_bias="attn_output.bias" in layer0,
                   mlp_bias="ffn_gate.bias" in layer0)
@@ -137,7 +138,8 @@ def read_gguf(path: Path) -> LLMSource:
 
     def tensors() -> Iterator[tuple[str, np.ndarray]]:
         for name, array in oriented_tensors(reader):
-            yield _hf_name(name, path)[0], array
+            if name != ROPE_FREQS:
+                yield _hf_name(name, path)[0], array
 
     licence = reader.metadata.get("general.license")
     return LLMSource(path, "gguf", chosen.names[0], config, tokenizer, reader.metadata.get("tokenizer.chat_template"),

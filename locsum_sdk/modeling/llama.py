@@ -51,9 +51,12 @@ def frequencies(config: LlamaConfig) -> torch.Tensor:
     """The rotary frequencies (d/2,), float32: pair (i, i + d/2) turns by 1 / base^(2i/d) a position, scaled as
     `config.rope_type` says (HF's `rope_scaling`): linear divides them all by the factor; llama3 divides those
     whose wavelength is over original_positions / low_freq_factor, keeps those under original_positions /
-    high_freq_factor, and blends the two in between."""
+    high_freq_factor, and blends the two in between. Divisors stored with the model (`rope_divisors`) divide each
+    pair's frequency by its own."""
     d = config.head_dim
     inverse = 1.0 / config.rope_base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)  # (d/2,)
+    if config.rope_divisors:
+        inverse = inverse / torch.tensor(config.rope_divisors, dtype=torch.float32)
     if config.rope_type == "linear":
         return inverse / config.rope_factor
     if config.rope_type == "llama3":

@@ -43,6 +43,8 @@ class LlamaConfig:
     rope_low_freq_factor: float = 1.0  # llama3: wavelengths over original_positions / this are scaled fully,
     rope_high_freq_factor: float = 4.0  # those under original_positions / this not at all, smoothly in between
     rope_original_positions: int = 8192  # llama3: the context of the model before its frequencies were scaled
+    rope_divisors: tuple[float, ...] = ()  # each rotary pair's frequency divided by its own number, as a GGUF's
+    # rope_freqs stores llama3 scaling (head_dim / 2 of them); empty: none
     bos_token_id: int = 1
     eos_token_id: int = 2
     pad_token_id: int = 2
@@ -85,11 +87,19 @@ class LlamaConfig:
                               f"rope_high_freq_factor={self.rope_high_freq_factor} (llama3 rotary scaling)")
         check_str("model.instruction", self.instruction, error=BundleError)
         check_str("model.question", self.question, error=BundleError)
+        if not isinstance(self.rope_divisors, (list, tuple)):
+            raise BundleError(f"model.rope_divisors={self.rope_divisors!r} must be a list of numbers")
+        for i, divisor in enumerate(self.rope_divisors):
+            check_float(f"model.rope_divisors[{i}]", divisor, 1e-6, error=BundleError)
+        object.__setattr__(self, "rope_divisors", tuple(float(d) for d in self.rope_divisors))
         check_int("model.head_size", self.head_size, 0, error=BundleError)
         if self.head_size == 0 and self.d_model % self.heads:
             raise BundleError(f"d_model={self.d_model} does not split into {self.heads} heads; give head_size")
         if self.head_dim % 2:
             raise BundleError(f"heads of {self.head_dim} values cannot be rotated (rotary positions turn pairs)")
+        if self.rope_divisors and len(self.rope_divisors) != self.head_dim // 2:
+            raise BundleError(f"model.rope_divisors has {len(self.rope_divisors)} numbers; heads of {self.head_dim} "
+                              f"values rotate {self.head_dim // 2} pairs")
         if self.heads % self.kv_heads:
             raise BundleError(f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
 
@@ -127,7 +137,7 @@ class LlamaConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields, and `backbone: llama` (how a bundle's model settings say which backbone they describe)."""
         values = dataclasses.asdict(self)
-        return {"backbone": BACKBONE, **values, **{name: list(values[name]) for name in FRAME}}
+        return {"backbone": BACKBONE, **values, **{name: list(values[name]) for name in (*FRAME, "rope_divisors")}}
 
     @classmethod
     def from_dict(cls, values: Any) -> LlamaConfig:
