@@ -22,7 +22,8 @@ from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # noq
 
 PLAIN_BLOCK = {"attention_bias": False, "output_bias": False, "mlp_bias": False, "tie_embeddings": True}
 ROPE_SCALING = ("head_size", "rope_type", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                "rope_original_positions")  # LlamaConfig's defaults, which a file with no such settings leaves unset
+                "rope_original_positions", "rope_divisors", "instruction", "question")  # LlamaConfig's defaults,
+# which a file with no such settings leaves unset
 TEXTS = ["The board met on 12 May 2026 to approve the budget of 3,450.75 dollars.",
          "  Hello   world!\n\nIt's   <s> café </s> naïve -- 100%", ""]
 

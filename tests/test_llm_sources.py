@@ -38,6 +38,16 @@ def family_files(request, tmp_path_factory):
     return tiny, directory, gguf, model
 
 
+@pytest.fixture(scope="module")
+def one_family(tmp_path_factory):
+    """(tiny, HF directory, GGUF file, the transformers model) of Qwen2 alone: for what does not differ by family
+    (where a bundle finds its model file, adapters, the command line, damaged files)."""
+    tiny = FAMILIES["qwen2"]
+    root = tmp_path_factory.mktemp("one")
+    directory, model = write_hf(tiny, root / "hf")
+    return tiny, directory, write_gguf(tiny, directory, root / "model.gguf", model), model
+
+
 def reference(model, prompt: list[int], eos: int) -> list[int]:
     """transformers' greedy continuation of `prompt`, up to NEW_TOKENS or its end of turn."""
     with torch.no_grad():
@@ -183,22 +193,20 @@ def test_gguf_blocks_dequantize_as_gguf_py_does(kind):
     np.testing.assert_array_equal(ours, theirs)  # bit for bit, NaN and infinities of random scales included
 
 
-def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(family_files, tmp_path, monkeypatch, capsys):
+def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(one_family, tmp_path, monkeypatch, capsys):
     from locsum_sdk.bundle import Bundle
     from locsum_sdk.cli import main
 
-    tiny, directory, gguf, _ = family_files
+    tiny, directory, gguf, _ = one_family
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    source = gguf or directory
-    assert main(["export", "--checkpoint", str(source), "--kind", "pagesum", "--output", str(tmp_path / "b"),
+    assert main(["export", "--checkpoint", str(gguf), "--kind", "pagesum", "--output", str(tmp_path / "b"),
                  "--instruction", "List the decisions.", "--question", "Question: "]) == 0
     manifest = Bundle.load(tmp_path / "b").manifest
     assert (manifest.kind, manifest.model["instruction"], manifest.model["question"]) == \
         ("pagesum", "List the decisions.", "Question: ")
     assert {k: manifest.generation[k] for k in ("num_beams", "repetition_penalty", "whole_sentences")} == \
         {"num_beams": 1, "repetition_penalty": 1.3, "whole_sentences": True}  # zero-shot decoding defaults
-    assert manifest.producer["model_family"] == (tiny.arch if gguf else tiny.family)  # a Mistral GGUF is `llama`
-    assert manifest.producer["model_license"] == ("apache-2.0" if gguf else "unknown: see the model's own card")
+    assert (manifest.producer["model_family"], manifest.producer["model_license"]) == (tiny.arch, "apache-2.0")
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     for file in directory.iterdir():
@@ -252,7 +260,7 @@ def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path,
     assert hf_summary.token_ids == gguf_summary.token_ids and len(hf_summary.token_ids) > 5
 
 
-def test_a_bundle_assembles_its_weights_from_the_users_file(family_files, tmp_path, monkeypatch):
+def test_a_bundle_assembles_its_weights_from_the_users_file(one_family, tmp_path, monkeypatch):
     """The bundle records the model file (name, path, size, sha256) and recipes instead of the weights; a moved
     file is found beside the bundle or through $LOCSUM_MODEL_PATH, and a missing or changed one is refused with
     its name and the way to point the bundle at it."""
@@ -262,9 +270,7 @@ def test_a_bundle_assembles_its_weights_from_the_users_file(family_files, tmp_pa
     from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.model_files import MODEL_PATH_ENV
 
-    tiny, directory, gguf, model = family_files
-    if gguf is None:
-        pytest.skip("the HF directory's safetensors take the same path; one file format is enough here")
+    tiny, directory, gguf, model = one_family
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
     moved = tmp_path / "models" / "model.gguf"
@@ -319,16 +325,14 @@ def test_int8_agrees_with_float32_as_stated(family_files, tmp_path, monkeypatch)
     assert firsts >= 6 and np.mean(shares) >= 0.4, (tiny.name, firsts, shares)
 
 
-def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(family_files, tmp_path, monkeypatch):
+def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(one_family, tmp_path, monkeypatch):
     """A checkpoint started from the user's LLM (as `train/` starts one with `init_from`), its adapters added,
     exports against the model file (`--model-file`): the bundle carries the adapters, not the model."""
     from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
     from locsum_sdk.modeling.lora import add_adapters
 
-    tiny, directory, gguf, model = family_files
-    if gguf is None:
-        pytest.skip("one file format is enough here")
+    tiny, directory, gguf, model = one_family
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     loaded = load_checkpoint(gguf, kind="pagesum")
     backbone = loaded.model.model
@@ -342,15 +346,6 @@ def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(family_fil
     check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} with zero adapters")
 
 
-@pytest.fixture(scope="module")
-def damaged_sources(tmp_path_factory):
-    """A tiny Qwen2 as an HF directory and a GGUF file, to damage."""
-    tiny = FAMILIES["qwen2"]
-    root = tmp_path_factory.mktemp("damaged")
-    directory, model = write_hf(tiny, root / "hf")
-    return directory, write_gguf(tiny, directory, root / "model.gguf", model)
-
-
 def read_everything(path) -> None:
     source = read_llm(path)
     framed_config(source)
@@ -360,12 +355,12 @@ def read_everything(path) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_a_damaged_model_file_is_refused_with_a_typed_error(damaged_sources, tmp_path, data):
+def test_a_damaged_model_file_is_refused_with_a_typed_error(one_family, tmp_path, data):
     """Truncated files and flipped bytes (in a GGUF's header, in a safetensors header or its config) are read or
     refused with a BundleError, never an untyped exception."""
     import shutil
 
-    directory, gguf = damaged_sources
+    _, directory, gguf, _ = one_family
     target = data.draw(st.sampled_from(["gguf", "model.safetensors", "config.json", "tokenizer_config.json"]))
     if target == "gguf":
         path = tmp_path / "model.gguf"

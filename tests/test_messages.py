@@ -26,7 +26,10 @@ NAME = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(])")
 LOGGING = {"debug", "info", "warning", "error", "exception", "critical"}
 # names messages point to that are not options: API functions, files, checkpoint and config keys
 OTHER_NAMES = {"estimate_memory", "summarize_batch", "unit_scores", "page_conf", "pytorch_model", "model_type",
-               "inter_heads", "d_model", "locsum_sdk"}
+               "inter_heads", "d_model", "locsum_sdk",
+               # the keys of a user's LLM files (config.json, the safetensors index, tokenizer_config.json), its LM
+               # head's tensor, and transformers' method that writes such a directory
+               "chat_template", "rope_scaling", "hidden_act", "weight_map", "lm_head", "save_pretrained"}
 
 
 def option_names() -> set[str]:
