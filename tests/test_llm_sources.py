@@ -216,6 +216,8 @@ def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(one_family, t
     capsys.readouterr()
     assert main(["export", "--checkpoint", str(foreign), "--output", str(tmp_path / "f")]) == 2
     assert "mixture of experts" in capsys.readouterr().err and not (tmp_path / "f").exists()
+    assert main(["export", "--checkpoint", str(directory), "--kind", "dyle", "--output", str(tmp_path / "d")]) == 2
+    assert "train.base_start --kind dyle" in capsys.readouterr().err and not (tmp_path / "d").exists()
 
 
 def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path, monkeypatch):
@@ -380,3 +382,30 @@ def test_a_damaged_model_file_is_refused_with_a_typed_error(one_family, tmp_path
         read_everything(path)
     except BundleError:
         pass
+
+
+def test_dyle_starts_from_a_users_llm_and_reads_one_snippet_as_the_model_does(one_family, tmp_path, monkeypatch):
+    """`train.base_start --kind dyle --base MODEL` puts a BERT extractor of its own before the user's LLM, framed in
+    the LLM's template; exported against the model's file, one snippet is the model reading its prompt."""
+    import random
+
+    from conftest import document
+    from test_dyle_training import bert_directory
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from train.base_start import base_start
+
+    tiny, directory, gguf, model = one_family
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rng = random.Random(0)
+    bert = bert_directory(tmp_path / "bert", [document(rng, 8) for _ in range(50)])
+    start = base_start("dyle", tmp_path / "dyle", directory, bert)
+    bundle = export_onnx(start, tmp_path / "bundle", model_files=[directory / "model.safetensors"],
+                         options={"chunk_tokens": 128})  # the tiny extractor's positions
+    assert [source["file"] for source in bundle.manifest.base["sources"]] == ["model.safetensors"]
+    summarizer = Summarizer.from_pretrained(bundle.path, threads=1)
+    sentence = "The board met on 12 May 2026 to approve the budget for the library roof."
+    summary = summarizer.summarize(sentence, **GREEDY)
+    (unit,) = summary.units
+    expected = reference(model, [*unit.token_ids, summarizer.special.decoder_start], summarizer.special.eos)
+    assert summary.token_ids == expected and len(expected) >= 4

