@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from locsum_sdk.llm.gguf_tokenizer import PRE_TOKENIZERS
+from locsum_sdk.llm.gguf_tokenizer import split_as
 
 LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
                    "<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
@@ -72,18 +72,10 @@ def corpus(seed: int = 0, count: int = 300) -> list[str]:
 
 def train_tokenizer(pre: str, path: Path) -> Path:
     """A byte-level BPE of about 600 tokens with the SPECIALS, split before BPE as llama.cpp's `pre` does."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    pattern, digits, nfc = PRE_TOKENIZERS[pre]
     tokenizer = Tokenizer(models.BPE())
-    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
-    if pattern is not None:
-        steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
-    if nfc:
-        tokenizer.normalizer = normalizers.NFC()
-    tokenizer.decoder = decoders.ByteLevel()
+    split_as(tokenizer, pre)
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(corpus(), trainer)

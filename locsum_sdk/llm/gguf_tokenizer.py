@@ -25,9 +25,24 @@ PRE_TOKENIZERS = {
 }
 
 
+def split_as(tokenizer, pre: str) -> None:
+    """Give a byte-level BPE `tokenizer` the normalizer, pre-tokenizer and decoder llama.cpp's `pre` names."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+
+    pattern, digits, nfc = PRE_TOKENIZERS[pre]
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
+    if pattern is not None:
+        steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    if nfc:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.decoder = decoders.ByteLevel()
+
+
 def gguf_tokenizer(metadata: dict[str, Any], where: str):
     """The tokenizer of a GGUF file's metadata (BundleError naming what is not read)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models
 
     model = metadata.get("tokenizer.ggml.model")
     if model != "gpt2":
@@ -37,22 +52,12 @@ def gguf_tokenizer(metadata: dict[str, Any], where: str):
     if pre not in PRE_TOKENIZERS:
         raise BundleError(f"{where}: pre-tokenizer {pre!r} is not read here ({sorted(PRE_TOKENIZERS)} are); export "
                           "from the model's HF directory, which holds tokenizer.json")
-    pattern, digits, nfc = PRE_TOKENIZERS[pre]
     tokens = list(metadata["tokenizer.ggml.tokens"])
     merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
     types = list(metadata.get("tokenizer.ggml.token_type", [1] * len(tokens)))
     tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges,
                                      fuse_unk=False, byte_fallback=False))
-    steps = []
-    if digits:
-        steps.append(pre_tokenizers.Digits(individual_digits=True))
-    if pattern is not None:
-        steps.append(pre_tokenizers.Split(Regex(pattern), behavior="isolated"))
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
-    if nfc:
-        tokenizer.normalizer = normalizers.NFC()
-    tokenizer.decoder = decoders.ByteLevel()
+    split_as(tokenizer, pre)
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
                                   for token, kind in zip(tokens, types) if kind == _CONTROL])
     tokenizer.add_tokens([AddedToken(token, special=False, normalized=False)
