@@ -62,7 +62,9 @@ def test_the_estimate_holds_over_generated_shapes(kind):
 
 @pytest.fixture(scope="module")
 def llama_bundle(tmp_path_factory, tokenizer, tokenizer_file):
-    """A PageSum on a Llama backbone large enough that a long input's peak is well above FLOOR (random weights)."""
+    """A PageSum on a Llama backbone large enough that a long input's peak is well above FLOOR (random weights), of
+    a user's LLM's shapes rather than SmolLM2's: heads wider than d_model / heads (8 x 32 against 128), query/key/value
+    biases and an LM head of its own."""
     from conftest import random_model, tiny_llama_config
 
     from locsum_sdk.exporters.onnx import export_onnx
@@ -70,7 +72,7 @@ def llama_bundle(tmp_path_factory, tokenizer, tokenizer_file):
     from locsum_sdk.modeling.pagesum import PageSum
 
     config = tiny_llama_config(tokenizer.get_vocab_size(), d_model=128, layers=4, heads=8, kv_heads=2, ffn_dim=384,
-                               max_positions=1024)
+                               max_positions=1024, head_size=32, attention_bias=True, tie_embeddings=False)
     model = random_model(lambda: PageSum(config), std=0.05)
     checkpoint = save_checkpoint(model, tmp_path_factory.mktemp("llama_ckpt"), tokenizer_file,
                                  units={"policy": "spatial", "page_tokens": 256}, generation={"max_length": 40})
