@@ -1,10 +1,10 @@
 """The tensor types of llama.cpp's GGUF files that are read here, dequantized to float32 with numpy alone.
 
 Plain types (F32, F16, BF16) and the block types common files use: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32
-values, one float16 scale and, for _1, a float16 minimum) and the K-quants Q4_K, Q5_K, Q6_K (super-blocks of 256
-values in sub-blocks of 16 or 32, each with its own 6- or 8-bit scale). Dequantizing is elementwise float32
-arithmetic in a fixed order (each scale times each code, then the minimum), so every machine gets the same bits from
-the same file. Another type is refused by its name (`UnsupportedTypeError`).
+values, one float16 scale and, for _1, a float16 minimum) and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+(super-blocks of 256 values in sub-blocks of 16 or 32, each with its own 4-, 6- or 8-bit scale). Dequantizing is
+elementwise float32 arithmetic in a fixed order (each scale times each code, then the minimum), so every machine
+gets the same bits from the same file. Another type is refused by its name (`UnsupportedTypeError`).
 """
 
 from __future__ import annotations
@@ -82,6 +82,40 @@ def _q8_0(blocks: np.ndarray) -> np.ndarray:
     return _half(blocks, 0) * blocks[:, 2:].copy().view(np.int8).astype(np.float32)
 
 
+def _two_bit_codes(codes: np.ndarray) -> np.ndarray:
+    """64 bytes of 2-bit codes (n, 64) -> (n, 2, 4, 32): half h, shift j, value m is bits 2j..2j+1 of byte 32h + m
+    (the order Q2_K and Q3_K write a super-block's 256 values in)."""
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    return (codes.reshape(-1, 2, 1, 32) >> shifts) & np.uint8(3)
+
+
+def _per_sixteen(scales: np.ndarray) -> np.ndarray:
+    """16 sub-block numbers (n, 16), sub-block 8h + 2j + p covering values m in [16p, 16p + 16) of (h, j) ->
+    (n, 2, 4, 32) beside `_two_bit_codes`."""
+    return np.repeat(scales.reshape(-1, 2, 4, 2), 16, axis=3)
+
+
+def _q2_k(blocks: np.ndarray) -> np.ndarray:
+    scales = blocks[:, 0:16]
+    step = _half(blocks, 80)[:, :, None, None] * _per_sixteen(scales & np.uint8(0x0F)).astype(np.float32)
+    offset = _half(blocks, 82)[:, :, None, None] * _per_sixteen(scales >> np.uint8(4)).astype(np.float32)
+    return (step * _two_bit_codes(blocks[:, 16:80]).astype(np.float32) - offset).reshape(-1, 256)
+
+
+def _q3_k(blocks: np.ndarray) -> np.ndarray:
+    packed = blocks[:, 96:108]
+    low, high, top = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    two = lambda shift: (top >> np.uint8(shift)) & np.uint8(3)  # noqa: E731
+    scales = np.concatenate([(low & np.uint8(0x0F)) | (two(0) << np.uint8(4)),
+                             (high & np.uint8(0x0F)) | (two(2) << np.uint8(4)),
+                             (low >> np.uint8(4)) | (two(4) << np.uint8(4)),
+                             (high >> np.uint8(4)) | (two(6) << np.uint8(4))], axis=1).astype(np.int8) - np.int8(32)
+    mask = np.unpackbits(blocks[:, 0:32], axis=1, bitorder="little").reshape(-1, 32, 2, 4).transpose(0, 2, 3, 1)
+    codes = _two_bit_codes(blocks[:, 32:96]).astype(np.int8) - np.int8(4) * (1 - mask.astype(np.int8))
+    step = _half(blocks, 108)[:, :, None, None] * _per_sixteen(scales).astype(np.float32)
+    return (step * codes.astype(np.float32)).reshape(-1, 256)
+
+
 def _k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The 8 six-bit scales and minimums of a Q4_K/Q5_K super-block from its 12 packed bytes (n, 12) -> two (n, 8)
     uint8: sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums); sub-blocks 4-7 in the nibbles
@@ -137,6 +171,8 @@ TYPES: dict[int, BlockType] = {
     6: BlockType("Q5_0", 32, 22, _q5_0),
     7: BlockType("Q5_1", 32, 24, _q5_1),
     8: BlockType("Q8_0", 32, 34, _q8_0),
+    10: BlockType("Q2_K", 256, 84, _q2_k),
+    11: BlockType("Q3_K", 256, 110, _q3_k),
     12: BlockType("Q4_K", 256, 144, _q4_k),
     13: BlockType("Q5_K", 256, 176, _q5_k),
     14: BlockType("Q6_K", 256, 210, _q6_k),
@@ -144,7 +180,7 @@ TYPES: dict[int, BlockType] = {
 }
 
 #: ggml's names of the types that are not read, for the error that refuses them.
-OTHER_NAMES = {9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+OTHER_NAMES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
                19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
                27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
 
