@@ -169,11 +169,17 @@ def _export(args: argparse.Namespace) -> int:
 
 def _instruction(args: argparse.Namespace):
     """The LLM instruction --instruction and --question give, or None."""
-    if args.instruction is None and args.question is None:
+    if args.instruction is None and args.question is None and args.chat_template is None:
         return None
     from .llm import Instruction
 
-    given = {"summarize": args.instruction, "question": args.question}
+    template = None
+    if args.chat_template is not None:
+        try:
+            template = Path(args.chat_template).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise OptionError(f"--chat-template {args.chat_template}: not a readable text file ({err})") from None
+    given = {"summarize": args.instruction, "question": args.question, "chat_template": template}
     return Instruction(**{name: value for name, value in given.items() if value is not None})
 
 
@@ -627,6 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "HF directory or GGUF file of the Llama family (Llama, Mistral, Qwen2)")
     e.add_argument("--instruction", help="an LLM's instruction after each unit's text (default: 'Summarize the text "
                    "above in a few sentences.')")
+    e.add_argument("--chat-template", dest="chat_template", metavar="FILE", help="a Jinja chat template framing "
+                   "an LLM's units in place of the model's own (for a file that has none)")
     e.add_argument("--question", help="an LLM's words before a query (default: 'Answer this question about the "
                    "text: ')")
     e.add_argument("--output", help="bundle directory to create (--trt: default BUNDLE-trt)")

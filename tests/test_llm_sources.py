@@ -409,3 +409,27 @@ def test_dyle_starts_from_a_users_llm_and_reads_one_snippet_as_the_model_does(on
     (unit,) = summary.units
     expected = reference(model, [*unit.token_ids, summarizer.special.decoder_start], summarizer.special.eos)
     assert summary.token_ids == expected and len(expected) >= 4
+
+
+def test_a_model_without_a_chat_template_takes_one_given_at_export(tmp_path, tokenizer_file, monkeypatch, capsys):
+    """A GGUF holding no chat template is refused, saying how to give one; `--chat-template FILE` frames it."""
+    from gguf_files import CHAT_TEMPLATE
+    from gguf_files import write_gguf as write_base_gguf
+
+    from locsum_sdk.bundle import Bundle
+    from locsum_sdk.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = write_base_gguf(tmp_path / "plain.gguf", tokenizer_file, chat_template=None)[0]
+    with pytest.raises(BundleError, match="--chat-template"):
+        framed_config(read_llm(path))
+    template = tmp_path / "template.jinja"
+    template.write_text(CHAT_TEMPLATE)
+    assert main(["export", "--checkpoint", str(path), "--output", str(tmp_path / "b"), "--chat-template",
+                 str(template)]) == 0
+    model = Bundle.load(tmp_path / "b").manifest.model
+    tokens = read_llm(path).tokenizer
+    assert tokens.decode(model["unit_head"], skip_special_tokens=False) == "<s><|user|>\n"
+    assert main(["export", "--checkpoint", str(path), "--output", str(tmp_path / "c"), "--chat-template",
+                 str(tmp_path / "absent.jinja")]) == 2
+    assert "--chat-template" in capsys.readouterr().err

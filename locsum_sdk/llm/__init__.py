@@ -62,11 +62,13 @@ def read_llm(path: str | os.PathLike) -> LLMSource:
 
 
 def framed_config(source: LLMSource, instruction: Instruction | None = None) -> dict[str, Any]:
-    """The source's LlamaConfig fields with the frame of its own chat template around each unit (`prompt`)."""
-    if not source.chat_template:
-        raise BundleError(f"{source.path} has no chat template; the units are read in the model's own template, so "
-                          "export an instruction-tuned model (or add its chat_template.jinja)")
+    """The source's LlamaConfig fields with the frame of its own chat template (or the instruction's) around each
+    unit (`prompt`)."""
     instruction = instruction or Instruction()
-    frame = chat_frame(source.chat_template, source.tokenizer, instruction, source.special_strings,
+    template = instruction.chat_template or source.chat_template
+    if not template:
+        raise BundleError(f"{source.path} has no chat template; the units are read in the model's own template, so "
+                          "export an instruction-tuned model, or give one (--chat-template FILE)")
+    frame = chat_frame(template, source.tokenizer, instruction, source.special_strings,
                        source.config["eos_token_id"], str(source.path))
     return {**source.config, **frame, "instruction": instruction.summarize, "question": instruction.question}

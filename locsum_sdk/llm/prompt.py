@@ -21,13 +21,20 @@ TEXT, QUERY, ANSWER = "\u2063LOCSUM-TEXT\u2063", "\u2063LOCSUM-QUERY\u2063", "\u
 
 @dataclass(frozen=True)
 class Instruction:
-    """What the user's turn asks after the unit's text, recorded in the bundle's manifest."""
+    """What the user's turn asks after the unit's text (recorded in the bundle's manifest), and the chat template
+    that frames it where the model's own is missing or not wanted."""
 
     summarize: str = "Summarize the text above in a few sentences."  # the last paragraph of every turn
     question: str = "Answer this question about the text: "  # before the query, where there is one
+    chat_template: str | None = None  # a Jinja chat template in place of the model's own (None: the model's)
 
     def __post_init__(self) -> None:
+        if self.chat_template is not None and (not isinstance(self.chat_template, str)
+                                               or not self.chat_template.strip()):
+            raise OptionError("chat_template must be the text of a Jinja chat template, or None for the model's own")
         for name, value in asdict(self).items():
+            if name == "chat_template":
+                continue
             if not isinstance(value, str) or not value.strip() and name == "summarize":
                 raise OptionError(f"instruction {name}={value!r} must be a string (summarize: not empty)")
             if any(marker in value for marker in (TEXT, QUERY, ANSWER)):
