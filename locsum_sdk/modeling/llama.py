@@ -19,6 +19,7 @@ axis, `(N, KV, G*T, d) @ (N, KV, d, S)`.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -47,12 +48,13 @@ class RMSNorm(nn.Module):
         return self.weight * wide.to(x.dtype)
 
 
+@functools.lru_cache(maxsize=16)
 def frequencies(config: LlamaConfig) -> torch.Tensor:
     """The rotary frequencies (d/2,), float32: pair (i, i + d/2) turns by 1 / base^(2i/d) a position, scaled as
     `config.rope_type` says (HF's `rope_scaling`): linear divides them all by the factor; llama3 divides those
     whose wavelength is over original_positions / low_freq_factor, keeps those under original_positions /
     high_freq_factor, and blends the two in between. Divisors stored with the model (`rope_divisors`) divide each
-    pair's frequency by its own."""
+    pair's frequency by its own. Computed once per config (every step reads them; nothing writes them)."""
     d = config.head_dim
     inverse = 1.0 / config.rope_base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)  # (d/2,)
     if config.rope_divisors:
