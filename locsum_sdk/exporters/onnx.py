@@ -17,17 +17,19 @@ import numpy as np
 
 from .. import __version__, kinds
 from .. import constants as C
-from ..base_weights import BASE_FILE, BaseSource
+from ..base_weights import BASE_FILE, BaseRecord, BaseSource
 from ..bundle import Bundle, Manifest, write_manifest
 from ..errors import BundleNotFoundError, ExportError, OptionError
+from ..llm import is_llm
 from ..model_files import UserFile
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
+from ..modeling.llm_checkpoint import load_llm
 from ..ops import page_combine
 from ..options import checkpoint_defaults
 from ..packed import pack_directory
 from ..words import WordList
-from . import base_derived
+from . import base_derived, streamed
 from .packing import pack, tie_lm_head
 from .staging import staged
 
@@ -74,12 +76,12 @@ def quantize_int8(path: Path) -> None:
 
 def check_graph(path: Path, expect_function: str | None) -> None:
     """onnx.checker (full) and, where the kind expects one, its locsum-domain op kept as nodes calling one
-    function body (not inlined)."""
+    function body (not inlined). Weights stored outside the graph (base.bin) are not read."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(str(path), full_check=True)
     except Exception as err:
         raise ExportError(f"{path.name} fails onnx.checker: {err}") from None
     if expect_function:
@@ -89,7 +91,7 @@ def check_graph(path: Path, expect_function: str | None) -> None:
             raise ExportError(f"{path.name} should call {page_combine.DOMAIN}.{expect_function} and hold its function")
 
 
-def validate(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
+def compare_with_torch(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
     """Run the graph on ONNX Runtime and compare with the torch outputs, each within `atol` times its largest
     magnitude where that is over 1 (float32 rounding grows with the values: a 30-layer model's hidden states reach
     the hundreds); returns the largest difference."""
@@ -120,6 +122,42 @@ def _beside(checkpoint: str | os.PathLike, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], sources: list[BaseSource | UserFile],
+                   quantize: str | None, atol: float, validate: bool) -> tuple[dict[str, Any], BaseRecord | None]:
+    """Export each graph of `model` (in memory) to `work`, checked and compared with torch, quantized where asked;
+    the weights that are pretrained tensors of `sources` go to base.bin with their recipes. Returns the manifest's
+    graphs and base.bin's record (None without sources)."""
+    from ..modeling import graphs
+
+    index = base_derived.SourceIndex(sources) if sources else None
+    written: dict[str, dict[str, Any]] = {}
+    checks, recipes = {}, {}
+    for name, spec in torch_kind.graphs(model).items():
+        file, function = io[name].file, torch_kind.functions_of(model).get(name)
+        logger.info("exporting %s", file)
+        expected = graphs.export_graph(spec, work / file, OPSET)
+        check_graph(work / file, function)
+        written[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs}
+        if validate:
+            written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
+            logger.info("%s matches torch within %.1e", file, written[name]["max_abs_diff"])
+        matches = base_derived.match_graph(work / file, index) if index else {}
+        if quantize == "int8":
+            quantize_int8(work / file)
+        if index:
+            recipes[file] = base_derived.rewrite(work / file, matches, index)
+        if quantize == "int8":
+            check_graph(work / file, function)
+            if validate:
+                written[name]["int8_max_abs_diff"] = compare_with_torch(work / file, spec, expected, float("inf"))
+        checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
+    record = base_derived.externalize(work, recipes, index) if index else None
+    if record is not None and validate:
+        for file, (spec, expected, tolerance) in checks.items():  # the graphs as they now read base.bin
+            compare_with_torch(work / file, spec, expected, tolerance * (1 + 1e-6))
+    return written, record
+
+
 def export_onnx(
     checkpoint: str | os.PathLike,
     output: str | os.PathLike,
@@ -136,6 +174,7 @@ def export_onnx(
     instruction: Any = None,
     carry_weights: bool = False,
     model_files: Sequence[str | os.PathLike] = (),
+    validate: bool = True,
 ) -> Bundle:
     """Export a checkpoint (ours, an HF BART directory, a research file, or an LLM: an HF Llama-family directory
     or a GGUF file) to a bundle.
@@ -169,6 +208,10 @@ def export_onnx(
         instruction: for an LLM, what each unit's turn asks (`llm.Instruction`; default: summarize the text, and
             answer the query where there is one), framed in the model's own chat template and recorded in the
             manifest's model settings.
+        validate: run each graph on ONNX Runtime and compare it with torch (on by default). An LLM exported in
+            float32 onto its own files is written without the model in memory (`exporters.streamed`: one tensor
+            at a time); the comparison then needs the model's float32 size once, for torch and then for ONNX
+            Runtime, which `validate=False` spares.
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
@@ -179,7 +222,10 @@ def export_onnx(
     output = Path(output)
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    loaded = load_checkpoint(checkpoint, config, kind, instruction)
+    if not carry_weights and quantize is None and is_llm(checkpoint):
+        loaded = load_llm(checkpoint, kind, instruction, stand_ins=True)
+    else:
+        loaded = load_checkpoint(checkpoint, config, kind, instruction)
     declared, torch_kind = kinds.get(loaded.model.kind), registry.model_kind(loaded.model.kind)
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
@@ -210,34 +256,19 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
-    llm_files = [] if carry_weights else list(loaded.model_files)
-    sources = [*(base or ()), *(UserFile(Path(p)) for p in dict.fromkeys([*llm_files, *model_files]))]
-    index = base_derived.SourceIndex(sources) if sources else None
+    io = declared.graphs(model.config.to_dict())
     with staged(output) as work:
-        written: dict[str, dict[str, Any]] = {}
-        checks, recipes = {}, {}
-        io = declared.graphs(model.config.to_dict())
-        for name, spec in torch_kind.graphs(model).items():
-            file, function = io[name].file, torch_kind.functions_of(model).get(name)
-            logger.info("exporting %s", file)
-            expected = graphs.export_graph(spec, work / file, OPSET)
-            check_graph(work / file, function)
-            worst = validate(work / file, spec, expected, atol)
-            logger.info("%s matches torch within %.1e", file, worst)
-            written[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs, "max_abs_diff": worst}
-            matches = base_derived.match_graph(work / file, index) if index else {}
-            if quantize == "int8":
-                quantize_int8(work / file)
-            if index:
-                recipes[file] = base_derived.rewrite(work / file, matches, index)
-            if quantize == "int8":
-                check_graph(work / file, function)
-                written[name]["int8_max_abs_diff"] = validate(work / file, spec, expected, float("inf"))
-            checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
-        record = base_derived.externalize(work, recipes, index) if index else None
-        if record is not None:
-            for file, (spec, expected, tolerance) in checks.items():  # the graphs as they now read base.bin
-                validate(work / file, spec, expected, tolerance * (1 + 1e-6))
+        if loaded.origins:
+            files = {name: graph.file for name, graph in io.items()}
+            reference = (lambda: torch_kind.graphs(load_llm(checkpoint, kind, instruction).model)) if validate else None
+            written, record = streamed.export_graphs(
+                work, model, loaded.origins, torch_kind.graphs(model), files, OPSET,
+                lambda path, name: check_graph(path, torch_kind.functions_of(model).get(name)), reference,
+                lambda path, spec, expected: compare_with_torch(path, spec, expected, atol))
+        else:
+            llm_files = [] if carry_weights else loaded.model_files
+            sources = [*(base or ()), *(UserFile(Path(p)) for p in dict.fromkeys([*llm_files, *model_files]))]
+            written, record = _export_graphs(work, model, torch_kind, io, sources, quantize, atol, validate)
         pack(work, [graph["file"] for graph in written.values()])
         if record is not None:
             (work / BASE_FILE).unlink()

@@ -9,7 +9,7 @@ tensor (`rope_freqs.weight`, how llama.cpp keeps Llama 3.1's scaling) become the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from ..errors import BundleError
 from ..gguf_file import GGUFFile
 from .families import ForeignModelError, family
 from .gguf_tokenizer import gguf_tokenizer
-from .source import LLMSource
+from .source import LLMSource, Origin
 
 #: GGUF tensor names of one layer -> HF Llama names (without `model.`).
 LAYER_TENSORS = {
@@ -98,18 +98,22 @@ def _hf_name(name: str, path: Path) -> tuple[str, str | None]:
     raise ForeignModelError(f"{path}: tensor {name!r} has no place in a Llama-family block")
 
 
-def oriented_tensors(reader: GGUFFile) -> Iterator[tuple[str, np.ndarray]]:
-    """Every tensor of the file as float32 by its GGUF name, query and key rows in HF order."""
+def oriented_tensors(reader: GGUFFile, names: Collection[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Every tensor of the file (or those in `names`) as float32 by its GGUF name, query and key rows in HF order,
+    one at a time."""
     arch = reader.field("general.architecture")
     heads = {"attn_q": reader.metadata.get(f"{arch}.attention.head_count"),
              "attn_k": reader.metadata.get(f"{arch}.attention.head_count_kv",
                                            reader.metadata.get(f"{arch}.attention.head_count"))}
     for name in reader.tensors:
+        if names is not None and name not in names:
+            continue
         array = reader.array(name)
         part = name.split(".")[2] if name.startswith("blk.") and name.count(".") >= 3 else None
         if arch in PERMUTED and part in heads:
             array = np.ascontiguousarray(unpermute(array, int(heads[part])))
         yield name, array
+        del array  # before the next tensor is read: one at a time
 
 
 def read_gguf(path: Path) -> LLMSource:
@@ -141,6 +145,8 @@ def read_gguf(path: Path) -> LLMSource:
             if name != ROPE_FREQS:
                 yield _hf_name(name, path)[0], array
 
+    origins = {_hf_name(name, path)[0]: Origin(path, name, info.shape) for name, info in reader.tensors.items()
+               if name != ROPE_FREQS}
     licence = reader.metadata.get("general.license")
     return LLMSource(path, "gguf", chosen.names[0], config, tokenizer, reader.metadata.get("tokenizer.chat_template"),
-                     strings, [path], tensors, licence if isinstance(licence, str) else None)
+                     strings, [path], tensors, origins, licence if isinstance(licence, str) else None)

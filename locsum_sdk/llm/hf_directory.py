@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import BundleError, BundleNotFoundError
 from .families import family
 from .safetensors_file import SafetensorsFile
-from .source import LLMSource
+from .source import LLMSource, Origin
 
 CONFIG, WEIGHTS, INDEX, TOKENIZER = "config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json"
 TOKENIZER_CONFIG, TEMPLATE, GENERATION = "tokenizer_config.json", "chat_template.jinja", "generation_config.json"
@@ -135,6 +135,11 @@ def read_directory(directory: Path) -> LLMSource:
                 if weights.is_float(name):
                     yield name.removeprefix("model."), weights.array(name)
 
+    origins = {}
+    for file in files:
+        weights = SafetensorsFile(file)
+        origins.update({name.removeprefix("model."): Origin(file, name, weights.shape(name)) for name in weights.names
+                        if weights.is_float(name)})
     licence = hf.get("license") if isinstance(hf.get("license"), str) else None
     return LLMSource(directory, "hf", chosen.names[0], config, tokenizer, chat_template(directory),
-                     _token_strings(directory, tokenizer, config), files, tensors, licence)
+                     _token_strings(directory, tokenizer, config), files, tensors, origins, licence)

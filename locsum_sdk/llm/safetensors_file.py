@@ -57,7 +57,9 @@ class SafetensorsFile:
             raise BundleError(f"{self.path}: tensor {name!r} is {dtype}, not a floating-point weight")
         raw = np.fromfile(self.path, dtype=np.uint8, count=end - begin, offset=self.data_start + begin)
         if dtype == "BF16":
-            return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
+            wide = raw.view("<u2").astype(np.uint32)
+            wide <<= 16  # in place: the widened tensor is held once
+            return wide.view(np.float32).reshape(shape)
         return raw.view(_FLOATS[dtype]).astype(np.float32).reshape(shape)
 
 

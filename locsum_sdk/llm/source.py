@@ -11,6 +11,16 @@ from typing import Any
 import numpy as np
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where one weight is stored: its file, its name there (as `base_weights.source_arrays` yields it) and its shape
+    as read (HF order: (out, in))."""
+
+    file: Path
+    name: str
+    shape: tuple[int, ...]
+
+
 @dataclass
 class LLMSource:
     """What a reader (`hf_directory`, `gguf_model`) found."""
@@ -24,6 +34,7 @@ class LLMSource:
     special_strings: dict[str, str]  # bos_token, eos_token: what a chat template reads
     files: list[Path]  # the weights files, in the order tensors are read
     read: Callable[[], Iterator[tuple[str, np.ndarray]]]  # every tensor as float32 under HF Llama's names
+    origins: dict[str, Origin]  # every tensor's place, by HF Llama name, read from the files' headers alone
     license: str | None = None
     notes: list[str] = field(default_factory=list)  # what was mapped that a user should know (a window, a head)
 

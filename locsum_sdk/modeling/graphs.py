@@ -60,20 +60,68 @@ def register_doc_scaled_attention(opset: int) -> None:
     torch.onnx.register_custom_op_symbolic(doc_scaled_attention.TORCH_NAME, symbolic, opset)
 
 
-def export_graph(spec: GraphSpec, path: Path, opset: int) -> list[np.ndarray]:
-    """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
+def _example(spec: GraphSpec) -> tuple[torch.Tensor, ...]:
+    return tuple(t.clone() for t in spec.example)  # the decoder step writes its cache inputs
+
+
+def outputs(spec: GraphSpec) -> list[np.ndarray]:
+    """The torch outputs of a graph's module on its example inputs."""
     spec.module.eval()
-    copy = lambda: tuple(t.clone() for t in spec.example)  # noqa: E731  the decoder step writes its cache inputs
     with torch.no_grad():
-        expected = [t.numpy() for t in spec.module(*copy())]
+        return [t.numpy() for t in spec.module(*_example(spec))]
+
+
+def _export(module: nn.Module, spec: GraphSpec, example: tuple[torch.Tensor, ...], path: Path, opset: int,
+            weights: list[str] = ()) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            spec.module, copy(), str(path), input_names=spec.inputs, output_names=spec.outputs,
-            dynamic_axes=spec.axes, opset_version=opset, dynamo=False, do_constant_folding=True,
+            module, example, str(path), input_names=[*spec.inputs, *weights], output_names=spec.outputs,
+            dynamic_axes=spec.axes, opset_version=opset, dynamo=False, do_constant_folding=not weights,
         )
     spec.module.eval()  # the exporter restores the wrapper's mode, which may switch the model back to training
+
+
+def export_graph(spec: GraphSpec, path: Path, opset: int) -> list[np.ndarray]:
+    """Export one graph (TorchScript exporter) and return the torch outputs on its example inputs."""
+    expected = outputs(spec)
+    _export(spec.module, spec, _example(spec), path, opset)
     return expected
+
+
+class _WeightsAsInputs(nn.Module):
+    """A graph's module whose weights are inputs after the graph's own: each call puts them in the module's place
+    for the call. The exporter then holds no weight of its own (it would read every one's values, which a stand-in
+    has none of, as it infers the graph's shapes)."""
+
+    def __init__(self, spec: GraphSpec):
+        super().__init__()
+        object.__setattr__(self, "inner", spec.module)  # not a submodule: its weights are not the wrapper's
+        self.count = len(spec.inputs)
+        self.names = list(spec.module.state_dict(keep_vars=True))
+
+    def forward(self, *args: torch.Tensor):
+        saved = []
+        for name, value in zip(self.names, args[self.count:]):
+            owner, _, attr = name.rpartition(".")
+            module = self.inner.get_submodule(owner)
+            table = module._parameters if attr in module._parameters else module._buffers
+            saved.append((table, attr, table[attr]))
+            table[attr] = value
+        try:
+            return self.inner(*args[:self.count])
+        finally:
+            for table, attr, value in saved:
+                table[attr] = value
+
+
+def export_structure(spec: GraphSpec, path: Path, opset: int) -> None:
+    """Export one graph without its weights: each tensor of the module's state is an input after the graph's own,
+    named as in the state, for the exporter to make an initializer of (`exporters.streamed`). Constants are not
+    folded (folding needs the weights' values); ONNX Runtime folds them when a session is made."""
+    wrapper = _WeightsAsInputs(spec)
+    state = spec.module.state_dict(keep_vars=True)
+    _export(wrapper, spec, _example(spec) + tuple(t.detach() for t in state.values()), path, opset, wrapper.names)
 
 
 class EncoderGraph(nn.Module):

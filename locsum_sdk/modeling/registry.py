@@ -10,6 +10,7 @@ registered for it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,11 +65,15 @@ def model_kind(name: object) -> ModelKind:
     return MODEL_KINDS[name]
 
 
-def build(kind: str, config: BartConfig, state: State, source: str) -> nn.Module:
-    """A model of `kind` with `state`'s weights (completed by the kind), every name and shape checked."""
+def build(kind: str, config: BartConfig, state: State, source: str, assign: bool = False) -> nn.Module:
+    """A model of `kind` with `state`'s weights (completed by the kind), every name and shape checked. With
+    `assign`, the model is made without weights of its own and holds `state`'s tensors themselves (no copy: one
+    model's memory where a copy would need two); the state must then hold every tensor of the model, buffers
+    included, and no two of its names may be one tensor."""
     entry = model_kind(kind)
-    model = entry.model(config)
-    load_into(model, entry.complete(config, state, source), source)
+    with torch.device("meta") if assign else contextlib.nullcontext():
+        model = entry.model(config)
+    load_into(model, entry.complete(config, state, source), source, assign=assign)
     return model.eval()
 
 

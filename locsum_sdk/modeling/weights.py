@@ -33,6 +33,7 @@ class Checkpoint:
     settings: dict[str, Any] = field(default_factory=dict)  # `units` and `generation` defaults, if saved
     source: dict[str, str] = field(default_factory=dict)  # a foreign model's format, family, file and licence
     model_files: list[Path] = field(default_factory=list)  # a user's model files its pretrained weights come from
+    origins: dict[str, Any] = field(default_factory=dict)  # stand-in weights: state name -> `llm.source.Origin`
 
 
 def load_failure(err: Exception) -> str:
@@ -94,8 +95,9 @@ def from_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
-    """Copy `state` into `model`, refusing missing, unexpected or mis-shaped tensors."""
+def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str, assign: bool = False) -> None:
+    """Copy `state` into `model` (or, with `assign`, make its tensors the model's own), refusing missing, unexpected
+    or mis-shaped tensors."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -105,7 +107,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise BundleError(
                 f"{source}: {name} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True, assign=assign)
 
 
 def read_config(path: Path) -> dict[str, Any]:
