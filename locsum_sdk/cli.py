@@ -17,31 +17,29 @@ from .errors import InputError, LocsumError, OptionError
 from .generation import LENGTH_NORMALIZATIONS
 from .limits import SELECTIONS
 from .options import parse_assignment
-from .units import POLICIES, as_text
+from .units import POLICIES
 
 
-def _read_documents(files: list[str]) -> list[str]:
-    """Each file's text, one document each; a folder, a missing path, an empty file or one that is not UTF-8 text
-    is bad input, named by its path."""
-    documents = []
+def _read_files(files: list[str], password: str | None):
+    """Each file read (`locsum_sdk.files.read_file`: PDF, HTML, Word, Markdown or text, by its content), before
+    any model work; a folder, a missing path, an empty file or one that cannot be read is bad input, named by its
+    path."""
+    from .files import read_file
+
     for name in files:
-        path = Path(name)
-        if path.is_dir():
-            raise InputError(f"{path} is a folder; give its text files (each is one document of one input: "
-                             f"{path}/*.txt), or summarize a corpus with `locsum batch`")
-        if not path.is_file():
-            raise InputError(f"{path}: no such file; give UTF-8 text files")
-        documents.append(as_text(path.read_bytes(), str(path)))
-    return documents
+        if Path(name).is_dir():
+            raise InputError(f"{name} is a folder; give its files (each is one document of one input: "
+                             f"{name}/*.txt), or summarize a corpus with `locsum batch`")
+    return [read_file(name, password) for name in files]
 
 
 def _summarize(args: argparse.Namespace) -> int:
     from .summarizer import Summarizer
 
-    documents = _read_documents(args.files)
+    files = _read_files(args.files, args.password)
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                             device=args.device)
-    summary = summarizer.summarize(documents, query=args.query, **_overrides(args, summarizer.kind))
+    summary = summarizer.summarize_file(files, query=args.query, **_overrides(args, summarizer.kind))
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -602,7 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = commands.add_parser("summarize", parents=flags,
                             help="summarize files; several files are several documents of one input")
-    s.add_argument("files", nargs="+", help="UTF-8 text files")
+    s.add_argument("files", nargs="+", help="PDF, HTML, Word (.docx), Markdown or UTF-8 text files (the type is "
+                   "read from the content); a PDF's pages and a marked-up file's sections are its documents")
+    s.add_argument("--password", help="the password of an encrypted PDF")
     s.add_argument("--query", help="question for query-focused summarization")
     s.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
     s.add_argument("--json", action="store_true", help="print text, pages, page weights and timings as JSON")

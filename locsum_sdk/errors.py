@@ -27,6 +27,22 @@ class MemoryLimitError(InputTooLongError):
     """Summarizing the input would take more memory than `memory_limit` allows."""
 
 
+class FileFormatError(InputError):
+    """A file is of a type locsum does not read, or damaged; names the type found or what is wrong."""
+
+
+class EncryptedFileError(FileFormatError):
+    """A file is encrypted (a PDF with a password) and no password, or a wrong one, was given."""
+
+
+class NoTextError(FileFormatError):
+    """A file holds no text to summarize (a scanned PDF without a text layer)."""
+
+
+class FileTooLargeError(InputError):
+    """A file is larger than the stated limit, or its archive expands beyond it (a zip bomb)."""
+
+
 class DataError(InputError):
     """A data file (JSON Lines of examples) is empty or has a line that cannot be used; names file:line."""
 

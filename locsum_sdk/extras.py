@@ -27,6 +27,10 @@ RAY = Need("--engine ray", "ray", ("ray",))
 SERVE = Need("locsum serve", "serve", ("fastapi", "uvicorn", "prometheus_client"))
 SERVE_RAY = Need("locsum serve --engine ray", "serve-ray", ("ray", "grpc", "aiohttp"))
 ONNX_EXPORT = Need("exporting a checkpoint to ONNX", "export", ("torch", "safetensors", "onnx", "onnxscript"))
+PDF = Need("reading PDF files", "files", ("pypdfium2",))
+HTML = Need("reading HTML files", "files", ("trafilatura", "lxml_html_clean"))
+DOCX = Need("reading Word (DOCX) files", "files", ("docx",))
+MARKDOWN = Need("reading Markdown files", "files", ("markdown_it",))
 TRT_PREPARE = Need("preparing graphs for TensorRT", "gpu", ("onnx",), "or 'locsum[export]' for a dry run")
 
 

@@ -27,6 +27,7 @@ from .errors import (
     MemoryLimitError,
     OptionError,
 )
+from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
 from .limits import Estimate, LimitOptions, apply_limits, within_tokens
@@ -97,12 +98,27 @@ class Summary:
     kind: str  # the model kind; `locsum_sdk.kinds.get(kind).units` says what units and unit weights are
     timings: dict[str, float] = field(default_factory=dict)  # seconds: paging (and limits), select (the
     # kind's selection stage; 0 without one), encode, decode, total
+    sources: list[Part] = field(default_factory=list)  # where each document came from, for an input read from files
+    # (`summarize_file`): a file's page(s) or heading section
+
+    def unit_source(self, unit: Unit) -> dict[str, Any] | None:
+        """Where `unit` came from, for an input read from files: the file, its page(s) or heading, and the unit's
+        character span in the file's extracted text."""
+        if not self.sources:
+            return None
+        part = self.sources[unit.document]
+        return {**part.to_dict(), "start": part.start + unit.start, "end": part.start + unit.end}
 
     def to_dict(self) -> dict[str, Any]:
+        units = [u.to_dict() for u in self.units]
+        for unit, out in zip(self.units, units):
+            source = self.unit_source(unit)
+            if source is not None:
+                out["source"] = source
         return {
             "text": self.text,
             "token_ids": self.token_ids,
-            "units": [u.to_dict() for u in self.units],
+            "units": units,
             "unit_weights": self.unit_weights.round(4).tolist(),
             "score": self.score,
             "kind": self.kind,
@@ -462,6 +478,24 @@ class Summarizer:
             **overrides: any field of the kind's unit options, `LimitOptions` or `GenerationOptions`.
         """
         return self.summarize_batch([text_or_documents], [query], options, on_step, **overrides)[0]
+
+    def summarize_file(self, files: str | os.PathLike | FileText | Sequence[str | os.PathLike | FileText], /,
+                       query: str | None = None, options: Options | None = None, password: str | None = None,
+                       limits: FileLimits | None = None,
+                       on_step: Callable[[int, dict[int, Partial]], None] | None = None, **overrides: Any) -> Summary:
+        """Summarize one file, or several as one input: PDF, HTML, Word (.docx), Markdown or text, each read by
+        `locsum_sdk.files.read_file` (its type known from its content) into documents that follow its structure (a
+        PDF's pages, a marked-up file's heading sections; a text file is one document). The summary's `sources`
+        say where each document came from (`Summary.unit_source`). A file already read (`FileText`) is taken as it
+        is. `password` opens encrypted PDFs; `limits` bounds what is read of each file; the rest as `summarize`."""
+        items = [files] if isinstance(files, (str, os.PathLike, FileText)) else files
+        if not isinstance(items, (list, tuple)) or not items:
+            raise InputError(f"files is a {type(files).__name__}; pass a path, a FileText, or a non-empty list of "
+                             "them")
+        read = [item if isinstance(item, FileText) else read_file(item, password, limits) for item in items]
+        documents = [document for file in read for document in file.documents()]
+        summary = self.summarize(documents, query, options, on_step, **overrides)
+        return dataclasses.replace(summary, sources=[part for file in read for part in file.parts])
 
     def summarize_batch(
         self, inputs: Sequence[Input], /, queries: Sequence[str | None] | None = None, options: Options | None = None,

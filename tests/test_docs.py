@@ -113,8 +113,11 @@ def foreign_checkpoints(work: Path, tokenizer_file: Path) -> None:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, checkpoint_dir, tokenizer_file) -> Path:
-    """A directory holding what the examples read: texts, a corpus, a checkpoint, the shipped bundles, and foreign
-    checkpoints (`foreign_checkpoints`)."""
+    """A directory holding what the examples read: texts, a PDF, an HTML page, a Word document and Markdown
+    (`document_files`), a corpus, a checkpoint, the shipped bundles, and foreign checkpoints
+    (`foreign_checkpoints`)."""
+    from document_files import write_docx, write_html, write_markdown, write_pdf
+
     work = tmp_path_factory.mktemp("docs")
     foreign_checkpoints(work, tokenizer_file)
     meeting = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")
@@ -123,6 +126,10 @@ def workspace(tmp_path_factory, checkpoint_dir, tokenizer_file) -> Path:
     (work / "report.txt").write_text("\n".join(paragraphs[: len(paragraphs) // 3]), encoding="utf-8")
     for index, name in enumerate(("a.txt", "b.txt", "c.txt")):
         (work / name).write_text("\n".join(paragraphs[index * 8 : index * 8 + 8]), encoding="utf-8")
+    write_pdf("\n".join(paragraphs[:40]), work / "report.pdf")
+    write_html("\n".join(paragraphs[40:60]), work / "page.html")
+    write_docx("\n".join(paragraphs[60:80]), work / "notes.docx")
+    write_markdown("\n".join(paragraphs[80:100]), work / "notes.md")
     rows = [{"id": f"doc-{i}", "documents": ["\n".join(paragraphs[i * 5 : i * 5 + 5])]} for i in range(3)]
     (work / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     (work / "my-run" / "checkpoints").mkdir(parents=True)

@@ -1,0 +1,209 @@
+"""The files people hold (`locsum_sdk.files`): the example meeting written by the tests as PDF, Word, HTML and
+Markdown gives back its words in order; a PDF's parts are its pages, a marked-up file's its heading sections, and
+every unit of a summary says where it came from; bad files are refused with typed errors, and damaged ones raise
+nothing else."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from document_files import (
+    HEADER,
+    paragraphs,
+    write_docx,
+    write_html,
+    write_image_pdf,
+    write_markdown,
+    write_pdf,
+    zip_bomb_docx,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from locsum_sdk.errors import (
+    BackendUnavailableError,
+    EmptyInputError,
+    EncodingError,
+    EncryptedFileError,
+    FileFormatError,
+    FileTooLargeError,
+    LocsumError,
+    NoTextError,
+)
+from locsum_sdk.files import FileLimits, read_file
+
+pytest.importorskip("pypdfium2")
+pytest.importorskip("fpdf")
+
+MEETING = (Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text(encoding="utf-8")
+WRITERS = {"pdf": (write_pdf, "meeting.pdf"), "docx": (write_docx, "meeting.docx"),
+           "html": (write_html, "meeting.html"), "markdown": (write_markdown, "meeting.md")}
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z0-9']+", text)
+
+
+def recovered(original: str, extracted: str) -> tuple[float, int]:
+    """The share of `original`'s words found in `extracted` in order, and the words `extracted` adds."""
+    ours, theirs = words(original), words(extracted)
+    matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+    matched = sum(block.size for block in matcher.get_matching_blocks())
+    return matched / len(ours), len(theirs) - matched
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("files")
+    return {kind: write(MEETING, root / name) for kind, (write, name) in WRITERS.items()}
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+def test_each_format_gives_back_the_meetings_words_in_order(files, kind):
+    read = read_file(files[kind])
+    assert read.format == kind
+    share, added = recovered(MEETING, read.text)
+    assert share >= 0.99, f"{kind}: {share:.4f} of the words recovered"
+    headings = {"pdf": 0, "html": 7, "markdown": 10,  # a title of 3 words, two headings of 2 (and a link's text)
+                "docx": 3 + 2 * math.ceil(len(paragraphs(MEETING)) / 10) + 5}  # a title, "Part n", the table
+    assert added <= headings[kind], f"{kind}: {added} words not in the meeting (its headings: {headings[kind]})"
+    for boilerplate in (HEADER, "Page 2", "Subscribe", "tracking", "Cookie", "Copyright", "https://", "*Good*"):
+        assert boilerplate not in read.text, f"{kind} kept {boilerplate!r}"
+
+
+def test_a_pdfs_parts_are_its_pages_with_hyphenation_joined(files):
+    read = read_file(files["pdf"])
+    pages = [(part.page, part.last_page) for part in read.parts]
+    assert pages == [(n, n) for n in range(1, len(pages) + 1)] and len(pages) >= 5
+    assert read.parts[0].start == 0 and read.parts[-1].end == len(read.text)
+    assert "-\n" not in read.text and "\ufffe" not in read.text
+    assert read.text.split() == MEETING.split()  # every word, hyphenated ones joined, headers and footers left out
+    lines = read.text.split("\n")
+    assert sum(line.startswith(("Chair:", "Marta:", "Daniel:")) for line in lines) >= 20  # paragraphs joined
+
+
+@pytest.mark.parametrize("kind", ["docx", "html", "markdown"])
+def test_a_marked_up_files_parts_are_its_heading_sections(files, kind):
+    read = read_file(files[kind])
+    headings = [part.heading for part in read.parts]
+    assert len(read.parts) >= 2 and all(headings), headings
+    assert headings[0] == "Quarterly planning meeting"  # the title alone joins the first section
+    for part in read.parts:
+        assert read.text[part.start:part.end].lstrip("# ").startswith(part.heading)
+    assert [p.end for p in read.parts[:-1]] == [p.start for p in read.parts[1:]]
+    if kind == "docx":
+        assert "Roof | 46,000" in read.text
+
+
+def test_the_type_is_read_from_the_content_not_the_name(files, tmp_path):
+    for kind, name in (("pdf", "report.txt"), ("docx", "notes.bin"), ("html", "page.txt")):
+        copy = tmp_path / name
+        shutil.copyfile(files[kind], copy)
+        assert read_file(copy).format == kind
+
+
+def test_bad_files_are_refused_with_their_own_errors(files, tmp_path):
+    locked = write_pdf(MEETING[:3000], tmp_path / "locked.pdf", password="s3cret")
+    with pytest.raises(EncryptedFileError, match="encrypted PDF; give its password"):
+        read_file(locked)
+    with pytest.raises(EncryptedFileError, match="not its password"):
+        read_file(locked, password="wrong")
+    assert "Chair" in read_file(locked, password="s3cret").text
+    with pytest.raises(NoTextError, match="no text layer .*OCR"):
+        read_file(write_image_pdf(tmp_path / "scan.pdf"))
+    with pytest.raises(FileTooLargeError, match="zip bomb"):
+        read_file(zip_bomb_docx(tmp_path / "bomb.docx"))
+    with pytest.raises(FileTooLargeError, match="over the 1,000 a file may have"):
+        read_file(files["pdf"], limits=FileLimits(max_bytes=1000))
+    signatures = {"image.png": (b"\x89PNG\r\n\x1a\n" + bytes(64), "PNG image"),
+                  "old.doc": (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "old Office document"),
+                  "blob.dat": (b"\x01\x02\x00\x03" * 20, "binary data"),
+                  "cut.pdf": (files["pdf"].read_bytes()[:300], "damaged or truncated PDF")}
+    for name, (data, message) in signatures.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(FileFormatError, match=message):
+            read_file(tmp_path / name)
+    archive = tmp_path / "archive.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("notes.txt", "hello")
+    with pytest.raises(FileFormatError, match="ZIP archive, not a Word document"):
+        read_file(archive)
+    (tmp_path / "empty.txt").write_bytes(b"  \n")
+    with pytest.raises(EmptyInputError):
+        read_file(tmp_path / "empty.txt")
+    (tmp_path / "latin.txt").write_bytes("Caf\xe9 cr\xe8me".encode("latin-1"))
+    with pytest.raises(EncodingError):
+        read_file(tmp_path / "latin.txt")
+    (tmp_path / "utf16.txt").write_bytes("Chair: good morning.".encode("utf-16"))
+    assert read_file(tmp_path / "utf16.txt").text == "Chair: good morning."
+
+
+def _damaged(data: bytes, how: str, position: float, noise: bytes) -> bytes:
+    at = int(position * len(data))
+    if how == "truncate":
+        return data[:at]
+    if how == "overwrite":
+        return data[:at] + noise + data[at + len(noise):]
+    if how == "header":
+        return data[:8] + noise * 8
+    return data[:at] + noise + data[at:]
+
+
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(WRITERS)), how=st.sampled_from(["truncate", "overwrite", "header", "insert"]),
+       position=st.floats(0, 1), noise=st.binary(min_size=1, max_size=64))
+def test_a_damaged_file_raises_a_typed_error_or_reads(files, tmp_path, kind, how, position, noise):
+    path = tmp_path / f"damaged{Path(WRITERS[kind][1]).suffix}"
+    path.write_bytes(_damaged(files[kind].read_bytes(), how, position, noise))
+    try:
+        read = read_file(path)
+    except LocsumError:
+        return
+    assert read.parts and all(0 <= p.start < p.end <= len(read.text) for p in read.parts)
+
+
+def test_broken_xml_inside_a_docx_is_a_typed_error(files, tmp_path):
+    broken = tmp_path / "broken.docx"
+    with zipfile.ZipFile(files["docx"]) as source, zipfile.ZipFile(broken, "w") as out:
+        for item in source.infolist():
+            data = source.read(item)
+            out.writestr(item, data[: len(data) // 2] if item.filename == "word/document.xml" else data)
+    with pytest.raises(FileFormatError, match="damaged Word document"):
+        read_file(broken)
+
+
+def test_a_missing_extra_names_its_install_command(files, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pypdfium2", None)
+    with pytest.raises(BackendUnavailableError, match=r"locsum\[files\]"):
+        read_file(files["pdf"])
+
+
+def test_every_unit_of_a_summary_says_where_it_came_from(files, bundle_dir, capsys):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.cli import main
+
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    read = read_file(files["pdf"])
+    summary = summarizer.summarize_file(files["pdf"], max_length=6, num_beams=1)
+    assert summary.sources == read.parts
+    for unit in summary.units:
+        source = summary.unit_source(unit)
+        assert source["file"] == str(files["pdf"]) and source["page"] >= 1
+        assert read.text[source["start"]:source["end"]] == unit.text
+    assert main(["summarize", str(files["pdf"]), str(files["markdown"]), "--bundle", str(bundle_dir), "--json",
+                 "--max-length", "6", "--num-beams", "1"]) == 0
+    units = json.loads(capsys.readouterr().out)["units"]
+    assert {"page"} <= set(units[0]["source"]) and any("heading" in u["source"] for u in units)
+    locked = write_pdf(MEETING[:2000], files["pdf"].with_name("locked.pdf"), password="pw")
+    assert main(["summarize", str(locked), "--bundle", str(bundle_dir)]) == 2
+    assert "encrypted PDF" in capsys.readouterr().err
+    assert main(["summarize", str(locked), "--password", "pw", "--bundle", str(bundle_dir), "--max-length", "6"]) == 0
