@@ -2,7 +2,10 @@
 
 Input: one JSON object per line; the documents (a string or a list of strings), the optional query and the
 optional id are read from configurable fields (`documents`, `query`, `id` by default: the evaluation format). An
-input without an id gets `line-N`.
+input without an id gets `line-N`. A line may name files instead of giving documents: `file`, a path or a list of
+paths (relative ones from the input file's folder), read by `locsum_sdk.files.read_file` (PDF, HTML, Word,
+Markdown, text) into the documents it makes (a PDF's pages, a marked-up file's sections); a file that cannot be
+read is that line's error.
 
 Output: one line per input, in input order: `{"id", "summary"}` or, for an input that cannot be summarized (no
 visible text, over a limit, a line that is not JSON...), `{"id", "error": {"type", "message"}}`; the job goes on.
@@ -79,8 +82,12 @@ class Line:
     error: LocsumError | None = None
 
 
-def read_line(raw: bytes, number: int, fields: Fields) -> Line:
-    """Parse one input line; a line that cannot be used becomes a Line with its DataError (the job goes on)."""
+FILE_FIELD = "file"  # a line's file (or list of files) to read its documents from, where it has no documents
+
+
+def read_line(raw: bytes, number: int, fields: Fields, folder: Path | None = None) -> Line:
+    """Parse one input line; a line that cannot be used becomes a Line with its error (the job goes on). Relative
+    paths of its files are read from `folder` (default: the working directory)."""
     default = f"line-{number}"
     try:
         row = json.loads(raw)
@@ -96,14 +103,31 @@ def read_line(raw: bytes, number: int, fields: Fields) -> Line:
                                                      f"not a JSON {type(ident).__name__}"))
     ident = ident if isinstance(ident, str) else json.dumps(ident)
     documents, query = row.get(fields.documents), row.get(fields.query)
+    if query is not None and not isinstance(query, str):
+        return Line(number, ident, error=DataError(f"line {number}: '{fields.query}' must be a string or null"))
+    if documents is None and FILE_FIELD in row:
+        return _file_line(row[FILE_FIELD], number, ident, query, folder)
     if isinstance(documents, str):
         documents = [documents]
     if not isinstance(documents, list) or not documents or not all(isinstance(d, str) for d in documents):
         return Line(number, ident, error=DataError(
-            f"line {number}: '{fields.documents}' must be a string or a non-empty list of strings"))
-    if query is not None and not isinstance(query, str):
-        return Line(number, ident, error=DataError(f"line {number}: '{fields.query}' must be a string or null"))
+            f"line {number}: '{fields.documents}' must be a string or a non-empty list of strings, or the line must "
+            f"name a file ('{FILE_FIELD}')"))
     return Line(number, ident, documents, query)
+
+
+def _file_line(files: Any, number: int, ident: str, query: str | None, folder: Path | None) -> Line:
+    from .files import read_file
+
+    names = [files] if isinstance(files, str) else files
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        return Line(number, ident, error=DataError(f"line {number}: '{FILE_FIELD}' must be a path or a non-empty "
+                                                   "list of paths"))
+    try:
+        read = [read_file((folder or Path()) / name, name=name) for name in names]
+    except LocsumError as err:
+        return Line(number, ident, error=err)
+    return Line(number, ident, [document for file in read for document in file.documents()], query)
 
 
 def record_of(summarizer: Any, options: dict[str, Any], fields: Fields) -> dict[str, Any]:
@@ -142,7 +166,7 @@ def _lines(path: Path, fields: Fields, start: int) -> Iterator[Line]:
                 continue
             seen += 1
             if seen > start:
-                yield read_line(raw, number, fields)
+                yield read_line(raw, number, fields, path.parent)
 
 
 def _count(path: Path) -> int:

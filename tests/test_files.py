@@ -207,3 +207,25 @@ def test_every_unit_of_a_summary_says_where_it_came_from(files, bundle_dir, caps
     assert main(["summarize", str(locked), "--bundle", str(bundle_dir)]) == 2
     assert "encrypted PDF" in capsys.readouterr().err
     assert main(["summarize", str(locked), "--password", "pw", "--bundle", str(bundle_dir), "--max-length", "6"]) == 0
+
+
+def test_a_corpus_line_names_its_files(files, bundle_dir):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.batch import run_job
+
+    folder = files["pdf"].parent
+    write_pdf(MEETING[:2000], folder / "secret.pdf", password="pw")
+    rows = [{"id": "pdf", "file": "meeting.pdf"}, {"id": "two", "file": ["meeting.md", str(files["html"])]},
+            {"id": "gone", "file": "absent.pdf"}, {"id": "locked", "file": "secret.pdf", "query": "Who spoke?"},
+            {"id": "bad", "file": 3}]
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    report = run_job(Summarizer.from_pretrained(bundle_dir, threads=1), corpus, folder / "out.jsonl",
+                     overrides={"max_length": 6, "num_beams": 1}, progress=False)
+    out = {row["id"]: row for row in map(json.loads, (folder / "out.jsonl").read_text().splitlines())}
+    assert (report.summarized, report.failed) == (2, 3)
+    assert out["pdf"]["summary"] and out["two"]["summary"]
+    gone = out["gone"]["error"]
+    assert gone["type"] == "InputError" and "absent.pdf: no such file" in gone["message"]
+    assert out["locked"]["error"]["type"] == "EncryptedFileError"
+    assert out["bad"]["error"]["type"] == "DataError"
