@@ -139,9 +139,45 @@ def test_every_error_has_its_status_and_code(client, body, status, code):
     assert error["code"] == code and error["message"] and "Traceback" not in answer.text
 
 
+def test_files_are_read_and_each_unit_says_where_it_came_from(client, summarizer, tmp_path):
+    import base64
+
+    from document_files import write_docx, write_pdf
+
+    from locsum_sdk.files import read_file
+
+    text = "\n".join(document(random.Random(3), 4) for _ in range(6))
+    pdf, docx = write_pdf(text, tmp_path / "report.pdf"), write_docx(text, tmp_path / "notes.docx", heading_every=2)
+    encoded = lambda path: base64.b64encode(path.read_bytes()).decode()  # noqa: E731
+    answer = client.post("/v1/summarize", json={"files": [{"name": "report.pdf", "data": encoded(pdf)}],
+                                                "options": OPTIONS})
+    assert answer.status_code == 200, answer.text
+    expected = summarizer.summarize_file(pdf, **OPTIONS)
+    assert answer.json()["summary"] == expected.text
+    read = read_file(pdf, name="report.pdf")
+    for unit in answer.json()["units"]:
+        source = unit["source"]
+        assert source["file"] == "report.pdf" and source["page"] >= 1
+        assert read.text[source["start"]:source["end"]] == read.documents()[unit["document"]][unit["start"]:unit["end"]]
+    both = client.post("/v1/summarize", json={"files": [{"name": "report.pdf", "data": encoded(pdf)},
+                                                        {"name": "notes.docx", "data": encoded(docx)}],
+                                              "options": OPTIONS})
+    assert both.status_code == 200 and any("heading" in u["source"] for u in both.json()["units"])
+    locked = write_pdf(text, tmp_path / "locked.pdf", password="pw")
+    for upload, status, code in (({"name": "locked.pdf", "data": encoded(locked)}, 422, "encrypted_file"),
+                                 ({"name": "a.pdf", "data": "%%%"}, 422, "unreadable_file"),
+                                 ({"name": "a.png", "data": base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()}, 422,
+                                  "unreadable_file")):
+        answer = client.post("/v1/summarize", json={"files": [upload], "options": OPTIONS})
+        assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
+    unlocked = client.post("/v1/summarize", json={"files": [{"name": "locked.pdf", "data": encoded(locked),
+                                                             "password": "pw"}], "options": OPTIONS})
+    assert unlocked.status_code == 200, unlocked.text
+
+
 def test_an_unknown_field_says_which_fields_a_request_has(client):
     answer = client.post("/v1/summarize", json={"txt": "The board met."})
-    assert answer.status_code == 422 and "exactly one of text (a string) or documents" in answer.json()["error"][
+    assert answer.status_code == 422 and "exactly one of text (a string), documents" in answer.json()["error"][
         "message"]
 
 

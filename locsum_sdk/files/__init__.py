@@ -22,7 +22,7 @@ from ..extras import DOCX, HTML, MARKDOWN, PDF, require
 from ..units import as_text, has_visible_text
 from .detect import FORMATS, detect
 
-__all__ = ["FORMATS", "FileLimits", "FileText", "Part", "detect", "read_file"]
+__all__ = ["FORMATS", "FileLimits", "FileText", "Part", "detect", "read_bytes", "read_file"]
 
 HEAD_BYTES = 4096  # what type detection reads
 MIN_PART_CHARS = 300  # a shorter page or section joins the next one (a title page, a heading alone)
@@ -84,27 +84,34 @@ def read_file(path: str | os.PathLike, password: str | None = None, limits: File
         raise InputError(f"{what} is a folder; give its files (each is one document of one input)")
     if not path.is_file():
         raise InputError(f"{what}: no such file")
-    size = path.stat().st_size
-    if size > limits.max_bytes:
-        raise FileTooLargeError(f"{what} is {size:,} bytes, over the {limits.max_bytes:,} a file may have; split it, "
-                                "or raise FileLimits.max_bytes")
-    with open(path, "rb") as handle:
-        head = handle.read(HEAD_BYTES)
-    data = None if head.startswith(b"%PDF-") else path.read_bytes()
-    found = detect(head, path.name, data)
+    _check_size(path.stat().st_size, what, limits)
+    return read_bytes(path.read_bytes(), what, password, limits)
+
+
+def read_bytes(data: bytes, name: str, password: str | None = None, limits: FileLimits | None = None) -> FileText:
+    """Read a file's bytes (an upload), named `name` (its file name tells Markdown from text)."""
+    limits = limits or FileLimits()
+    _check_size(len(data), name, limits)
+    found = detect(data[:HEAD_BYTES], Path(name).name, data)
     if found == "pdf":
         require(PDF)
-        return _pdf(path, what, password, limits)
-    text = _extract(found, data or b"", what, limits)
+        return _pdf(data, name, password, limits)
+    text = _extract(found, data, name, limits)
     if len(text) > limits.max_chars:
-        raise InputTooLongError(f"{what} holds {len(text):,} characters of text, over the {limits.max_chars:,} read "
+        raise InputTooLongError(f"{name} holds {len(text):,} characters of text, over the {limits.max_chars:,} read "
                                 "from one file; split it")
     if not has_visible_text(text):
         if found == "text":
-            raise EmptyInputError(f"{what} is empty or holds only whitespace; give it text")
-        raise NoTextError(f"{what} ({found}) holds no text to summarize")
-    parts = [Part(what, 0, len(text))] if found == "text" else sections(text, what)
-    return FileText(what, found, text, parts)
+            raise EmptyInputError(f"{name} is empty or holds only whitespace; give it text")
+        raise NoTextError(f"{name} ({found}) holds no text to summarize")
+    parts = [Part(name, 0, len(text))] if found == "text" else sections(text, name)
+    return FileText(name, found, text, parts)
+
+
+def _check_size(size: int, what: str, limits: FileLimits) -> None:
+    if size > limits.max_bytes:
+        raise FileTooLargeError(f"{what} is {size:,} bytes, over the {limits.max_bytes:,} a file may have; split it, "
+                                "or raise FileLimits.max_bytes")
 
 
 def _extract(found: str, data: bytes, what: str, limits: FileLimits) -> str:
@@ -133,11 +140,11 @@ def _decode(data: bytes, what: str) -> str:
     return as_text(data.removeprefix(codecs.BOM_UTF8), what) if data.strip() else ""
 
 
-def _pdf(path: Path, what: str, password: str | None, limits: FileLimits) -> FileText:
+def _pdf(data: bytes, what: str, password: str | None, limits: FileLimits) -> FileText:
     from .pdf import page_lines, page_text, pdf_pages, running_lines
 
     pages, read = [], 0
-    for raw in pdf_pages(path, what, password):
+    for raw in pdf_pages(data, what, password):
         read += len(raw)
         if read > limits.max_chars:
             raise InputTooLongError(f"{what} holds over {limits.max_chars:,} characters of text (stopped at page "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 from ..errors import EncryptedFileError, FileFormatError
 
@@ -24,13 +23,13 @@ _DIGITS = re.compile(r"\d+")
 _LIST_ITEM = re.compile(r"^([•▪◦‣–*-]|\d{1,3}[.)])\s")  # a line that starts a list item starts a paragraph
 
 
-def pdf_pages(path: Path, what: str, password: str | None = None) -> Iterator[str]:
-    """The raw text of each page of the PDF at `path`, one page at a time; typed errors for an encrypted (or a
-    wrong password), damaged or truncated file."""
+def pdf_pages(data: bytes, what: str, password: str | None = None) -> Iterator[str]:
+    """The raw text of each page of the PDF `data`, one page at a time; typed errors for an encrypted (or a wrong
+    password), damaged or truncated file."""
     import pypdfium2 as pdfium
 
     try:
-        document = pdfium.PdfDocument(str(path), password=password)
+        document = pdfium.PdfDocument(data, password=password)
     except pdfium.PdfiumError as err:
         if "password" in str(err).lower():
             advice = "the password given is not its password" if password else "give its password (--password)"

@@ -52,6 +52,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     queued: float = field(default_factory=time.monotonic)
     started: float | None = None
+    sources: list[Any] = field(default_factory=list)  # for files: where each document came from (`files.Part`)
 
     @property
     def wanted(self) -> bool:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import dataclasses
 import functools
 import hmac
 import json
@@ -25,11 +28,16 @@ from ..errors import (
     BackendError,
     EmptyInputError,
     EncodingError,
+    EncryptedFileError,
+    FileFormatError,
+    FileTooLargeError,
     InputError,
     InputTooLongError,
     MemoryLimitError,
+    NoTextError,
     OptionError,
 )
+from ..files import FileText, read_bytes
 from ..generation import Partial
 from ..memory import release_free_memory, size_text
 from ..summarizer import Summarizer, Summary
@@ -55,7 +63,11 @@ CODES = {  # every error code the API answers with: (HTTP status, what it means)
     "input_too_long": (413, "the input is over max_tokens (truncate=true keeps what fits)"),
     "memory_limit": (413, "the input needs more memory than the request's own memory_limit"),
     "over_budget": (413, "the request's memory estimate is over the server's whole budget"),
+    "file_too_large": (413, "a file is over the server's file limit, or its archive expands past it (a zip bomb)"),
     "invalid_request": (422, "the body does not follow the request schema (see /docs)"),
+    "unreadable_file": (422, "a file is of a type not read (named), damaged, or not base64"),
+    "encrypted_file": (422, "a file is an encrypted PDF and its password was not given, or not its password"),
+    "no_text": (422, "a file holds no text (a scanned PDF without a text layer: OCR is not done)"),
     "invalid_option": (422, "an option is unknown, of the wrong type or out of range"),
     "internal": (500, "the server failed; its log has the details"),
     "backend_error": (500, "the inference engine failed while running a graph"),
@@ -67,6 +79,10 @@ CODES = {  # every error code the API answers with: (HTTP status, what it means)
 
 # (error class, HTTP status, code): the first class an error is an instance of decides
 STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
+    (FileTooLargeError, 413, "file_too_large"),
+    (EncryptedFileError, 422, "encrypted_file"),
+    (NoTextError, 422, "no_text"),
+    (FileFormatError, 422, "unreadable_file"),
     (EmptyInputError, 400, "empty_input"),
     (EncodingError, 400, "invalid_encoding"),
     (MemoryLimitError, 413, "memory_limit"),
@@ -87,13 +103,27 @@ class ServeError(Exception):
         self.status, self.code, self.headers = status, code, headers or {}
 
 
-class SummarizeRequest(BaseModel):
-    """A text or a list of documents, an optional query, and options with the SDK's names."""
+class FileUpload(BaseModel):
+    """A file sent in the request: its name and its bytes in base64."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    text: str | None = Field(None, description="one text; or give documents")
+    name: str = Field(..., min_length=1, max_length=255, description="the file's name (it tells Markdown from text)")
+    data: str = Field(..., description="the file's bytes, base64")
+    password: str | None = Field(None, description="an encrypted PDF's password")
+
+
+class SummarizeRequest(BaseModel):
+    """A text, a list of documents or files, an optional query, and options with the SDK's names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str | None = Field(None, description="one text; or give documents, or files")
     documents: list[str] | None = Field(None, description="a cluster of documents, summarized as one input")
+    files: list[FileUpload] | None = Field(None, min_length=1, description="files summarized as one input: PDF, "
+                                           "HTML, Word (.docx), Markdown or text, the type read from the content; a "
+                                           "PDF's pages and a marked-up file's sections are its documents, and each "
+                                           "unit of the answer says where it came from (source)")
     query: str | None = Field(None, description="a question for query-focused summarization")
     options: dict[str, Any] = Field(default_factory=dict, description="any option of Summarizer.summarize, by name "
                                     "(num_beams, max_length, page_tokens, max_tokens, truncate, ...)")
@@ -105,8 +135,8 @@ class SummarizeRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_input(self) -> SummarizeRequest:
-        if (self.text is None) == (self.documents is None):
-            raise ValueError("give exactly one of text or documents")
+        if sum(given is not None for given in (self.text, self.documents, self.files)) != 1:
+            raise ValueError("give exactly one of text, documents or files")
         return self
 
 
@@ -131,11 +161,15 @@ def classify(err: BaseException) -> tuple[int, str, str]:
 def summary_body(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
     steps = summary.unit_weights.shape[0]
     weights = summary.unit_weights.mean(axis=0) if steps else [0.0] * len(summary.units)
+    summary = dataclasses.replace(summary, sources=job.sources)
     units = []
     for unit, weight in zip(summary.units, weights):
         entry = {"document": unit.document, "start": unit.start, "end": unit.end, "weight": round(float(weight), 5)}
         if unit.score is not None and math.isfinite(unit.score):
             entry["score"] = round(unit.score, 5)
+        source = summary.unit_source(unit)
+        if source is not None:
+            entry["source"] = source
         units.append(entry)
     now = time.monotonic()
     timings = {key: round(value, 4) for key, value in summary.timings.items()}
@@ -294,8 +328,10 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
     async def _admit(body: SummarizeRequest, arrived: float) -> Job:
         if state["closing"]:
             raise ShuttingDown("the server is shutting down; send the request to another replica or retry later")
-        documents = [body.text] if body.text is not None else body.documents
         chosen = summarizer.options(**body.options)
+        files = await asyncio.get_running_loop().run_in_executor(paging, functools.partial(_read_uploads, body.files))
+        documents = ([body.text] if body.text is not None else body.documents if body.documents is not None
+                     else [document for file in files for document in file.documents()])
         needed = (await asyncio.get_running_loop().run_in_executor(
             paging, functools.partial(summarizer.estimate, documents, body.query, chosen))).total
         if needed > budget:
@@ -303,7 +339,8 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                              f"over the server's whole budget of {size_text(budget)}; send a shorter input, or lower "
                              "num_beams, max_length or max_tokens")
         timeout = min(body.timeout or options.timeout, options.timeout)
-        job = Job(documents, body.query, chosen, needed, arrived + timeout, asyncio.get_running_loop().create_future())
+        job = Job(documents, body.query, chosen, needed, arrived + timeout, asyncio.get_running_loop().create_future(),
+                  sources=[part for file in files for part in file.parts])
         admission().submit(job)
         return job
 
@@ -376,6 +413,18 @@ async def _result(job: Job, request: Request) -> Summary:
             raise ConnectionAbortedError
 
 
+def _read_uploads(uploads: list[FileUpload] | None) -> list[FileText]:
+    """Each uploaded file read (`locsum_sdk.files.read_bytes`); nothing without files."""
+    read = []
+    for upload in uploads or ():
+        try:
+            data = base64.b64decode(upload.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise FileFormatError(f"files: {upload.name}'s data is not base64") from None
+        read.append(read_bytes(data, upload.name, upload.password))
+    return read
+
+
 async def _read_json(request: Request, limit: int) -> tuple[Any, int]:
     """The body's JSON value and its size in bytes."""
     declared = request.headers.get("content-length")
@@ -399,8 +448,9 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
 
 
-REQUEST_FIELDS = ("a request is a JSON object with exactly one of text (a string) or documents (a list of strings), "
-                  "and optionally query, options, stream and timeout")
+REQUEST_FIELDS = ("a request is a JSON object with exactly one of text (a string), documents (a list of strings) or "
+                  "files (a list of {name, data: base64, password}), and optionally query, options, stream and "
+                  "timeout")
 
 
 def _validation_message(errors: Any) -> str:
