@@ -24,7 +24,7 @@ from document_files import (
     write_pdf,
     zip_bomb_docx,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from locsum_sdk.errors import (
@@ -156,7 +156,6 @@ def _damaged(data: bytes, how: str, position: float, noise: bytes) -> bytes:
     return data[:at] + noise + data[at:]
 
 
-@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(WRITERS)), how=st.sampled_from(["truncate", "overwrite", "header", "insert"]),
        position=st.floats(0, 1), noise=st.binary(min_size=1, max_size=64))
 def test_a_damaged_file_raises_a_typed_error_or_reads(files, tmp_path, kind, how, position, noise):
