@@ -487,14 +487,19 @@ class Summarizer:
         `locsum_sdk.files.read_file` (its type known from its content) into documents that follow its structure (a
         PDF's pages, a marked-up file's heading sections; a text file is one document). The summary's `sources`
         say where each document came from (`Summary.unit_source`). A file already read (`FileText`) is taken as it
-        is. `password` opens encrypted PDFs; `limits` bounds what is read of each file; the rest as `summarize`."""
+        is. `password` opens encrypted PDFs; `limits` bounds what is read of each file (default: `FileLimits` with
+        the call's memory limit, which a file whose reading would pass it is refused by, before it is read); the
+        rest as `summarize`."""
         items = [files] if isinstance(files, (str, os.PathLike, FileText)) else files
         if not isinstance(items, (list, tuple)) or not items:
             raise InputError(f"files is a {type(files).__name__}; pass a path, a FileText, or a non-empty list of "
                              "them")
+        chosen = self.options(options, **overrides)
+        if limits is None:  # reading a file counts toward the call's memory limit
+            limits = FileLimits(memory=memory_limit(chosen.limits.memory_limit, self.backend.free_memory))
         read = [item if isinstance(item, FileText) else read_file(item, password, limits) for item in items]
         documents = [document for file in read for document in file.documents()]
-        summary = self.summarize(documents, query, options, on_step, **overrides)
+        summary = self.summarize(documents, query, chosen, on_step)
         return dataclasses.replace(summary, sources=[part for file in read for part in file.parts])
 
     def summarize_batch(

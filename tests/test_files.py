@@ -228,3 +228,17 @@ def test_a_corpus_line_names_its_files(files, bundle_dir):
     assert gone["type"] == "InputError" and "absent.pdf: no such file" in gone["message"]
     assert out["locked"]["error"]["type"] == "EncryptedFileError"
     assert out["bad"]["error"]["type"] == "DataError"
+
+
+def test_reading_counts_toward_the_memory_limit(files, bundle_dir):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.errors import MemoryLimitError
+    from locsum_sdk.files import READING_BYTES
+
+    size = files["pdf"].stat().st_size
+    with pytest.raises(MemoryLimitError, match=r"reading .*meeting.pdf \(pdf"):
+        read_file(files["pdf"], limits=FileLimits(memory=READING_BYTES["pdf"] * size - 1))
+    assert read_file(files["pdf"], limits=FileLimits(memory=READING_BYTES["pdf"] * size)).parts
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    with pytest.raises(MemoryLimitError, match="split the file or raise memory_limit"):
+        summarizer.summarize_file(files["html"], memory_limit=1000)

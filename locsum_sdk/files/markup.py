@@ -46,6 +46,19 @@ def docx_text(data: bytes, what: str, max_bytes: int) -> str:
     or past MAX_EXPANSION times a member's compressed size (a zip bomb), before anything is expanded."""
     import docx
 
+    expanded_size(data, what, max_bytes)
+    try:
+        blocks = list(_docx_blocks(docx.Document(io.BytesIO(data))))
+    except MemoryError:
+        raise
+    except Exception as err:  # a damaged archive fails in zipfile, zlib, lxml or python-docx, each its own way
+        raise FileFormatError(f"{what} is a damaged Word document ({type(err).__name__}: {err})") from None
+    return "\n".join(block for block in blocks if block)
+
+
+def expanded_size(data: bytes, what: str, max_bytes: int) -> int:
+    """The bytes a Word document's archive expands to, read from its directory (nothing is expanded);
+    FileTooLargeError past `max_bytes` or MAX_EXPANSION times a member's compressed size (a zip bomb)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
@@ -55,13 +68,7 @@ def docx_text(data: bytes, what: str, max_bytes: int) -> str:
     if expanded > max_bytes or any(m.file_size > MAX_EXPANSION * max(m.compress_size, 1024) for m in members):
         raise FileTooLargeError(f"{what} expands to {expanded:,} bytes, over {max_bytes:,} or {MAX_EXPANSION} times "
                                 "its compressed size (a zip bomb?); locsum does not read it")
-    try:
-        blocks = list(_docx_blocks(docx.Document(io.BytesIO(data))))
-    except MemoryError:
-        raise
-    except Exception as err:  # a damaged archive fails in zipfile, zlib, lxml or python-docx, each its own way
-        raise FileFormatError(f"{what} is a damaged Word document ({type(err).__name__}: {err})") from None
-    return "\n".join(block for block in blocks if block)
+    return expanded
 
 
 def _docx_blocks(document):
