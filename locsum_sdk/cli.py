@@ -40,11 +40,45 @@ def _summarize(args: argparse.Namespace) -> int:
     summarizer = Summarizer.from_pretrained(args.bundle, backend=args.backend, threads=args.threads,
                                             device=args.device)
     summary = summarizer.summarize_file(files, query=args.query, **_overrides(args, summarizer.kind))
+    if args.sources and not args.json:
+        print(_with_sources(summary, files))
+        return 0
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(summary.text)
     return 0
+
+
+def _with_sources(summary, files) -> str:
+    """The summary with markers ([1], [2]) after each sentence, then each marker's passage with its place: file and
+    line for text, page for a PDF, heading for a marked-up file; an unsupported sentence is marked so."""
+    texts = {part: file for file in files for part in file.parts}
+    parts = summary.sources
+    lines, notes, text = [], [], summary.text
+    for sentence in summary.sentences:
+        marks = []
+        for passage in sentence.passages:
+            notes.append(passage)
+            marks.append(f"[{len(notes)}]")
+        if not sentence.supported:
+            marks.append("[unsupported]")
+        lines.append(text[sentence.start:sentence.end] + (" " + "".join(marks) if marks else ""))
+    out = [" ".join(lines), ""]
+    for number, passage in enumerate(notes, 1):
+        part = parts[passage.document]
+        file = texts[part]
+        at = part.start + passage.start
+        if part.page is not None:
+            pages = f"{part.page}" if part.last_page == part.page else f"{part.page}-{part.last_page}"
+            place = f"{part.file}, page {pages}"
+        elif file.format == "text":
+            place = f"{part.file}:{file.text.count(chr(10), 0, at) + 1}"
+        else:
+            place = f"{part.file}, {part.heading}" if part.heading else part.file
+        quoted = " ".join(file.text[at:part.start + passage.end].split())
+        out.append(f"[{number}] {place}: \"{quoted}\"")
+    return "\n".join(out)
 
 
 def _live(args: argparse.Namespace) -> int:
@@ -603,6 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", help="PDF, HTML, Word (.docx), Markdown or UTF-8 text files (the type is "
                    "read from the content); a PDF's pages and a marked-up file's sections are its documents")
     s.add_argument("--password", help="the password of an encrypted PDF")
+    s.add_argument("--sources", action="store_true", help="mark each sentence with the passages it came from ([1], "
+                   "[2]; [unsupported] where none supports it) and list them with their place in the file")
     s.add_argument("--query", help="question for query-focused summarization")
     s.add_argument("--bundle", help="bundle or checkpoint directory (default: the shipped bundle)")
     s.add_argument("--json", action="store_true", help="print text, pages, page weights and timings as JSON")

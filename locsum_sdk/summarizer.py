@@ -35,6 +35,7 @@ from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mem
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
 from .sentences import SentenceEnds
+from .sources import Sentence, sentence_sources
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -100,14 +101,15 @@ class Summary:
     # kind's selection stage; 0 without one), encode, decode, total
     sources: list[Part] = field(default_factory=list)  # where each document came from, for an input read from files
     # (`summarize_file`): a file's page(s) or heading section
+    sentences: list[Sentence] = field(default_factory=list)  # each sentence's span, the units it drew on and the
+    # passages of the input that support it, or that it is unsupported (`locsum_sdk.sources`)
 
     def unit_source(self, unit: Unit) -> dict[str, Any] | None:
         """Where `unit` came from, for an input read from files: the file, its page(s) or heading, and the unit's
         character span in the file's extracted text."""
         if not self.sources:
             return None
-        part = self.sources[unit.document]
-        return {**part.to_dict(), "start": part.start + unit.start, "end": part.start + unit.end}
+        return self.sources[unit.document].locate(unit.start, unit.end)
 
     def to_dict(self) -> dict[str, Any]:
         units = [u.to_dict() for u in self.units]
@@ -119,6 +121,7 @@ class Summary:
             "text": self.text,
             "token_ids": self.token_ids,
             "units": units,
+            "sentences": [sentence.to_dict() for sentence in self.sentences],
             "unit_weights": self.unit_weights.round(4).tolist(),
             "score": self.score,
             "kind": self.kind,
@@ -591,18 +594,14 @@ class Summarizer:
         logger.info("summarized %d input(s) in %.2f s", len(items), done - started)
         timings = {"paging": paged - started + spent["checks"], "select": selected - paged,
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
-        return [
-            Summary(
-                text=self.tokenizer.decode(hyp.token_ids, skip_special_tokens=True).strip(),
-                token_ids=hyp.token_ids,
-                units=units,
-                unit_weights=hyp.unit_weights[:, : len(units)],
-                score=hyp.score,
-                kind=self.kind.name,
-                timings=timings,
-            )
-            for hyp, units in results
-        ]
+        return [self._summary(hyp, units, timings) for hyp, units in results]
+
+    def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float]) -> Summary:
+        text = self.tokenizer.decode(hypothesis.token_ids, skip_special_tokens=True).strip()
+        weights = hypothesis.unit_weights[:, : len(units)]
+        return Summary(text=text, token_ids=hypothesis.token_ids, units=units, unit_weights=weights,
+                       score=hypothesis.score, kind=self.kind.name, timings=timings,
+                       sentences=sentence_sources(text, hypothesis.token_ids, weights, units, self.tokenizer))
 
 
 def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int]) -> StepCallback | None:

@@ -154,6 +154,10 @@ def test_files_are_read_and_each_unit_says_where_it_came_from(client, summarizer
     assert answer.status_code == 200, answer.text
     expected = summarizer.summarize_file(pdf, **OPTIONS)
     assert answer.json()["summary"] == expected.text
+    sentences = answer.json()["sentences"]
+    assert [(s["start"], s["end"], s["supported"]) for s in sentences] == [
+        (s.start, s.end, s.supported) for s in expected.sentences]
+    assert all(p["source"]["file"] == "report.pdf" for s in sentences for p in s["passages"])
     read = read_file(pdf, name="report.pdf")
     for unit in answer.json()["units"]:
         source = unit["source"]

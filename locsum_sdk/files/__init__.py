@@ -57,6 +57,11 @@ class Part:
     last_page: int | None = None
     heading: str | None = None
 
+    def locate(self, start: int, end: int) -> dict[str, Any]:
+        """Where the span [start, end) of this part's document lies: the file, its page(s) or heading, and the span
+        in the file's extracted text."""
+        return {**self.to_dict(), "start": self.start + start, "end": self.start + end}
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "start": self.start, "end": self.end}
         if self.page is not None:

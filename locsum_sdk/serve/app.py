@@ -177,7 +177,19 @@ def summary_body(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
     timings["request"] = round(now - arrived, 4)
     return {"summary": summary.text, "kind": summary.kind, "tokens": len(summary.token_ids),
             "score": round(summary.score, 5) if math.isfinite(summary.score) else None, "units": units,
-            "timings": timings}
+            "sentences": [_sentence_body(summary, sentence) for sentence in summary.sentences], "timings": timings}
+
+
+def _sentence_body(summary: Summary, sentence: Any) -> dict[str, Any]:
+    """A sentence's span, whether it is supported and its passages (each in its document and, for files, with its
+    source: file, page or heading, span in the file's text)."""
+    passages = []
+    for passage in sentence.passages:
+        entry = passage.to_dict()
+        if summary.sources:
+            entry["source"] = summary.sources[passage.document].locate(passage.start, passage.end)
+        passages.append(entry)
+    return {"start": sentence.start, "end": sentence.end, "supported": sentence.supported, "passages": passages}
 
 
 def create_app(bundle: str | None = None, options: ServeOptions | None = None, *,

@@ -1,0 +1,105 @@
+"""Where each sentence of a summary came from (`locsum_sdk.sources`): the rule on units built by hand, and every
+kind's summaries giving every sentence passages inside its units or marking it unsupported, in the API, the JSON,
+the service and `locsum summarize --sources`."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import document
+
+from locsum_sdk import Summarizer
+from locsum_sdk.sources import SUPPORT_SHARE, content_words, sentence_sources, token_spans
+from locsum_sdk.units import Unit
+
+DOCUMENTS = ["The board approved the library roof budget. The contractor starts work in March.",
+             "Marta reported the survey results. Children asked for a quiet reading room."]
+
+
+def units_of(documents: list[str]) -> list[Unit]:
+    return [Unit(i, 0, len(text), text, ()) for i, text in enumerate(documents)]
+
+
+def summary_of(tokenizer, text: str, weights: list[float]):
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    decoded = tokenizer.decode(ids, skip_special_tokens=True).strip()
+    return decoded, ids, np.tile(np.array(weights, dtype=np.float32), (len(ids), 1))
+
+
+def test_a_copied_sentence_cites_its_passage_and_an_invented_one_is_unsupported(tokenizer):
+    text, ids, weights = summary_of(tokenizer, "Marta reported the survey results. Penguins sang opera loudly.",
+                                    [0.5, 0.5])
+    copied, invented = sentence_sources(text, ids, weights, units_of(DOCUMENTS), tokenizer)
+    assert text[copied.start:copied.end] == "Marta reported the survey results."
+    (passage,) = copied.passages
+    assert (passage.unit, passage.document, passage.shared, copied.supported) == (1, 1, 1.0, True)
+    assert DOCUMENTS[1][passage.start:passage.end] == "Marta reported the survey results."
+    assert invented.passages == () and not invented.supported
+    assert copied.unit_weights == pytest.approx((0.5, 0.5))
+
+
+def test_a_sentence_joined_from_two_passages_cites_both_and_weights_decide_where_to_look(tokenizer):
+    text, ids, weights = summary_of(tokenizer, "The contractor reported the survey results.", [0.5, 0.5])
+    (joined,) = sentence_sources(text, ids, weights, units_of(DOCUMENTS), tokenizer)
+    assert sorted(p.unit for p in joined.passages) == [0, 1] and joined.supported
+    assert len(content_words("The contractor reported the survey results.")) == 4
+    text, ids, weights = summary_of(tokenizer, "Marta reported the survey results.", [0.9, 0.1])
+    (elsewhere,) = sentence_sources(text, ids, weights, units_of(DOCUMENTS), tokenizer)
+    assert elsewhere.passages == () and not elsewhere.supported  # unit 1 weighs under half of unit 0: not looked in
+
+
+def test_token_spans_cover_the_summary(tokenizer):
+    text = "The board met. It approved the budget for the roof, 12 May 2026."
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    decoded = tokenizer.decode(ids, skip_special_tokens=True).strip()
+    spans = token_spans(tokenizer, ids, decoded)
+    assert spans[0][0] == 0 and spans[-1][1] == len(decoded)
+    assert all(a <= b for a, b in spans) and all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
+
+
+@pytest.mark.parametrize("bundle", ["bundle_dir", "hierencdec_bundle_dir", "dyle_bundle_dir", "hiersumm_bundle_dir",
+                                    "llama_bundle_dir"])
+def test_every_sentence_of_every_kind_has_passages_in_its_units_or_is_unsupported(bundle, request):
+    summarizer = Summarizer.from_pretrained(request.getfixturevalue(bundle), threads=1)
+    rng = random.Random(4)
+    documents = [document(rng, 10), document(rng, 8)]
+    summary = summarizer.summarize(documents, query="What was decided?", max_length=24, num_beams=2, min_length=8)
+    assert summary.sentences, summary.text  # random weights write little a passage holds: the contract is checked
+    for sentence in summary.sentences:
+        assert 0 <= sentence.start < sentence.end <= len(summary.text)
+        assert len(sentence.unit_weights) == len(summary.units)
+        assert sentence.passages or not sentence.supported
+        for passage in sentence.passages:
+            unit = summary.units[passage.unit]
+            assert unit.document == passage.document and unit.start <= passage.start < passage.end <= unit.end
+            assert 0 < passage.shared <= 1
+        covered = set().union(*(content_words(documents[p.document][p.start:p.end]) for p in sentence.passages))
+        words = content_words(summary.text[sentence.start:sentence.end])
+        assert sentence.supported == (bool(words) and len(covered & words) >= SUPPORT_SHARE * len(words))
+    body = summary.to_dict()
+    assert [s["start"] for s in body["sentences"]] == [s.start for s in summary.sentences]
+
+
+def test_the_command_line_marks_sentences_and_quotes_their_lines(tmp_path, capsys):
+    """The default bundle on the example meeting's first lines: each cited passage is quoted from the line named."""
+    from pathlib import Path
+
+    from locsum_sdk.cli import main
+
+    meeting = Path(__file__).resolve().parents[1] / "examples" / "meeting.txt"
+    lines = meeting.read_text(encoding="utf-8").splitlines()[:30]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["summarize", str(notes), "--sources", "--max-length", "60"]) == 0
+    out = capsys.readouterr().out
+    summary, _, cited = out.partition("\n\n")
+    assert "[1]" in summary and cited.strip(), out
+    for line in filter(None, cited.splitlines()):
+        marker, place, quote = line.split(" ", 2)
+        number = int(place.rsplit(":", 2)[-2])
+        assert marker.startswith("[") and quote.strip('"') in " ".join(lines[number - 1].split()), line
+    assert main(["summarize", str(notes), "--json", "--max-length", "12"]) == 0
+    assert "sentences" in json.loads(capsys.readouterr().out)
