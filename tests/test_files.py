@@ -242,3 +242,21 @@ def test_reading_counts_toward_the_memory_limit(files, bundle_dir):
     summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
     with pytest.raises(MemoryLimitError, match="split the file or raise memory_limit"):
         summarizer.summarize_file(files["html"], memory_limit=1000)
+
+
+def test_where_the_units_agree_a_file_gives_the_texts_summary(tmp_path, bundle_dir):
+    """The meeting as Markdown without headings is one document whose text is the meeting's: the same units and
+    the same summary as from the text file; the same holds for each page of the PDF given as a document."""
+    from locsum_sdk import Summarizer
+
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    options = {"max_length": 12, "num_beams": 2}
+    plain = tmp_path / "plain.md"
+    plain.write_text("\n\n".join(paragraphs(MEETING)) + "\n", encoding="utf-8")
+    text, from_file = summarizer.summarize(MEETING.strip(), **options), summarizer.summarize_file(plain, **options)
+    assert read_file(plain).text == MEETING.strip()
+    spans = lambda summary: [(u.start, u.end) for u in summary.units]  # noqa: E731
+    assert (from_file.text, spans(from_file)) == (text.text, spans(text))
+    pdf = write_pdf(MEETING, tmp_path / "meeting.pdf")
+    pages = summarizer.summarize(read_file(pdf).documents(), **options)
+    assert summarizer.summarize_file(pdf, **options).text == pages.text
