@@ -7,8 +7,10 @@ paths (relative ones from the input file's folder), read by `locsum_sdk.files.re
 Markdown, text) into the documents it makes (a PDF's pages, a marked-up file's sections); a file that cannot be
 read is that line's error.
 
-Output: one line per input, in input order: `{"id", "summary"}` or, for an input that cannot be summarized (no
-visible text, over a limit, a line that is not JSON...), `{"id", "error": {"type", "message"}}`; the job goes on.
+Output: one line per input, in input order: `{"id", "summary", "tokens", "sentences"}` (each sentence's span in
+the summary, whether its passages support it and the passages: `[document, start, end]`, `locsum_sdk.sources`)
+or, for an input that cannot be summarized (no visible text, over a limit, a line that is not JSON...),
+`{"id", "error": {"type", "message"}}`; the job goes on.
 Each line is written with one `write` of the whole line (O_APPEND) and flushed to disk every batch.
 
 Resume: a sidecar `OUTPUT.job.json` records the bundle (sha256 of its manifest), the options and the field names.
@@ -178,6 +180,15 @@ def _error(line_id: str, err: Exception) -> dict[str, Any]:
     return {"id": line_id, "error": {"type": type(err).__name__, "message": str(err)}}
 
 
+def _row(line: Line, summary: Any) -> dict[str, Any]:
+    """A line's output row: its summary, its token count and each sentence's span, whether it is supported and its
+    passages (document and character span)."""
+    sentences = [{"start": sentence.start, "end": sentence.end, "supported": sentence.supported,
+                  "passages": [[p.document, p.start, p.end] for p in sentence.passages]}
+                 for sentence in summary.sentences]
+    return {"id": line.id, "summary": summary.text, "tokens": len(summary.token_ids), "sentences": sentences}
+
+
 def summarize_lines(summarizer: Any, batch: list[Line], overrides: dict[str, Any], stages: Counter
                     ) -> list[dict[str, Any]]:
     """Summaries (or errors) of a batch of lines, as output rows (with their summary's token count): together when
@@ -188,15 +199,13 @@ def summarize_lines(summarizer: Any, batch: list[Line], overrides: dict[str, Any
         try:
             summaries = summarizer.summarize_batch([line.documents for line in ready],
                                                    [line.query for line in ready], **overrides)
-            results.update({line.number: {"id": line.id, "summary": s.text, "tokens": len(s.token_ids)}
-                            for line, s in zip(ready, summaries)})
+            results.update({line.number: _row(line, s) for line, s in zip(ready, summaries)})
             stages.update(_stages(summaries[0].timings))  # one call: its timings are the batch's
         except InputError:
             for line in ready:
                 try:
                     summary = summarizer.summarize(line.documents, query=line.query, **overrides)
-                    results[line.number] = {"id": line.id, "summary": summary.text,
-                                            "tokens": len(summary.token_ids)}
+                    results[line.number] = _row(line, summary)
                     stages.update(_stages(summary.timings))
                 except InputError as err:
                     results[line.number] = _error(line.id, err)

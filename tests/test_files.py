@@ -224,6 +224,7 @@ def test_a_corpus_line_names_its_files(files, bundle_dir):
     out = {row["id"]: row for row in map(json.loads, (folder / "out.jsonl").read_text().splitlines())}
     assert (report.summarized, report.failed) == (2, 3)
     assert out["pdf"]["summary"] and out["two"]["summary"]
+    assert all(set(s) == {"start", "end", "supported", "passages"} for s in out["pdf"]["sentences"])
     gone = out["gone"]["error"]
     assert gone["type"] == "InputError" and "absent.pdf: no such file" in gone["message"]
     assert out["locked"]["error"]["type"] == "EncryptedFileError"

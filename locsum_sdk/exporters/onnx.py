@@ -139,8 +139,8 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
         check_graph(work / file, function)
         written[name] = {"file": file, "inputs": spec.inputs, "outputs": spec.outputs}
         if validate:
-            written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
-            logger.info("%s matches torch within %.1e", file, written[name]["max_abs_diff"])
+            worst = written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
+            logger.info("%s matches torch within %.1e", file, worst)
         matches = base_derived.match_graph(work / file, index) if index else {}
         if quantize == "int8":
             quantize_int8(work / file)
