@@ -555,7 +555,8 @@ def _unit_names(kind: kinds.Kind | None) -> set[str]:
 
 _OPTION_FLAGS = ("num_beams", "max_length", "min_length", "length_penalty", "length_normalization",
                  "no_repeat_ngram_size", "ngram_word_starts", "repetition_penalty", "word_repeat_penalty",
-                 "end_penalty", "whole_sentences", "known_words", "keywords", "keyword_bonus", "policy", "page_tokens",
+                 "end_penalty", "whole_sentences", "drop_unsupported", "known_words", "keywords", "keyword_bonus",
+                 "policy", "page_tokens",
                  "num_pages", "max_tokens", "truncate", "select", "memory_limit")
 
 
@@ -586,6 +587,9 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
                              "(0: off)")
     parser.add_argument("--whole-sentences", dest="whole_sentences", action=argparse.BooleanOptionalAction,
                         default=None, help="a summary max_length cuts ends at its last full sentence")
+    parser.add_argument("--drop-unsupported", dest="drop_unsupported", action=argparse.BooleanOptionalAction,
+                        default=None, help="leave out of the summary the sentences no passage of the input supports "
+                        "(see --sources)")
     parser.add_argument("--known-words", dest="known_words", action=argparse.BooleanOptionalAction, default=None,
                         help="a word of several pieces must be a word of the input or of the bundle's words.txt")
     parser.add_argument("--keywords", type=int, help="favour the input's N most frequent words that the bundle's "

@@ -45,7 +45,7 @@ import numpy as np
 
 from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
-from .words import CONTENT_LETTERS, RARE_SHARE, WORD, words_of
+from .words import CONTENT_LETTERS, RARE_SHARE, WORD, content_words
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -246,11 +246,6 @@ BASELINE_FUNCTIONS: dict[str, Callable[[EvalExample, int, random.Random], str]] 
 def run_baseline(name: str, examples: Iterable[EvalExample], seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [BASELINE_FUNCTIONS[name](ex, len(ex.reference.split()), rng) for ex in examples]
-
-
-def content_words(text: str) -> set[str]:
-    """The distinct lowercased words (runs of letters, as `words_of` reads them) of four or more letters of `text`."""
-    return {word for word in words_of([text]) if len(word) >= CONTENT_LETTERS}
 
 
 def input_specific_words(examples: Sequence[EvalExample]) -> list[set[str]]:

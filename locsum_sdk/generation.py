@@ -59,6 +59,7 @@ class GenerationOptions:
     word_repeat_penalty: float = 0.0  # taken from a written content word's piece per time written (0: off; `repeats`)
     end_penalty: float = 0.0  # taken from end-of-sequence's log-probability at every step: longer summaries (0: off)
     whole_sentences: bool = False  # a summary max_length cuts ends at its last full sentence (`sentences`)
+    drop_unsupported: bool = False  # the text leaves out the sentences no passage of the input supports (`sources`)
 
     def __post_init__(self) -> None:
         check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
@@ -76,6 +77,7 @@ class GenerationOptions:
         check_float("word_repeat_penalty", self.word_repeat_penalty, 0.0, MAX_WORD_REPEAT_PENALTY)
         check_float("end_penalty", self.end_penalty, 0.0, MAX_END_PENALTY)
         check_bool("whole_sentences", self.whole_sentences)
+        check_bool("drop_unsupported", self.drop_unsupported)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(GenerationOptions))

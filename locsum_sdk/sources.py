@@ -14,13 +14,13 @@ without content words is unsupported (nothing in it can be checked).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from .units import Unit, split_sentences
-from .words import CONTENT_LETTERS, WORD
+from .words import content_words
 
 UNIT_SHARE = 0.5  # passages are looked for in the units a sentence weighs at least this share of its top unit's
 MAX_UNITS = 8  # and in at most this many of them
@@ -58,11 +58,6 @@ class Sentence:
     def to_dict(self) -> dict[str, Any]:
         return {"start": self.start, "end": self.end, "unit_weights": [round(w, 4) for w in self.unit_weights],
                 "passages": [p.to_dict() for p in self.passages], "supported": self.supported}
-
-
-def content_words(text: str) -> set[str]:
-    """The words of `text` of `CONTENT_LETTERS` letters or more, lowercase."""
-    return {word.lower() for word in WORD.findall(text) if len(word) >= CONTENT_LETTERS}
 
 
 def token_spans(tokenizer: Any, token_ids: Sequence[int], text: str) -> list[tuple[int, int]]:
@@ -110,3 +105,18 @@ def sentence_sources(text: str, token_ids: Sequence[int], unit_weights: np.ndarr
         supported = bool(words) and len(covered) >= SUPPORT_SHARE * len(words)
         found.append(Sentence(start, end, tuple(weights.tolist()), tuple(passages), supported))
     return found
+
+
+def supported_only(text: str, sentences: Sequence[Sentence]) -> tuple[str, list[Sentence]]:
+    """The summary without its unsupported sentences (the `drop_unsupported` option): the supported ones joined by a
+    space, each with its span in the new text."""
+    kept, parts, at = [], [], 0
+    for sentence in sentences:
+        if not sentence.supported:
+            continue
+        piece = text[sentence.start:sentence.end]
+        start = at + (1 if parts else 0)
+        kept.append(replace(sentence, start=start, end=start + len(piece)))
+        parts.append(piece)
+        at = start + len(piece)
+    return " ".join(parts), kept

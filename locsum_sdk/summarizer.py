@@ -35,7 +35,7 @@ from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, mem
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
 from .sentences import SentenceEnds
-from .sources import Sentence, sentence_sources
+from .sources import Sentence, sentence_sources, supported_only
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents
@@ -594,14 +594,16 @@ class Summarizer:
         logger.info("summarized %d input(s) in %.2f s", len(items), done - started)
         timings = {"paging": paged - started + spent["checks"], "select": selected - paged,
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
-        return [self._summary(hyp, units, timings) for hyp, units in results]
+        return [self._summary(hyp, units, timings, generation.drop_unsupported) for hyp, units in results]
 
-    def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float]) -> Summary:
+    def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float], drop: bool) -> Summary:
         text = self.tokenizer.decode(hypothesis.token_ids, skip_special_tokens=True).strip()
         weights = hypothesis.unit_weights[:, : len(units)]
+        sentences = sentence_sources(text, hypothesis.token_ids, weights, units, self.tokenizer)
+        if drop:
+            text, sentences = supported_only(text, sentences)
         return Summary(text=text, token_ids=hypothesis.token_ids, units=units, unit_weights=weights,
-                       score=hypothesis.score, kind=self.kind.name, timings=timings,
-                       sentences=sentence_sources(text, hypothesis.token_ids, weights, units, self.tokenizer))
+                       score=hypothesis.score, kind=self.kind.name, timings=timings, sentences=sentences)
 
 
 def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int]) -> StepCallback | None:

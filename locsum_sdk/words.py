@@ -44,6 +44,11 @@ def words_of(texts: Iterable[str]) -> set[str]:
     return found
 
 
+def content_words(text: str) -> set[str]:
+    """The distinct lowercased words (runs of letters, as `words_of` reads them) of four or more letters of `text`."""
+    return {word for word in words_of([text]) if len(word) >= CONTENT_LETTERS}
+
+
 def written_as_words_are(word: str) -> bool:
     """Whether a run of letters is lowercase, Capitalized or ALL CAPS (its start included: every prefix of such a word
     is one too, so a word checked piece by piece as it grows is one when it ends)."""

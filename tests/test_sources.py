@@ -12,8 +12,9 @@ import pytest
 from conftest import document
 
 from locsum_sdk import Summarizer
-from locsum_sdk.sources import SUPPORT_SHARE, content_words, sentence_sources, token_spans
+from locsum_sdk.sources import SUPPORT_SHARE, sentence_sources, token_spans
 from locsum_sdk.units import Unit
+from locsum_sdk.words import content_words
 
 DOCUMENTS = ["The board approved the library roof budget. The contractor starts work in March.",
              "Marta reported the survey results. Children asked for a quiet reading room."]
@@ -103,3 +104,35 @@ def test_the_command_line_marks_sentences_and_quotes_their_lines(tmp_path, capsy
         assert marker.startswith("[") and quote.strip('"') in " ".join(lines[number - 1].split()), line
     assert main(["summarize", str(notes), "--json", "--max-length", "12"]) == 0
     assert "sentences" in json.loads(capsys.readouterr().out)
+
+
+def test_drop_unsupported_leaves_out_what_no_passage_supports(tokenizer):
+    from locsum_sdk.sources import supported_only
+
+    text, ids, weights = summary_of(tokenizer, "Marta reported the survey results. Penguins sang opera loudly. The "
+                                    "board approved the library roof budget.", [0.5, 0.5])
+    sentences = sentence_sources(text, ids, weights, units_of(DOCUMENTS), tokenizer)
+    assert [s.supported for s in sentences] == [True, False, True]
+    kept, spans = supported_only(text, sentences)
+    assert kept == "Marta reported the survey results. The board approved the library roof budget."
+    assert [kept[s.start:s.end] for s in spans] == ["Marta reported the survey results.",
+                                                    "The board approved the library roof budget."]
+    assert supported_only(text, [sentences[1]]) == ("", [])
+
+
+def test_the_option_drops_sentences_in_the_summary_and_on_the_command_line(tmp_path, capsys):
+    from pathlib import Path
+
+    from locsum_sdk.cli import main
+
+    meeting = (Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text(encoding="utf-8")
+    summarizer = Summarizer.from_pretrained(threads=2)
+    text = "\n".join(meeting.splitlines()[:30])
+    full = summarizer.summarize(text, max_length=60)
+    kept = summarizer.summarize(text, max_length=60, drop_unsupported=True)
+    assert kept.token_ids == full.token_ids and all(s.supported for s in kept.sentences)
+    assert kept.text == " ".join(full.text[s.start:s.end] for s in full.sentences if s.supported)
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text, encoding="utf-8")
+    assert main(["summarize", str(notes), "--max-length", "60", "--drop-unsupported"]) == 0
+    assert capsys.readouterr().out.strip() == kept.text
