@@ -16,18 +16,20 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import nn
 
 from ..base_weights import ALIGNMENT, BASE_FILE, BaseRecord, BaseTensor, wanted_arrays
 from ..errors import BundleVersionError, ExportError
 from ..llm.source import Origin
 from ..model_files import UserFile
 from .base_derived import MIN_BYTES, point_to_base
+
+if TYPE_CHECKING:
+    from torch import nn
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -132,7 +134,7 @@ def write_weights(directory: Path, wanted: set[Wanted], shapes: dict[tuple[Path,
                 for transpose in (False, True):
                     if Wanted(file, name, transpose) not in wanted:
                         continue
-                    recipe = BaseTensor(index, name, 0, array.nbytes, transpose=transpose)
+                    recipe = BaseTensor(index, name, 0, 0, transpose=transpose)
                     values = recipe.values(array)
                     if values.nbytes < MIN_BYTES:
                         small[Wanted(file, name, transpose)] = values
@@ -140,8 +142,7 @@ def write_weights(directory: Path, wanted: set[Wanted], shapes: dict[tuple[Path,
                     padding = b"\0" * (-out.tell() % ALIGNMENT)
                     out.write(padding)
                     digest.update(padding)
-                    placed[Wanted(file, name, transpose)] = BaseTensor(index, name, out.tell(), values.nbytes,
-                                                                       transpose=transpose)
+                    placed[Wanted(file, name, transpose)] = replace(recipe, offset=out.tell(), length=values.nbytes)
                     out.write(values.data)
                     digest.update(values.data)
                     del values

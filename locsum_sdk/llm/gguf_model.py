@@ -123,9 +123,8 @@ def read_gguf(path: Path) -> LLMSource:
     hf = hf_config(reader)
     chosen = family(hf["model_type"], str(path))
     config = chosen.fields(hf, str(path))
-    for name in reader.tensors:
-        if name != ROPE_FREQS:
-            _hf_name(name, path)
+    origins = {_hf_name(name, path)[0]: Origin(path, name, info.shape) for name, info in reader.tensors.items()
+               if name != ROPE_FREQS}  # a tensor with no place in the block is refused here, before any work
     layer0 = {name.split(".", 2)[2] for name in reader.tensors if name.startswith("blk.0.")}
     config.update(attention_bias="attn_q.bias" in layer0, output_bias="attn_output.bias" in layer0,
                   mlp_bias="ffn_gate.bias" in layer0)
@@ -140,13 +139,11 @@ def read_gguf(path: Path) -> LLMSource:
     tokens = reader.metadata["tokenizer.ggml.tokens"]
     strings = {"bos_token": tokens[config["bos_token_id"]], "eos_token": tokens[config["eos_token_id"]]}
 
-    def tensors() -> Iterator[tuple[str, np.ndarray]]:
-        for name, array in oriented_tensors(reader):
-            if name != ROPE_FREQS:
-                yield _hf_name(name, path)[0], array
+    hf_names = {origin.name: name for name, origin in origins.items()}
 
-    origins = {_hf_name(name, path)[0]: Origin(path, name, info.shape) for name, info in reader.tensors.items()
-               if name != ROPE_FREQS}
+    def tensors() -> Iterator[tuple[str, np.ndarray]]:
+        for name, array in oriented_tensors(reader, hf_names):
+            yield hf_names[name], array
     licence = reader.metadata.get("general.license")
     return LLMSource(path, "gguf", chosen.names[0], config, tokenizer, reader.metadata.get("tokenizer.chat_template"),
                      strings, [path], tensors, origins, licence if isinstance(licence, str) else None)

@@ -128,18 +128,17 @@ def read_directory(directory: Path) -> LLMSource:
         raise BundleError(f"{directory / TOKENIZER} is not a readable tokenizer ({error})") from None
     config.update(special_ids(directory, hf, config["vocab_size"]))
 
-    def tensors() -> Iterator[tuple[str, np.ndarray]]:
-        for file in files:
-            weights = SafetensorsFile(file)
-            for name in weights.names:
-                if weights.is_float(name):
-                    yield name.removeprefix("model."), weights.array(name)
-
     origins = {}
     for file in files:
         weights = SafetensorsFile(file)
         origins.update({name.removeprefix("model."): Origin(file, name, weights.shape(name)) for name in weights.names
                         if weights.is_float(name)})
+
+    def tensors() -> Iterator[tuple[str, np.ndarray]]:
+        for file in files:
+            weights = SafetensorsFile(file)
+            yield from ((name, weights.array(origin.name)) for name, origin in origins.items() if origin.file == file)
+
     licence = hf.get("license") if isinstance(hf.get("license"), str) else None
     return LLMSource(directory, "hf", chosen.names[0], config, tokenizer, chat_template(directory),
                      _token_strings(directory, tokenizer, config), files, tensors, origins, licence)
