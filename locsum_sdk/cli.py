@@ -464,7 +464,7 @@ def _serve(args: argparse.Namespace) -> int:
                           "--token-file) that requests must carry, or --insecure to serve without one")
     options = ServeOptions(memory_budget=args.memory_budget, max_queue=args.max_queue, max_batch=args.max_batch,
                            batch_window=args.batch_window, concurrency=args.concurrency, timeout=args.timeout,
-                           max_body=args.max_body, token=token)
+                           max_body=args.max_body, token=token, page=args.page)
     if args.engine == "ray":
         if (args.backend, args.device) != ("auto", "auto"):
             raise OptionError("--backend and --device are options of --engine local: a Ray replica runs its bundle "
@@ -796,6 +796,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--token-file", dest="token_file",
                    help=f"file holding the bearer token requests must carry (or ${SERVE_TOKEN_ENV})")
     h.add_argument("--insecure", action="store_true", help="serve a non-loopback address without a token")
+    h.add_argument("--no-page", dest="page", action="store_false",
+                   help="serve the API alone, without the page at / (a text or files in, the summary and the "
+                        "passages each sentence came from out)")
     h.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM before they are cancelled")
     h.add_argument("--threads", type=int, help="intra-op threads of the model (default: every core; with --engine "

@@ -18,6 +18,7 @@ from .errors import OptionError
 from .keywords import KeywordBonus
 from .repeats import WordRepeats
 from .sentences import SentenceEnds
+from .units import Unit
 from .validation import check_bool, check_choice, check_float, check_int, is_int
 from .words import WordGuard
 
@@ -111,6 +112,8 @@ class Partial:
 
     token_ids: list[int]  # without the start token; a finished one ends in eos
     finished: bool
+    unit_weights: np.ndarray  # (len(token_ids), U): the step weights of each token, as `Hypothesis.unit_weights`
+    units: tuple[Unit, ...] = ()  # the input's units, filled in where the summarizer reports the partial
 
 
 StepCallback = Callable[[int, list[Partial]], None]  # (step, one Partial per batch item); raising stops decoding
@@ -207,7 +210,8 @@ class GreedySearch:
         return bool(self.done.all())
 
     def partial(self, b: int) -> Partial:
-        return Partial(_until_eos(self.sequences[b, 0, 1:].tolist(), self.eos), bool(self.done[b]))
+        tokens = _until_eos(self.sequences[b, 0, 1:].tolist(), self.eos)
+        return Partial(tokens, bool(self.done[b]), np.stack([step[b] for step in self.weights[: len(tokens)]]))
 
     def finalize(self) -> list[Hypothesis]:
         weights = np.stack(self.weights, axis=1)  # (B, T, U)
@@ -286,8 +290,9 @@ class BeamSearch:
 
     def partial(self, b: int) -> Partial:
         if self.hypotheses[b]:
-            return Partial(list(self.hypotheses[b][0][1]), True)
-        return Partial(self.sequences[b, 0, 1:].tolist(), False)  # beams are kept best first
+            _, tokens, weights = self.hypotheses[b][0]
+            return Partial(list(tokens), True, weights)
+        return Partial(self.sequences[b, 0, 1:].tolist(), False, self.weights[b, 0])  # beams are kept best first
 
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):

@@ -38,7 +38,7 @@ from .sentences import SentenceEnds
 from .sources import Sentence, sentence_sources, supported_only
 from .tokenizer_file import read_tokenizer
 from .unit_cache import UnitCache
-from .units import PagingOptions, SpecialTokens, Unit, as_documents
+from .units import PagingOptions, SpecialTokens, Unit, as_documents, split_sentences
 from .validation import check_bool, check_choice, check_int
 from .words import Pieces, WordGuard, WordList, input_words, piece_texts
 
@@ -575,7 +575,7 @@ class Summarizer:
             try:
                 hypotheses = generate(
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
-                    _by_input(on_step, group), self._guard([known[i] for i in group]) if known else None,
+                    _by_input(on_step, group, kept), self._guard([known[i] for i in group]) if known else None,
                     self._bonus([found[i] for i in group], generation) if found else None,
                     [input_tokens[i] for i in group],
                     self.word_repeats if generation.word_repeat_penalty else None,
@@ -596,6 +596,24 @@ class Summarizer:
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
         return [self._summary(hyp, units, timings, generation.drop_unsupported) for hyp, units in results]
 
+    def partial_text(self, partial: Partial) -> str:
+        """The text of a partial summary (what `on_step` reports), as `Summary.text` would have it."""
+        return self.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
+
+    def partial_sentences(self, partial: Partial) -> list[Sentence]:
+        """The complete sentences of a partial summary, with their sources as `Summary.sentences` gives them: every
+        sentence but the last, which the next tokens may still extend, and the last too once `partial.finished`.
+        Spans are in `partial_text(partial)`; beam search's leading beam may still change (see `Partial`)."""
+        if not partial.units:
+            raise OptionError("this Partial carries no units; pass one that Summarizer.summarize reported")
+        text = self.partial_text(partial)
+        spans = split_sentences(text)
+        complete = spans if partial.finished else spans[:-1]
+        if not complete:
+            return []
+        return sentence_sources(text[: complete[-1][1]], partial.token_ids, partial.unit_weights, partial.units,
+                                self.tokenizer)
+
     def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float], drop: bool) -> Summary:
         text = self.tokenizer.decode(hypothesis.token_ids, skip_special_tokens=True).strip()
         weights = hypothesis.unit_weights[:, : len(units)]
@@ -606,11 +624,18 @@ class Summarizer:
                        score=hypothesis.score, kind=self.kind.name, timings=timings, sentences=sentences)
 
 
-def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int]) -> StepCallback | None:
-    """A decoding batch's step callback that reports each row under its input's index."""
+def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int],
+              units: list[list[Unit]]) -> StepCallback | None:
+    """A decoding batch's step callback that reports each row under its input's index, with its input's units (and
+    its weights over them alone, not the batch's padding units)."""
     if on_step is None:
         return None
-    return lambda step, partials: on_step(step, dict(zip(group, partials)))
+
+    def report(step: int, partials: list[Partial]) -> None:
+        on_step(step, {index: dataclasses.replace(partial, units=tuple(kept),
+                                                  unit_weights=partial.unit_weights[:, : len(kept)])
+                       for index, partial, kept in zip(group, partials, units)})
+    return report
 
 
 def _count(items: Sequence[Sequence[Unit]]) -> int:

@@ -20,32 +20,13 @@ import uvicorn
 from conftest import SLOW_OPTIONS, document, free_port, json_values
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from serving import served
 
 from locsum_sdk import Summarizer
 from locsum_sdk.serve import ServeOptions, create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "a-token-of-at-least-16-characters"
-
-
-@contextmanager
-def served(summarizer, **options):
-    """The app on a real loopback port, run by uvicorn in a thread; yields an httpx client for it."""
-    app = create_app(options=ServeOptions(**options), summarizer=summarizer)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started and time.time() < deadline:
-        time.sleep(0.01)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 class Gated(Summarizer):
@@ -219,11 +200,65 @@ def test_a_stream_ends_in_the_non_streamed_summary(client, num_beams):
     streamed = client.post("/v1/summarize", json={"text": TEXT, "options": options, "stream": True})
     assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
     found = events(streamed.text)
-    assert [name for name, _ in found[:-1]] == ["partial"] * (len(found) - 1) and found[-1][0] == "summary"
+    assert {name for name, _ in found[:-1]} <= {"partial", "sentence"} and found[-1][0] == "summary"
     assert found[-1][1]["summary"] == plain["summary"] and len(found) > 2
-    if num_beams == 1:  # greedy: each partial extends the last
-        texts = [data["text"] for _, data in found[:-1]]
+    assert found[0][0] == "partial"
+    sentences = {}
+    for name, data in found[:-1]:
+        if name == "partial":
+            text = data["text"]
+        else:  # a sentence of the partial text sent just before it; one with the same index replaces it
+            assert text[data["start"]:data["end"]] == data["text"] and data["index"] <= len(sentences)
+            sentences = {i: s for i, s in sentences.items() if i < data["index"]}
+            sentences[data["index"]] = data
+    final = found[-1][1]["sentences"]
+    if num_beams == 1:  # greedy: each partial extends the last, and its sentences are the summary's
+        texts = [data["text"] for name, data in found[:-1] if name == "partial"]
         assert texts[-1] == plain["summary"]
+        assert [{k: s[k] for k in final[0]} for _, s in sorted(sentences.items())] == final
+
+
+def test_a_stream_sends_each_sentence_with_its_sources_once_complete(client, summarizer):
+    """Greedy, with sentence ends: every sentence of the summary is sent once, with the summary's sources, before
+    the summary."""
+    options = {**OPTIONS, "num_beams": 1, "max_length": 40, "min_length": 30}
+    text = ". ".join(TEXT.split(" ")[i:i + 6] and " ".join(TEXT.split(" ")[i:i + 6]) for i in range(0, 120, 6))
+    plain = client.post("/v1/summarize", json={"text": text, "options": options}).json()
+    found = events(client.post("/v1/summarize", json={"text": text, "options": options, "stream": True}).text)
+    sent = [data for name, data in found if name == "sentence"]
+    assert [s["index"] for s in sent] == list(range(len(plain["sentences"])))
+    assert [{k: s[k] for k in plain["sentences"][0]} for s in sent] == plain["sentences"]
+    assert [s["text"] for s in sent] == [plain["summary"][s["start"]:s["end"]] for s in plain["sentences"]]
+
+
+def test_return_documents_gives_the_text_the_spans_index(client):
+    documents = [TEXT[:300], TEXT[300:700]]
+    answer = client.post("/v1/summarize", json={"documents": documents, "options": OPTIONS,
+                                                "return_documents": True}).json()
+    assert answer["documents"] == [{"text": text} for text in documents]
+    for unit in answer["units"]:
+        assert documents[unit["document"]][unit["start"]:unit["end"]].strip()
+    assert "documents" not in client.post("/v1/summarize", json={"text": TEXT, "options": OPTIONS}).json()
+
+
+def test_the_page_is_served_with_its_files_and_a_strict_policy(summarizer):
+    with served(summarizer, memory_budget="2GB", token=TOKEN) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
+        assert '<script src="page/page.js"' in page.text and "<script>" not in page.text
+        for name, media in (("page.js", "text/javascript"), ("page.css", "text/css")):
+            served_file = client.get(f"/page/{name}")
+            assert served_file.status_code == 200 and served_file.headers["content-type"].startswith(media)
+            assert served_file.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/page/index.html").status_code == 404
+        assert client.get("/readyz").json()["auth"] == "bearer"  # the page asks for the token
+        assert client.post("/v1/summarize", json={"text": TEXT}).status_code == 401  # the API still asks for it
+        assert "/" not in client.get("/openapi.json").json()["paths"]
+    with served(summarizer, memory_budget="2GB", page=False) as client:
+        assert client.get("/").json()["error"]["code"] == "not_found"
+        assert client.get("/readyz").json()["auth"] == "none"
 
 
 def test_a_request_over_the_whole_budget_is_413_at_once_and_short_ones_are_served(summarizer):

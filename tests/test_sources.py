@@ -120,14 +120,40 @@ def test_drop_unsupported_leaves_out_what_no_passage_supports(tokenizer):
     assert supported_only(text, [sentences[1]]) == ("", [])
 
 
-def test_the_option_drops_sentences_in_the_summary_and_on_the_command_line(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def default_summarizer():
+    return Summarizer.from_pretrained(threads=2)
+
+
+def meeting_lines(count: int) -> str:
     from pathlib import Path
 
+    meeting = (Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text(encoding="utf-8")
+    return "\n".join(meeting.splitlines()[:count])
+
+
+def test_a_partial_summary_gives_its_complete_sentences_with_the_sources_the_summary_gives(default_summarizer):
+    partials = []
+    summary = default_summarizer.summarize(meeting_lines(30), max_length=60, num_beams=1,
+                                           on_step=lambda step, reported: partials.append(reported[0]))
+    assert len(summary.sentences) >= 2, summary.text
+    seen = 0
+    for partial in partials:
+        assert len(partial.units) == len(summary.units) and partial.unit_weights.shape == (
+            len(partial.token_ids), len(summary.units))
+        sentences = default_summarizer.partial_sentences(partial)
+        assert sentences == summary.sentences[: len(sentences)] and len(sentences) >= seen  # greedy: only grows
+        seen = len(sentences)
+    assert seen == len(summary.sentences)  # the last ones are complete once decoding ends
+    text = default_summarizer.partial_text(partials[5])
+    assert summary.text.startswith(text) and text
+
+
+def test_the_option_drops_sentences_in_the_summary_and_on_the_command_line(default_summarizer, tmp_path, capsys):
     from locsum_sdk.cli import main
 
-    meeting = (Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text(encoding="utf-8")
-    summarizer = Summarizer.from_pretrained(threads=2)
-    text = "\n".join(meeting.splitlines()[:30])
+    summarizer = default_summarizer
+    text = meeting_lines(30)
     full = summarizer.summarize(text, max_length=60)
     kept = summarizer.summarize(text, max_length=60, drop_unsupported=True)
     assert kept.token_ids == full.token_ids and all(s.supported for s in kept.sentences)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import dataclasses
 import functools
 import hmac
 import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,10 +36,13 @@ from ..errors import (
     NoTextError,
     OptionError,
 )
-from ..files import FileText, read_bytes
+from ..files import FileText, Part, read_bytes
 from ..generation import Partial
 from ..memory import release_free_memory, size_text
+from ..sources import Sentence
 from ..summarizer import Summarizer, Summary
+from ..units import split_sentences
+from . import page
 from .admission import Admission, Cancelled, Job, QueueFull, ShuttingDown
 from .metrics import Metrics
 from .options import ServeOptions
@@ -129,7 +131,12 @@ class SummarizeRequest(BaseModel):
                                     "(num_beams, max_length, page_tokens, max_tokens, truncate, ...)")
     stream: bool = Field(False, description="answer with server-sent events: `partial` as the summary is decided "
                          "(greedy: its tokens so far; beam search: the best finished hypothesis, else the leading "
-                         "beam), then `summary` (the full response) or `error`")
+                         "beam), `sentence` as each of its sentences is complete (its index, text, span in the "
+                         "partial's text, support, passages and unit weights; the last one when decoding ends; a "
+                         "later event with the same index replaces it, as when beam search's leading beam changes), "
+                         "then `summary` (the full response, whose sentences are the last word) or `error`")
+    return_documents: bool = Field(False, description="the answer also holds the input's documents (`documents`: "
+                                   "each one's text, and for files its source), the text the spans index")
     timeout: float | None = Field(None, gt=0, description="seconds before the request is abandoned (504); at most "
                                   "the server's own")
 
@@ -158,38 +165,42 @@ def classify(err: BaseException) -> tuple[int, str, str]:
     return 500, "internal", "the server failed on this request; its log has the details"
 
 
-def summary_body(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
+def summary_body(summary: Summary, job: Job, arrived: float, documents: bool = False) -> dict[str, Any]:
     steps = summary.unit_weights.shape[0]
     weights = summary.unit_weights.mean(axis=0) if steps else [0.0] * len(summary.units)
-    summary = dataclasses.replace(summary, sources=job.sources)
     units = []
     for unit, weight in zip(summary.units, weights):
         entry = {"document": unit.document, "start": unit.start, "end": unit.end, "weight": round(float(weight), 5)}
         if unit.score is not None and math.isfinite(unit.score):
             entry["score"] = round(unit.score, 5)
-        source = summary.unit_source(unit)
-        if source is not None:
-            entry["source"] = source
+        if job.sources:
+            entry["source"] = job.sources[unit.document].locate(unit.start, unit.end)
         units.append(entry)
     now = time.monotonic()
     timings = {key: round(value, 4) for key, value in summary.timings.items()}
     timings["queue"] = round((job.started or now) - job.queued, 4)
     timings["request"] = round(now - arrived, 4)
-    return {"summary": summary.text, "kind": summary.kind, "tokens": len(summary.token_ids),
+    body = {"summary": summary.text, "kind": summary.kind, "tokens": len(summary.token_ids),
             "score": round(summary.score, 5) if math.isfinite(summary.score) else None, "units": units,
-            "sentences": [_sentence_body(summary, sentence) for sentence in summary.sentences], "timings": timings}
+            "sentences": [sentence_body(sentence, job.sources) for sentence in summary.sentences],
+            "timings": timings}
+    if documents:
+        body["documents"] = [{"text": text, **({"source": job.sources[index].to_dict()} if job.sources else {})}
+                             for index, text in enumerate(job.documents)]
+    return body
 
 
-def _sentence_body(summary: Summary, sentence: Any) -> dict[str, Any]:
+def sentence_body(sentence: Sentence, sources: Sequence[Part]) -> dict[str, Any]:
     """A sentence's span, whether it is supported and its passages (each in its document and, for files, with its
     source: file, page or heading, span in the file's text)."""
     passages = []
     for passage in sentence.passages:
         entry = passage.to_dict()
-        if summary.sources:
-            entry["source"] = summary.sources[passage.document].locate(passage.start, passage.end)
+        if sources:
+            entry["source"] = sources[passage.document].locate(passage.start, passage.end)
         passages.append(entry)
-    return {"start": sentence.start, "end": sentence.end, "supported": sentence.supported, "passages": passages}
+    return {"start": sentence.start, "end": sentence.end, "supported": sentence.supported, "passages": passages,
+            "unit_weights": [round(weight, 5) for weight in sentence.unit_weights]}
 
 
 def create_app(bundle: str | None = None, options: ServeOptions | None = None, *,
@@ -291,7 +302,11 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         if state["closing"]:
             return JSONResponse(error_body("not_ready", "shutting down"), status_code=503,
                                 headers={"Retry-After": str(RETRY_AFTER)})
-        return JSONResponse({"status": "ready", "kind": summarizer.kind.name, "memory_budget": budget})
+        return JSONResponse({"status": "ready", "kind": summarizer.kind.name, "memory_budget": budget,
+                             "auth": "none" if options.token is None else "bearer"})
+
+    if options.page:
+        page.mount(app)
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus(request: Request) -> Response:
@@ -319,7 +334,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
             if size >= TRIM_BYTES:  # paged, admitted or refused: what its paging freed goes back to the system
                 asyncio.get_running_loop().run_in_executor(paging, release_free_memory)
         if body.stream:
-            return StreamingResponse(_events(job, arrived), media_type="text/event-stream",
+            return StreamingResponse(_events(job, arrived, body.return_documents), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store"})
         try:
             summary = await _result(job, request)
@@ -335,7 +350,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
             return respond(ShuttingDown("the server stopped before this request finished; send it again"), arrived)
         except Exception as err:  # noqa: BLE001
             return respond(err, arrived)
-        return JSONResponse(_finished(summary, job, arrived))
+        return JSONResponse(_finished(summary, job, arrived, body.return_documents))
 
     async def _admit(body: SummarizeRequest, arrived: float) -> Job:
         if state["closing"]:
@@ -356,23 +371,23 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         admission().submit(job)
         return job
 
-    def _finished(summary: Summary, job: Job, arrived: float) -> dict[str, Any]:
+    def _finished(summary: Summary, job: Job, arrived: float, documents: bool) -> dict[str, Any]:
         """The answer's body, with the request counted in the metrics."""
         count(200, "ok", arrived)
         metrics.queue_time.observe((job.started or time.monotonic()) - job.queued)
         metrics.units.inc(len(summary.units))
         metrics.tokens.inc(len(summary.token_ids))
-        return summary_body(summary, job, arrived)
+        return summary_body(summary, job, arrived, documents)
 
     def _error_event(err: BaseException) -> str:
         status, code, message = classify(err)
         count(status, code, None)
         return _event("error", error_body(code, message)["error"])
 
-    async def _events(job: Job, arrived: float) -> AsyncIterator[str]:
+    async def _events(job: Job, arrived: float, documents: bool) -> AsyncIterator[str]:
         loop, updates = asyncio.get_running_loop(), asyncio.Queue()
         job.on_partial = lambda step, partial: loop.call_soon_threadsafe(updates.put_nowait, (step, partial))
-        last, answered = None, False
+        last, answered, sent = None, False, []
         try:
             while True:
                 getter = asyncio.ensure_future(updates.get())
@@ -380,10 +395,12 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     step, partial = getter.result()
-                    text = _text(partial)
-                    if text != last:
-                        last = text
+                    text = summarizer.partial_text(partial)
+                    if (text, partial.finished) != last:
+                        last = text, partial.finished
                         yield _event("partial", {"step": step, "text": text, "finished": partial.finished})
+                        for event in _partial_sentences(partial, text, sent, job.sources):
+                            yield event
                     continue
                 getter.cancel()
                 answered = True
@@ -396,15 +413,38 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
                 except Exception as err:  # noqa: BLE001
                     yield _error_event(err)
                     return
-                yield _event("summary", _finished(summary, job, arrived))
+                complete = [summary.text[sentence.start:sentence.end] for sentence in summary.sentences]
+                for event in _sentence_events(summary.text, complete, functools.partial(list, summary.sentences), sent,
+                                              job.sources):
+                    yield event  # the last sentence, complete once decoding ended (spans in the summary's text)
+                yield _event("summary", _finished(summary, job, arrived, documents))
                 return
         finally:  # finished, or the client left (the response is cancelled): the batch stops at its next step
             admission().withdraw(job)
             if not answered:
                 count(499, "client_closed", None)
 
-    def _text(partial: Partial) -> str:
-        return summarizer.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
+    def _partial_sentences(partial: Partial, text: str, sent: list[str], sources: Sequence[Part]) -> list[str]:
+        """`sentence` events for the partial's complete sentences not sent as they are now; their sources are found
+        only when one is complete or has changed."""
+        spans = split_sentences(text)
+        complete = [text[start:end] for start, end in (spans if partial.finished else spans[:-1])]
+        return _sentence_events(text, complete, lambda: summarizer.partial_sentences(partial), sent, sources)
+
+    def _sentence_events(text: str, complete: list[str], sentences: Callable[[], list[Sentence]], sent: list[str],
+                         sources: Sequence[Part]) -> list[str]:
+        """`sentence` events from the first of the `complete` sentences (their texts) that `sent` (the text of each
+        sentence sent so far, updated) does not hold as it is now; `sentences()` gives them with their sources."""
+        changed = next((index for index, piece in enumerate(complete)
+                        if index >= len(sent) or sent[index] != piece), None)
+        if changed is None:
+            return []
+        del sent[changed:]
+        events = []
+        for index, sentence in enumerate(sentences()[changed:len(complete)], start=changed):
+            sent.append(text[sentence.start:sentence.end])
+            events.append(_event("sentence", {"index": index, "text": sent[-1], **sentence_body(sentence, sources)}))
+        return events
 
     return app
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from ..memory import DEFAULT_SHARE, available_memory, parse_size
-from ..validation import check_float, check_int, check_str
+from ..validation import check_bool, check_float, check_int, check_str
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -31,6 +31,7 @@ class ServeOptions:
     timeout: float = 300.0  # default deadline of a request, seconds (a request's own `timeout` may be shorter)
     max_body: int | str = "32MB"  # largest request body
     token: str | None = None  # bearer token every /v1 and /metrics request must carry; None: none asked
+    page: bool = True  # serve the page at / (it holds no data: its requests carry the token like any client's)
 
     def __post_init__(self) -> None:
         check_int("max_queue", self.max_queue, 0)
@@ -38,6 +39,7 @@ class ServeOptions:
         check_int("concurrency", self.concurrency, 1)
         check_float("batch_window", self.batch_window, 0.0, 10.0)
         check_float("timeout", self.timeout, 0.001)
+        check_bool("page", self.page)
         parse_size(self.max_body, "max_body")
         if self.memory_budget is not None:
             parse_size(self.memory_budget, "memory_budget")
