@@ -326,8 +326,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from .profiling import op_profile, parse_lengths
 
     if args.steps < 1 or args.num_beams < 1 or args.top < 1:
@@ -335,13 +333,13 @@ def _profile(args: argparse.Namespace) -> int:
     lengths = parse_lengths(args.tokens)
     if len(lengths) != 1:
         raise OptionError(f"--tokens {args.tokens}: profile takes one input length (`locsum bench` takes several)")
-    graphs = op_profile(args.bundle, lengths[0], args.steps, args.num_beams, args.threads, args.nodes)
+    profile = op_profile(args.bundle, lengths[0], args.steps, args.num_beams, args.threads, args.nodes)
     if args.json:
-        print(json.dumps([asdict(g) for g in graphs], indent=2))
+        print(json.dumps(profile.to_dict(), indent=2))
         return 0
-    for g in graphs:
+    for g in profile.graphs:
         print(f"{g.graph}: {g.runs} runs, {g.run_ms:.2f} ms per run, of which kernels {g.kernel_ms:.2f} ms "
-              f"({100 * g.kernel_ms / g.run_ms:.0f}%)")
+              f"({100 * g.kernel_ms / g.run_ms:.0f}%), {sum(o.calls for o in g.ops):,.0f} operator runs a run")
         width = max(24, *(len(o.name) for o in g.ops[: args.top]))
         print(f"  {'node' if args.nodes else 'operator':<{width}} {'runs/run':>9} {'ms/run':>8} {'share':>6}")
         for o in g.ops[: args.top]:
@@ -350,6 +348,9 @@ def _profile(args: argparse.Namespace) -> int:
             rest = g.ops[args.top :]
             print(f"  {f'{len(rest)} others':<{width}} {sum(o.calls for o in rest):>9.1f} "
                   f"{sum(o.ms for o in rest):>8.3f} {100 * sum(o.ms for o in rest) / g.kernel_ms:>5.1f}%")
+    print(f"decoding: {profile.steps} steps, {profile.step_ms:.2f} ms a step, of which {profile.outside_ms:.2f} ms "
+          f"({100 * profile.outside_ms / profile.step_ms:.0f}%) outside the decoder graph (the search, the decoding "
+          "options, binding the inputs)")
     return 0
 
 

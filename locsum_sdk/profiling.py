@@ -174,9 +174,30 @@ def read_trace(graph: str, trace: Path, by_node: bool = False) -> GraphProfile:
     return GraphProfile(graph, len(runs), sum(runs) / 1000 / len(runs), sum(o.ms for o in ops), ops)
 
 
+@dataclass
+class Profile:
+    """A traced summary: each graph's profile, and the decoding loop's time a step beside the decoder graph's."""
+
+    graphs: list[GraphProfile]  # encoder, decoder
+    steps: int  # decoding steps run
+    step_ms: float  # the decoding loop's wall time a step: the decoder graph's run and everything around it
+
+    @property
+    def outside_ms(self) -> float:
+        """A step's time outside the decoder graph's run: the search, the decoding options, binding the inputs."""
+        decoder = next(g for g in self.graphs if g.graph == "decoder")
+        return max(self.step_ms - decoder.run_ms, 0.0)
+
+    def to_dict(self) -> dict:
+        return {"graphs": [asdict(g) for g in self.graphs],
+                "decoding": {"steps": self.steps, "step_ms": self.step_ms, "outside_ms": self.outside_ms,
+                             "outside_share": self.outside_ms / self.step_ms if self.step_ms else 0.0}}
+
+
 def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, threads: int | None = None,
-               by_node: bool = False) -> list[GraphProfile]:
-    """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder."""
+               by_node: bool = False) -> Profile:
+    """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder,
+    and the decoding loop's time a step (tracing slows every run a little)."""
     from .backends.onnxruntime import OnnxRuntimeBackend
     from .summarizer import Summarizer
 
@@ -185,8 +206,10 @@ def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 
     with tempfile.TemporaryDirectory(prefix="locsum-profile-") as directory:
         traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
         summarizer.backend = traced
-        summarizer.summarize(text, **_fixed_steps(summarizer, tokens, steps, num_beams))
-        return [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
+        summary = summarizer.summarize(text, **_fixed_steps(summarizer, tokens, steps, num_beams))
+        graphs = [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
+    run = max(len(summary.token_ids), 1)
+    return Profile(graphs, run, 1000 * summary.timings["decode"] / run)
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:

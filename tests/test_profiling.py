@@ -91,8 +91,12 @@ def test_trace_is_summed_by_operator_per_run(tmp_path):
 def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "600", "--steps", "3", "--threads", "1",
                  "--json"]) == 0
-    encoder, decoder = json.loads(capsys.readouterr().out)
+    profile = json.loads(capsys.readouterr().out)
+    encoder, decoder = profile["graphs"]
     assert (encoder["graph"], decoder["graph"]) == ("encoder", "decoder")
+    decoding = profile["decoding"]
+    assert decoding["steps"] == 3 and decoding["step_ms"] >= decoding["outside_ms"] >= 0
+    assert decoding["outside_ms"] == pytest.approx(max(decoding["step_ms"] - decoder["run_ms"], 0))
     assert decoder["runs"] == 3 and encoder["runs"] >= 1
     for graph in (encoder, decoder):
         ms = [o["ms"] for o in graph["ops"]]
@@ -101,7 +105,8 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "300", "--steps", "2", "--threads", "1",
                  "--nodes", "--top", "3"]) == 0
     table = capsys.readouterr().out
-    assert "decoder: 2 runs" in table and table.count(" others ") == 2
+    assert "decoder: 2 runs" in table and table.count(" others ") == 2 and "operator runs a run" in table
+    assert "decoding: 2 steps" in table and "outside the decoder graph" in table
     rows = [line.split() for line in table.splitlines() if line.startswith("  ") and " others " not in line]
     nodes = [row for row in rows if row[0] != "node"]
     assert len(nodes) == 6 and all(float(row[1]) == 1.0 for row in nodes), table  # top 3 nodes of each graph
