@@ -29,6 +29,7 @@ import pytest
 from benchmarks.common import CACHE, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the test suite's model file writers
 MEETING = ROOT / "examples" / "meeting.txt"
 QMSUM_VAL = ROOT.parent / "shared" / "data" / "qmsum" / "val.jsonl"
 PEERS = CACHE / "peers"
@@ -63,21 +64,9 @@ def genai_model(gguf: Path) -> Path:
     out = PEERS / "genai-int4"
     if (out / "genai_config.json").is_file():
         return out
-    from safetensors.numpy import save_file
+    from llm_files import write_hf_from_gguf
 
-    from locsum_sdk.gguf_file import GGUFFile
-    from locsum_sdk.llm import read_llm
-    from locsum_sdk.llm.gguf_model import hf_config
-
-    source, directory = read_llm(gguf), PEERS / "smollm2-hf"
-    directory.mkdir(parents=True, exist_ok=True)
-    config = {**hf_config(GGUFFile(gguf)), "hidden_act": "silu", "architectures": ["LlamaForCausalLM"],
-              "torch_dtype": "float32"}
-    (directory / "config.json").write_text(json.dumps(config))
-    save_file({f"model.{name}": array for name, array in source.tensors()}, str(directory / "model.safetensors"))
-    (directory / "tokenizer.json").write_text(source.tokenizer.to_str())
-    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|im_start|>",
-                                                                 "eos_token": "<|im_end|>"}))
+    directory = write_hf_from_gguf(gguf, PEERS / "smollm2-hf")
     subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(directory), "-o", str(out),
                     *GENAI_BUILD, "-c", str(PEERS / "genai-cache")], check=True, capture_output=True)
     config_file = out / "genai_config.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import numpy as np
@@ -112,8 +112,16 @@ class Partial:
 
     token_ids: list[int]  # without the start token; a finished one ends in eos
     finished: bool
-    unit_weights: np.ndarray  # (len(token_ids), U): the step weights of each token, as `Hypothesis.unit_weights`
+    read_weights: Callable[[], np.ndarray] = field(repr=False, compare=False)  # the step weights, gathered only
+    # when asked for: reporting a partial at every step costs no copy of its history
     units: tuple[Unit, ...] = ()  # the input's units, filled in where the summarizer reports the partial
+
+    @property
+    def unit_weights(self) -> np.ndarray:
+        """(len(token_ids), U): each token's step weights, as `Hypothesis.unit_weights`; over the input's own units
+        (not a batch's padding units) once the summarizer has reported the partial."""
+        weights = self.read_weights()
+        return weights[:, : len(self.units)] if self.units else weights
 
 
 StepCallback = Callable[[int, list[Partial]], None]  # (step, one Partial per batch item); raising stops decoding
@@ -210,8 +218,8 @@ class GreedySearch:
         return bool(self.done.all())
 
     def partial(self, b: int) -> Partial:
-        tokens = _until_eos(self.sequences[b, 0, 1:].tolist(), self.eos)
-        return Partial(tokens, bool(self.done[b]), np.stack([step[b] for step in self.weights[: len(tokens)]]))
+        tokens, steps = _until_eos(self.sequences[b, 0, 1:].tolist(), self.eos), self.weights
+        return Partial(tokens, bool(self.done[b]), lambda: np.stack([step[b] for step in steps[: len(tokens)]]))
 
     def finalize(self) -> list[Hypothesis]:
         weights = np.stack(self.weights, axis=1)  # (B, T, U)
@@ -291,8 +299,9 @@ class BeamSearch:
     def partial(self, b: int) -> Partial:
         if self.hypotheses[b]:
             _, tokens, weights = self.hypotheses[b][0]
-            return Partial(list(tokens), True, weights)
-        return Partial(self.sequences[b, 0, 1:].tolist(), False, self.weights[b, 0])  # beams are kept best first
+            return Partial(list(tokens), True, lambda: weights)
+        leading = self.weights[b, 0]  # beams are kept best first
+        return Partial(self.sequences[b, 0, 1:].tolist(), False, lambda: leading)
 
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):

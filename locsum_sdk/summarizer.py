@@ -598,7 +598,10 @@ class Summarizer:
 
     def partial_text(self, partial: Partial) -> str:
         """The text of a partial summary (what `on_step` reports), as `Summary.text` would have it."""
-        return self.tokenizer.decode(partial.token_ids, skip_special_tokens=True).strip()
+        return self._text(partial.token_ids)
+
+    def _text(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
     def partial_sentences(self, partial: Partial) -> list[Sentence]:
         """The complete sentences of a partial summary, with their sources as `Summary.sentences` gives them: every
@@ -615,7 +618,7 @@ class Summarizer:
                                 self.tokenizer)
 
     def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float], drop: bool) -> Summary:
-        text = self.tokenizer.decode(hypothesis.token_ids, skip_special_tokens=True).strip()
+        text = self._text(hypothesis.token_ids)
         weights = hypothesis.unit_weights[:, : len(units)]
         sentences = sentence_sources(text, hypothesis.token_ids, weights, units, self.tokenizer)
         if drop:
@@ -632,8 +635,7 @@ def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: 
         return None
 
     def report(step: int, partials: list[Partial]) -> None:
-        on_step(step, {index: dataclasses.replace(partial, units=tuple(kept),
-                                                  unit_weights=partial.unit_weights[:, : len(kept)])
+        on_step(step, {index: dataclasses.replace(partial, units=tuple(kept))
                        for index, partial, kept in zip(group, partials, units)})
     return report
 

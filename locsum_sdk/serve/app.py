@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import functools
 import hmac
 import json
@@ -168,13 +169,15 @@ def classify(err: BaseException) -> tuple[int, str, str]:
 def summary_body(summary: Summary, job: Job, arrived: float, documents: bool = False) -> dict[str, Any]:
     steps = summary.unit_weights.shape[0]
     weights = summary.unit_weights.mean(axis=0) if steps else [0.0] * len(summary.units)
+    summary = dataclasses.replace(summary, sources=job.sources)
     units = []
     for unit, weight in zip(summary.units, weights):
         entry = {"document": unit.document, "start": unit.start, "end": unit.end, "weight": round(float(weight), 5)}
         if unit.score is not None and math.isfinite(unit.score):
             entry["score"] = round(unit.score, 5)
-        if job.sources:
-            entry["source"] = job.sources[unit.document].locate(unit.start, unit.end)
+        source = summary.unit_source(unit)
+        if source is not None:
+            entry["source"] = source
         units.append(entry)
     now = time.monotonic()
     timings = {key: round(value, 4) for key, value in summary.timings.items()}
