@@ -1,0 +1,136 @@
+"""Linear-layer weights in blocks of 32 along their input axis, as ONNX Runtime's `MatMulNBits` reads them.
+
+A weight W (N outputs, K inputs) is held as `bits`-bit codes (N, K) with one float32 scale per block of 32 inputs
+of each output, and, where a block is not centred on zero, a float32 offset:
+
+    W[n, k] = scale[n, b] * (code[n, k] - 2^(bits-1)) + offset[n, b]        b = k // 32
+
+`MatMulNBits` without zero points computes x @ (scale * (code - 2^(bits-1)))^T, its fastest form on the CPU (a float
+zero point per block is 40x slower there, and an 8-bit one is refused). The offsets are then a term of their own,
+x @ offset-per-block^T = (x summed over each block) @ offset^T, which `modeling.fused_llama.linear` adds with one small
+MatMul of the block sums (shared with a LoRA adapter's).
+
+Blocks come straight from a GGUF file's bytes where its type is a block-32 one (Q4_0, Q4_1, Q8_0: the model that
+runs is the file's, code for code), or from float32 values (`quantize`), 4-bit (per-block minimum and step, as
+llama.cpp's Q4_1) or 8-bit (symmetric, as Q8_0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ExportError
+from ..ggml_blocks import type_name
+
+BLOCK = 32
+BITS = (4, 8)
+GGUF_TYPES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}  # ggml types whose blocks are taken as they are
+
+
+@dataclass(frozen=True)
+class BlockWeight:
+    """A (N, K) weight as `bits`-bit codes in blocks of 32 along K (see the module docstring)."""
+
+    codes: np.ndarray  # (N, K) uint8, each below 2^bits
+    scales: np.ndarray  # (N, ceil(K/32)) float32
+    offsets: np.ndarray | None  # (N, ceil(K/32)) float32; None where every block is centred
+    bits: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
+
+    @property
+    def centre(self) -> int:
+        return 1 << (self.bits - 1)
+
+    def values(self) -> np.ndarray:
+        """The weight (N, K) in float32, block by block as `MatMulNBits` dequantizes it, offsets added."""
+        rows, columns = self.shape
+        codes = _padded(self.codes, self.centre).astype(np.float32) - np.float32(self.centre)
+        blocks = codes.reshape(rows, -1, BLOCK) * self.scales[:, :, None]
+        if self.offsets is not None:
+            blocks = blocks + self.offsets[:, :, None]
+        return blocks.reshape(rows, -1)[:, :columns].astype(np.float32)
+
+    def packed(self) -> np.ndarray:
+        """The codes as `MatMulNBits`'s input B: (N, blocks, 32 * bits / 8) uint8, two 4-bit codes a byte (the first
+        in the low nibble), K padded to whole blocks with centred codes."""
+        codes = _padded(self.codes, self.centre)
+        rows = codes.shape[0]
+        if self.bits == 8:
+            return codes.reshape(rows, -1, BLOCK)
+        pairs = codes.reshape(rows, -1, BLOCK // 2, 2)
+        return (pairs[..., 0] | (pairs[..., 1] << np.uint8(4))).astype(np.uint8)
+
+
+def stacked(weights: list[BlockWeight]) -> BlockWeight:
+    """Weights of the same input size and bits, one above the other (N1 + N2 + ..., K): one MatMulNBits for the
+    query, key and value projections, or the gate and up projections."""
+    bits = {w.bits for w in weights}
+    if len(bits) != 1 or len({w.shape[1] for w in weights}) != 1:
+        raise ExportError("stacked block weights need one input size and one code width")
+    offsets = None
+    if any(w.offsets is not None for w in weights):
+        offsets = np.concatenate([np.zeros_like(w.scales) if w.offsets is None else w.offsets for w in weights])
+    return BlockWeight(np.concatenate([w.codes for w in weights]), np.concatenate([w.scales for w in weights]),
+                       offsets, bits.pop())
+
+
+def _padded(codes: np.ndarray, centre: int) -> np.ndarray:
+    rows, columns = codes.shape
+    extra = -columns % BLOCK
+    if not extra:
+        return codes
+    return np.concatenate([codes, np.full((rows, extra), centre, np.uint8)], axis=1)
+
+
+def quantize(weight: np.ndarray, bits: int) -> BlockWeight:
+    """Float32 (N, K) -> blocks: 4-bit with each block's minimum and step (code 0 at the minimum, 15 at the
+    maximum), or 8-bit symmetric (step max|w| / 127)."""
+    if bits not in BITS:
+        raise ExportError(f"block weights are 4- or 8-bit, not {bits}-bit")
+    weight = np.asarray(weight, np.float32)
+    rows, columns = weight.shape
+    extra = -columns % BLOCK
+    padded = np.concatenate([weight, np.zeros((rows, extra), np.float32)], axis=1) if extra else weight
+    blocks = padded.reshape(rows, -1, BLOCK)
+    if bits == 8:
+        scales = np.abs(blocks).max(-1) / np.float32(127)
+        safe = np.where(scales > 0, scales, np.float32(1))
+        codes = np.clip(np.rint(blocks / safe[..., None]), -127, 127) + 128
+        return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], scales.astype(np.float32), None, 8)
+    low, high = blocks.min(-1), blocks.max(-1)
+    scales = (high - low) / np.float32(15)
+    safe = np.where(scales > 0, scales, np.float32(1))
+    codes = np.clip(np.rint((blocks - low[..., None]) / safe[..., None]), 0, 15)
+    offsets = low + np.float32(8) * scales  # scale * (code - 8) + offset = low + scale * code
+    return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], scales.astype(np.float32),
+                       offsets.astype(np.float32), 4)
+
+
+def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight:
+    """A GGUF tensor's bytes (uint8) of ggml type Q4_0, Q4_1 or Q8_0 and its numpy shape (N, K) -> its blocks, code
+    for code: Q4_0 is scale * (q - 8), Q4_1 scale * q + minimum = scale * (q - 8) + (minimum + 8 * scale), Q8_0
+    scale * q with q signed (its code here q + 128)."""
+    if kind not in GGUF_TYPES:
+        raise ExportError(f"ggml type {type_name(kind)} has no block form here ({', '.join(GGUF_TYPES.values())} do)")
+    rows, columns = shape
+    if columns % BLOCK:
+        raise ExportError(f"a {type_name(kind)} tensor of {columns} columns is not whole blocks of {BLOCK}")
+    per_block = {2: 18, 3: 20, 8: 34}[kind]
+    blocks = raw.reshape(rows * columns // BLOCK, per_block)
+    scale = blocks[:, 0:2].copy().view("<f2").astype(np.float32)[:, 0]
+    if kind == 8:
+        codes = (blocks[:, 2:].copy().view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        return BlockWeight(codes.reshape(rows, columns), scale.reshape(rows, -1), None, 8)
+    start = 2 if kind == 2 else 4
+    nibbles = blocks[:, start:]
+    codes = np.concatenate([nibbles & np.uint8(0x0F), nibbles >> np.uint8(4)], axis=1).reshape(rows, columns)
+    offsets = None
+    if kind == 3:
+        minimum = blocks[:, 2:4].copy().view("<f2").astype(np.float32)[:, 0]
+        offsets = (minimum + np.float32(8) * scale).reshape(rows, -1)
+    return BlockWeight(codes, scale.reshape(rows, -1), offsets, 4)

@@ -1,0 +1,63 @@
+"""A small writer of ONNX graphs node by node: each `op` returns its outputs' names, `const` adds an initializer
+once per array, and `model` closes the graph with its inputs and outputs declared (`kinds.GraphIO`).
+
+The fused step graphs (`modeling.fused_llama`) are written with it: they name every operator themselves, so the
+graph that runs is the one written, with no shape arithmetic a tracer would add."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MS = "com.microsoft"
+ELEMENT_TYPES = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
+                 "bool": TensorProto.BOOL}
+
+
+class GraphBuilder:
+    """Nodes and initializers of one graph, names made unique by a counter."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def fresh(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}_{self.count}"
+
+    def const(self, array: Any, stem: str = "const") -> str:
+        """An initializer holding `array` (numpy dtype kept; Python ints become int64, floats float32)."""
+        value = np.asarray(array)
+        if value.dtype == np.float64:
+            value = value.astype(np.float32)
+        name = self.fresh(stem)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def ints(self, *values: int) -> str:
+        return self.const(np.array(values, np.int64), "shape")
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", name: str | None = None,
+           **attributes: Any):
+        """Append one node; its output name (or a list of `outputs` names); `name` names its only output (a graph
+        output)."""
+        names = [name] if name is not None else [self.fresh(op_type) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=self.fresh(f"node_{op_type}"),
+                                           domain=domain, **attributes))
+        return names[0] if outputs == 1 else names
+
+    def model(self, inputs: list[tuple[str, str, list[Any]]], outputs: list[tuple[str, str, list[Any]]],
+              opset: int = 17) -> onnx.ModelProto:
+        """The graph as a model; inputs and outputs are (name, dtype, shape with dims or axis names)."""
+        def info(name: str, dtype: str, shape: list[Any]) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(name, ELEMENT_TYPES[dtype], shape)
+
+        graph = helper.make_graph(self.nodes, self.name, [info(*i) for i in inputs], [info(*o) for o in outputs],
+                                  self.initializers)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
+                                 producer_name="locsum")

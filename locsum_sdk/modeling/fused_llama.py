@@ -1,0 +1,268 @@
+"""A Llama backbone's decoding step written with ONNX Runtime's fused operators, for the CPU (and CUDA) path.
+
+`llama` is the maths; this writes the same step with few operator runs: each projection group is one
+`MatMulNBits` over block weights (`blockwise`; query/key/value as one, gate/up as one), RMSNorm with the residual
+add is `SkipSimplifiedLayerNormalization`, SiLU is `QuickGelu`, and every shape a layer needs is built once per
+step. A block's offset and a LoRA adapter (kept apart from the pretrained weight, as `lora` has it) are one
+small MatMul pair beside the projection: x @ [block sums | A] then @ [offsets | B s].
+
+The attention over the units (the kind's combination of its units' caches) is the kind's: `STEPS` maps a kind's
+name to the function writing its step on these pieces (`fused_hierencdec` for HierEncDec).
+
+Weights come from the torch module; where a `GGUFFile` is given, a projection equal to one of its block-32
+tensors takes that tensor's blocks as they are (`blockwise.from_gguf`), so the model that runs is the file's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from torch import nn
+
+from ..errors import ExportError
+from ..exporters import blockwise
+from ..exporters.blockwise import BlockWeight
+from ..exporters.onnx_builder import MS, GraphBuilder
+from ..gguf_file import GGUFFile
+from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS, PERMUTED, unpermute
+from .llama import Llama, frequencies
+from .lora import LoRALinear
+
+ACCURACY = 4  # MatMulNBits' int8 compute (activations quantized per block of 32); 0 computes in float32
+HF_TO_GGUF = {**{hf: gguf for gguf, hf in LAYER_TENSORS.items()}, **{hf: gguf for gguf, hf in GLOBAL_TENSORS.items()}}
+
+
+class BlockSource:
+    """Block weights for a module's projections: a GGUF file's blocks where the projection is exactly one of its
+    block-32 tensors, else the float weight quantized to `bits`."""
+
+    def __init__(self, gguf: GGUFFile | None = None, bits: int = 4):
+        self.gguf, self.bits = gguf, bits
+        self.from_file: list[str] = []  # the projections taken from the file, for the exporter's report
+
+    def blocks(self, name: str, weight: np.ndarray, bits: int | None = None) -> BlockWeight:
+        """`name`: the HF name without `model.` (e.g. layers.3.self_attn.q_proj.weight)."""
+        found = self._file_blocks(name, weight)
+        if found is not None:
+            self.from_file.append(name)
+            return found
+        return blockwise.quantize(weight, bits or self.bits)
+
+    def _file_blocks(self, name: str, weight: np.ndarray) -> BlockWeight | None:
+        if self.gguf is None:
+            return None
+        parts = name.split(".")
+        if parts[0] == "layers":
+            gguf_name = f"blk.{parts[1]}.{HF_TO_GGUF.get('.'.join(parts[2:-1]), '?')}.{parts[-1]}"
+        else:
+            gguf_name = f"{HF_TO_GGUF.get(parts[0], '?')}.{parts[-1]}"
+        info = self.gguf.tensors.get(gguf_name)
+        if info is None or info.type not in blockwise.GGUF_TYPES or info.shape != weight.shape:
+            return None
+        raw = np.fromfile(self.gguf.path, dtype=np.uint8, count=info.nbytes, offset=self.gguf.data_start + info.offset)
+        found = blockwise.from_gguf(raw, info.type, info.shape)
+        role = gguf_name.split(".")[2] if gguf_name.startswith("blk.") else None
+        arch = self.gguf.metadata.get("general.architecture")
+        if arch in PERMUTED and role in ("attn_q", "attn_k"):
+            key = "head_count" if role == "attn_q" else "head_count_kv"
+            heads = int(self.gguf.metadata.get(f"{arch}.attention.{key}",
+                                               self.gguf.metadata.get(f"{arch}.attention.head_count")))
+            found = BlockWeight(unpermute(found.codes, heads), unpermute(found.scales, heads),
+                                None if found.offsets is None else unpermute(found.offsets, heads), found.bits)
+        if not np.array_equal(found.values(), weight):
+            return None  # the module's weight is not the file's (fine-tuned, or another file)
+        return found
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Projections sharing an input, stacked: block weights, bias, and the LoRA update's A (r, K) and B s (N, r)."""
+
+    blocks: BlockWeight
+    bias: np.ndarray | None
+    lora_a: np.ndarray | None
+    lora_b: np.ndarray | None
+
+
+def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
+    """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked)."""
+    blocks = blockwise.stacked([source.blocks(name, linear.weight.detach().float().numpy())
+                                for linear, name in zip(linears, names)])
+    biases = [linear.bias for linear in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = np.concatenate([np.zeros(lin.out_features, np.float32) if b is None else b.detach().float().numpy()
+                               for lin, b in zip(linears, biases)])
+    adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
+    if not adapted:
+        return Projection(blocks, bias, None, None)
+    if len(adapted) != len(linears):
+        raise ExportError("projections sharing an input must all have adapters or none")
+    lora_a = np.concatenate([lin.lora_a.detach().float().numpy() for lin in linears])
+    rank = linears[0].lora_a.shape[0]
+    lora_b = np.zeros((blocks.shape[0], rank * len(linears)), np.float32)
+    row = 0
+    for i, lin in enumerate(linears):
+        lora_b[row:row + lin.out_features, i * rank:(i + 1) * rank] = (lin.lora_b * lin.scaling).detach().float()
+        row += lin.out_features
+    return Projection(blocks, bias, lora_a, lora_b)
+
+
+def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
+    """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present."""
+    n, k = p.blocks.shape
+    inputs = [x, g.const(p.blocks.packed(), "weight"), g.const(p.blocks.scales.reshape(-1), "scales")]
+    if p.bias is not None:
+        inputs += ["", "", g.const(p.bias, "bias")]
+    y = g.op("MatMulNBits", *inputs, domain=MS, K=k, N=n, bits=p.blocks.bits, block_size=blockwise.BLOCK,
+             accuracy_level=accuracy)
+    down, up = [], []
+    if p.blocks.offsets is not None:
+        blocks = p.blocks.offsets.shape[1]
+        sums = np.zeros((k, blocks), np.float32)
+        sums[np.arange(k), np.arange(k) // blockwise.BLOCK] = 1
+        down.append(sums)
+        up.append(p.blocks.offsets.T)
+    if p.lora_a is not None:
+        down.append(p.lora_a.T)
+        up.append(p.lora_b.T)
+    if not down:
+        return y
+    z = g.op("MatMul", x, g.const(np.concatenate(down, axis=1), "down"))
+    return g.op("Add", y, g.op("MatMul", z, g.const(np.ascontiguousarray(np.concatenate(up)), "up")))
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    input_norm: np.ndarray
+    qkv: Projection
+    output: Projection
+    post_norm: np.ndarray
+    gate_up: Projection
+    down: Projection
+
+
+def layer_weights(model: Llama, source: BlockSource) -> list[LayerWeights]:
+    layers = []
+    for i, layer in enumerate(model.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+
+        def names(*parts: str) -> list[str]:
+            return [f"layers.{i}.{part}.weight" for part in parts]  # noqa: B023 (used at once)
+
+        layers.append(LayerWeights(
+            layer.input_layernorm.weight.detach().float().numpy(),
+            projection([attn.q_proj, attn.k_proj, attn.v_proj],
+                       names("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), source),
+            projection([attn.o_proj], names("self_attn.o_proj"), source),
+            layer.post_attention_layernorm.weight.detach().float().numpy(),
+            projection([mlp.gate_proj, mlp.up_proj], names("mlp.gate_proj", "mlp.up_proj"), source),
+            projection([mlp.down_proj], names("mlp.down_proj"), source)))
+    return layers
+
+
+class Backbone:
+    """The pieces of a Llama step every kind shares, written into `g`: embedding, norms, projections, rotary,
+    cache writes, the LM head."""
+
+    def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY):
+        config = model.config
+        self.g, self.config, self.accuracy = g, config, accuracy
+        self.layers = layer_weights(model, source)
+        self.final_norm = model.norm.weight.detach().float().numpy()
+        embedding = model.embed_tokens.weight.detach().float().numpy()
+        self.embedding = source.blocks("embed_tokens.weight", embedding, bits=8)
+        head = embedding if config.tie_embeddings else model.lm_head.weight.detach().float().numpy()
+        head_blocks = self.embedding if config.tie_embeddings else source.blocks("lm_head.weight", head, bits=8)
+        self.head = Projection(head_blocks, None, None, None)
+        self.packed_embedding = g.const(self.embedding.packed(), "embedding")
+        half = frequencies(config).numpy()
+        self.frequencies = g.const(np.concatenate([half, half])[None, :], "frequencies")  # (1, d)
+        d = config.head_dim
+        turn = np.zeros((d, d), np.float32)  # x @ turn = cat(-x2, x1): the rotary's other half, as one MatMul
+        turn[np.arange(d // 2) + d // 2, np.arange(d // 2)] = -1
+        turn[np.arange(d // 2), np.arange(d // 2) + d // 2] = 1
+        self.turn = g.const(turn, "turn")
+
+    def embed(self, ids: str) -> str:
+        """Token ids (R,) -> their embeddings (R, D), dequantized block by block from the embedding's codes."""
+        g, e = self.g, self.embedding
+        codes = g.op("Gather", self.packed_embedding, ids)  # (R, blocks, 32 * bits / 8)
+        if e.bits == 4:
+            low = g.op("BitwiseAnd", codes, g.const(np.uint8(15)))
+            high = g.op("BitShift", codes, g.const(np.uint8(4)), direction="RIGHT")
+            pairs = g.op("Concat", g.op("Unsqueeze", low, g.ints(-1)), g.op("Unsqueeze", high, g.ints(-1)), axis=-1)
+            codes = g.op("Reshape", pairs, g.ints(0, 0, -1))
+        values = g.op("Sub", g.op("Cast", codes, to=onnx.TensorProto.FLOAT), g.const(np.float32(e.centre)))
+        values = g.op("Mul", values, g.op("Unsqueeze", g.op("Gather", g.const(e.scales, "embedding_scales"), ids),
+                                          g.ints(-1)))
+        if e.offsets is not None:
+            offsets = g.op("Gather", g.const(e.offsets, "embedding_offsets"), ids)
+            values = g.op("Add", values, g.op("Unsqueeze", offsets, g.ints(-1)))
+        flat = g.op("Reshape", values, g.ints(0, -1))
+        return g.op("Slice", flat, g.ints(0), g.ints(self.config.d_model), g.ints(1))
+
+    def codes(self, positions: str) -> tuple[str, str]:
+        """Integer positions (...) -> rotary cos, sin (..., d), as `llama.rotary` computes them."""
+        g = self.g
+        angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=onnx.TensorProto.FLOAT), g.ints(-1)),
+                      self.frequencies)
+        return g.op("Cos", angles), g.op("Sin", angles)
+
+    def rotate(self, x: str, turned: str, cos: str, sin: str) -> str:
+        """x * cos + turn(x) * sin (`llama.rotate`), `turned` = x @ turn."""
+        g = self.g
+        return g.op("Add", g.op("Mul", x, cos), g.op("Mul", turned, sin))
+
+    def norm(self, x: str, weight: np.ndarray, skip: str | None = None) -> tuple[str, str]:
+        """RMSNorm of x (+ skip): (normed, the sum that was normed)."""
+        g, eps = self.g, float(self.config.rms_eps)
+        if skip is None:
+            return g.op("SimplifiedLayerNormalization", x, g.const(weight, "norm"), axis=-1, epsilon=eps), x
+        out = g.op("SkipSimplifiedLayerNormalization", x, skip, g.const(weight, "norm"), outputs=4, domain=MS,
+                   epsilon=eps)
+        return out[0], out[3]
+
+    def linear(self, x: str, p: Projection) -> str:
+        return linear(self.g, x, p, self.accuracy)
+
+    def mlp(self, x: str, w: LayerWeights) -> str:
+        g = self.g
+        gate, up = g.op("Split", self.linear(x, w.gate_up), g.ints(self.config.ffn_dim, self.config.ffn_dim),
+                        outputs=2, axis=-1)
+        return self.linear(g.op("Mul", g.op("QuickGelu", gate, domain=MS, alpha=1.0), up), w.down)
+
+    def log_probs(self, hidden: str) -> str:
+        """Final hidden (R, D) after the norm -> log-probabilities (R, V)."""
+        return self.g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
+
+
+Step = Callable[[Backbone, nn.Module], onnx.ModelProto]
+STEPS: dict[str, Step] = {}
+
+
+def register_step(kind: str, step: Step) -> Step:
+    STEPS[kind] = step
+    return step
+
+
+def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
+               accuracy: int = ACCURACY) -> tuple[onnx.ModelProto, list[str]]:
+    """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
+    the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
+    `modeling.fused_<kind>`, which registers it (`register_step`)."""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if module.name.startswith("fused_") and module.name != "fused_llama":
+            importlib.import_module(f"{package}.{module.name}")
+    if model.kind not in STEPS:
+        raise ExportError(f"no fused step is written for {model.kind!r} ({', '.join(sorted(STEPS))} have one)")
+    source = BlockSource(gguf, bits)
+    g = GraphBuilder(f"{model.kind}_step")
+    backbone = Backbone(g, model.model, source, accuracy)
+    return STEPS[model.kind](backbone, model), source.from_file

@@ -1,0 +1,172 @@
+"""The fused decoding step (`modeling.fused_llama`, `modeling.fused_hierencdec`): block weights as MatMulNBits
+reads them, taken code for code from a GGUF file, and HierEncDec's step on a Llama backbone written with ONNX
+Runtime's fused operators, equal to the torch step.
+
+Tolerances: with MatMulNBits computing in float32 (accuracy level 0) the graph is the torch maths on the same
+block weights, so log-probabilities agree to 1e-4 and greedy choices exactly; at level 4 (int8 activations in blocks
+of 32, what the CPU path runs) only closeness is asked, on weights small enough to be a real model's."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from conftest import LLAMA_FRAME, random_model, tiny_llama_config
+from gguf_files import write_gguf
+
+from locsum_sdk import constants as C
+from locsum_sdk.errors import ExportError
+from locsum_sdk.exporters import blockwise
+from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
+from locsum_sdk.gguf_file import GGUFFile
+from locsum_sdk.modeling.fused_llama import fused_step
+from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+from locsum_sdk.modeling.llm_checkpoint import load_llm
+
+VOCAB = 400
+
+
+def matmul_nbits(weight: blockwise.BlockWeight, x: np.ndarray, accuracy: int = 0) -> np.ndarray:
+    """x @ W^T through ONNX Runtime's MatMulNBits on the packed blocks (offsets not applied)."""
+    n, k = weight.shape
+    g = GraphBuilder("one")
+    g.op("MatMulNBits", "x", g.const(weight.packed()), g.const(weight.scales.reshape(-1)), domain=MS, K=k, N=n,
+         bits=weight.bits, block_size=blockwise.BLOCK, accuracy_level=accuracy, name="y")
+    model = g.model([("x", "float32", ["rows", k])], [("y", "float32", ["rows", n])])
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("columns", [64, 48])
+def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
+    rng = np.random.default_rng(bits + columns)
+    weight = rng.standard_normal((24, columns)).astype(np.float32)
+    blocks = blockwise.quantize(weight, bits)
+    step = (np.abs(weight).max() / 127) if bits == 8 else (np.ptp(weight) / 15)
+    assert np.abs(blocks.values() - weight).max() <= step / 2 + 1e-6
+    x = rng.standard_normal((5, columns)).astype(np.float32)
+    centred = blocks.values() - (0 if blocks.offsets is None else np.repeat(blocks.offsets, 32, 1)[:, :columns])
+    assert np.allclose(matmul_nbits(blocks, x), x @ centred.T, atol=1e-4)
+
+
+def test_stacked_weights_are_one_above_the_other():
+    rng = np.random.default_rng(1)
+    a, b = (blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), 4) for n in (8, 5))
+    both = blockwise.stacked([a, b])
+    assert np.array_equal(both.values(), np.concatenate([a.values(), b.values()]))
+    with pytest.raises(ExportError, match="one input size"):
+        blockwise.stacked([a, blockwise.quantize(rng.standard_normal((3, 32)).astype(np.float32), 4)])
+
+
+def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):
+    path, config, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file)
+    reader = GGUFFile(path)
+    kinds = set()
+    for name, info in reader.tensors.items():
+        if info.type not in blockwise.GGUF_TYPES:
+            continue
+        raw = np.fromfile(path, dtype=np.uint8, count=info.nbytes, offset=reader.data_start + info.offset)
+        blocks = blockwise.from_gguf(raw, info.type, info.shape)
+        assert np.array_equal(blocks.values(), reader.array(name)), name
+        kinds.add(blockwise.GGUF_TYPES[info.type])
+    assert kinds == {"Q4_1", "Q8_0"}
+    with pytest.raises(ExportError, match="no block form"):
+        blockwise.from_gguf(np.zeros(4, np.uint8), 0, (1, 1))
+
+
+def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEncDec:
+    """`net` with nonzero adapters and every projection and the embedding on block weights' values, so that the
+    fused graph's blocks hold exactly the torch module's weights."""
+    with torch.no_grad():
+        for name, parameter in net.named_parameters():
+            if "lora_b" in name:
+                parameter.copy_(torch.randn_like(parameter) * lora_scale)
+        for module in net.model.layers.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.copy_(torch.from_numpy(blockwise.quantize(module.weight.numpy(), 4).values()))
+        embedding = net.model.embed_tokens.weight
+        embedding.copy_(torch.from_numpy(blockwise.quantize(embedding.numpy(), 8).values()))
+    return net
+
+
+def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2):
+    """Decode `steps` positions of 2 items of up to 3 documents (one padding document, padded tails) with beams
+    whose histories cross, in torch and in the fused graph -> per step (torch log-probs, graph log-probs, torch
+    weights, graph weights), and the largest cache difference."""
+    graph, _ = fused_step(net, accuracy=accuracy)
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    cfg = net.config
+    items, units, length, capacity = 2, 3, 9, steps + 1
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (items * units, length), generator=g)
+    mask = torch.ones(items * units, length, dtype=torch.long)
+    mask[1, 6:], mask[4, 3:], mask[5, :] = 0, 0, 0
+    unit_mask = torch.tensor([[True, True, True], [True, True, False]])
+    with torch.no_grad():
+        _, cross = net.encode(ids, mask)
+    shape = (items, cfg.kv_heads, beams, capacity, cfg.head_dim)
+    cache = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.layers)]
+    graph_cache = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.layers)]
+    slots = -np.ones((items, beams, capacity), np.int64)
+    results, worst = [], 0.0
+    for position in range(steps):
+        tokens = torch.randint(5, VOCAB, (items, beams), generator=g)
+        slots[:, :, position] = np.arange(beams)
+        if position >= 2:
+            slots[:, 1, :position] = 0  # beam 1 continues beam 0's history
+        with torch.no_grad():
+            log_probs, weights = net.step(tokens, unit_mask, mask, torch.tensor([position]), torch.from_numpy(slots),
+                                          cache, cross)
+        feeds = {C.INPUT_IDS: tokens.numpy(), C.UNIT_MASK: unit_mask.numpy(), C.ENCODER_ATTENTION_MASK: mask.numpy(),
+                 C.POSITION: np.array([position]), C.CACHE_SLOTS: slots.copy()}
+        for i in range(cfg.layers):
+            feeds[C.past_key(i)], feeds[C.past_value(i)] = graph_cache[i]
+            feeds[C.cross_key(i)], feeds[C.cross_value(i)] = cross[i][0].numpy(), cross[i][1].numpy()
+        outputs = dict(zip(names, session.run(None, feeds)))
+        for i in range(cfg.layers):
+            graph_cache[i] = (outputs[C.present_key(i)], outputs[C.present_value(i)])
+            worst = max(worst, float(np.abs(graph_cache[i][0] - cache[i][0].numpy()).max()),
+                        float(np.abs(graph_cache[i][1] - cache[i][1].numpy()).max()))
+        results.append((log_probs.numpy(), outputs[C.LOG_PROBS], weights.numpy(), outputs[C.UNIT_WEIGHTS]))
+    return results, worst
+
+
+def tiny(std: float = 0.3) -> LlamaHierEncDec:
+    config = tiny_llama_config(VOCAB, lora_rank=4, lora_alpha=8.0, **LLAMA_FRAME)
+    return block_rounded(random_model(lambda: LlamaHierEncDec(config), std=std))
+
+
+def test_the_fused_step_is_the_torch_step():
+    results, cache_difference = run_steps(tiny(), accuracy=0)
+    for expected, got, expected_weights, got_weights in results:
+        assert np.abs(got - expected).max() < 1e-4
+        assert np.array_equal(got.argmax(-1), expected.argmax(-1))
+        assert np.abs(got_weights - expected_weights).max() < 1e-5
+    assert cache_difference < 1e-4
+
+
+def test_the_fused_step_at_int8_compute_stays_close():
+    results, _ = run_steps(tiny(std=0.05), accuracy=4)
+    for expected, got, expected_weights, got_weights in results:
+        assert np.abs(np.exp(got) - np.exp(expected)).max() < 0.02
+        assert np.abs(got_weights - expected_weights).max() < 0.02
+
+
+def test_the_fused_step_of_a_gguf_model_runs_the_files_blocks(tokenizer_file, tmp_path):
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file)
+    net = load_llm(path).model.eval()
+    graph, from_file = fused_step(net, GGUFFile(path), accuracy=0)
+    layers = net.config.layers
+    assert len(from_file) == 7 * layers + 1  # every projection of every layer, and the embedding (the tied head)
+    assert sum(node.op_type == "MatMulNBits" for node in graph.graph.node) == 4 * layers + 1
+    with torch.no_grad():  # a fine-tuned projection is no longer the file's: its blocks are quantized from it
+        net.model.layers[0].self_attn.q_proj.weight.add_(0.01)
+    assert len(fused_step(net, GGUFFile(path), accuracy=0)[1]) == 7 * layers
+
+
+def test_a_kind_without_a_fused_step_is_refused():
+    from locsum_sdk.modeling.pagesum import PageSum
+
+    net = random_model(lambda: PageSum(tiny_llama_config(VOCAB, **LLAMA_FRAME)))
+    with pytest.raises(ExportError, match="no fused step is written for 'pagesum'"):
+        fused_step(net)
