@@ -50,7 +50,6 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
     unit_bias = g.op("Mul", g.op("Sub", g.const(np.float32(1)), mask), g.const(lowest))  # (B*U, L)
     unit_bias = g.op("Reshape", unit_bias, g.op("Concat", per_doc, length, axis=0))  # (B, U, 1, 1, L)
     real = g.op("Reshape", C.UNIT_MASK, g.op("Concat", per_doc, g.ints(1), axis=0))  # (B, U, 1, 1, 1) bool
-    real_float = g.op("Cast", real, to=FLOAT)
     # the summary's slots: beam k reads position c from slot cache_slots[b, k, c] (`bart.slot_bias`)
     slot = g.op("Unsqueeze", g.op("Range", g.const(np.int64(0)), g.op("Squeeze", beams, g.ints(0)),
                                   g.const(np.int64(1))), g.ints(-1))  # (K, 1)
@@ -104,7 +103,7 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
         text = g.op("Add", mass, g.op("Log", g.op("Max", text_share, tiniest)))
         context = g.op("MatMul", probs, g.op("Reshape", C.cross_value(i), doc_values))
 
-        share = g.op("Mul", g.op("Softmax", g.op("Where", real, text, g.const(lowest)), axis=1), real_float)
+        share = g.op("Softmax", g.op("Where", real, text, g.const(lowest)), axis=1)  # padding documents: exactly 0
         weights = share if weights is None else g.op("Add", weights, share)
         share = g.op("Mul", share, g.op("Sigmoid", g.op("Sub", mass, own_mass)))  # w[u] r[u]
         read = g.op("ReduceSum", g.op("Mul", share, context), g.ints(1), keepdims=1)  # (B, 1, KV, G*K, d)

@@ -114,7 +114,8 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
 
 
 def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
-    """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present."""
+    """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
+    second product and the sum one Gemm)."""
     n, k = p.blocks.shape
     inputs = [x, g.const(p.blocks.packed(), "weight"), g.const(p.blocks.scales.reshape(-1), "scales")]
     if p.bias is not None:
@@ -134,7 +135,7 @@ def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
     if not down:
         return y
     z = g.op("MatMul", x, g.const(np.concatenate(down, axis=1), "down"))
-    return g.op("Add", y, g.op("MatMul", z, g.const(np.ascontiguousarray(np.concatenate(up)), "up")))
+    return g.op("Gemm", z, g.const(np.ascontiguousarray(np.concatenate(up)), "up"), y)  # z @ up + y
 
 
 @dataclass(frozen=True)
