@@ -16,6 +16,7 @@ even), so the bytes are the same on every machine.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import logging
 import os
 import tempfile
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .blockwise import FORMS, BlockWeight, file_blocks
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
 from .gguf_file import GGUFFile
 from .model_files import check_record, file_sha256, is_record, locate
@@ -78,7 +80,8 @@ logger = logging.getLogger("locsum_sdk")
 @dataclass(frozen=True)
 class BaseTensor:
     """One initializer's bytes in base.bin: source tensor -> times `factor` -> transposed -> 8-bit codes at `scale`
-    and `zero_point` (int8, or uint8 when `unsigned`; float32 when `scale` is None)."""
+    and `zero_point` (int8, or uint8 when `unsigned`; float32 when `scale` is None); or, with `block`, one form of
+    a GGUF tensor's blocks as the file holds them (`blockwise.BlockWeight.form`: codes, scales or offsets)."""
 
     source: int  # index into BaseRecord.sources
     name: str  # the tensor's name in the source file
@@ -89,9 +92,13 @@ class BaseTensor:
     scale: float | None = None
     zero_point: int = 0
     unsigned: bool = False
+    block: str | None = None
 
-    def values(self, array: np.ndarray) -> np.ndarray:
-        """This tensor from its source array, C-contiguous (the source itself where no step changes it)."""
+    def values(self, array: np.ndarray | BlockWeight) -> np.ndarray:
+        """This tensor from its source array (its blocks, for a `block` recipe), C-contiguous (the source itself
+        where no step changes it)."""
+        if self.block is not None:
+            return array.form(self.block)
         if self.factor is not None:
             array = array * np.float32(self.factor)
         if self.transpose:
@@ -100,7 +107,7 @@ class BaseTensor:
             array = quantize(array, self.scale, self.zero_point, self.unsigned)
         return np.ascontiguousarray(array)
 
-    def derive(self, array: np.ndarray) -> bytes:
+    def derive(self, array: np.ndarray | BlockWeight) -> bytes:
         """This tensor's bytes from its source array."""
         return self.values(array).tobytes()
 
@@ -116,8 +123,8 @@ class BaseRecord:
     tensors: list[BaseTensor]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sources": self.sources, "size": self.size, "sha256": self.sha256,
-                "tensors": [asdict(t) for t in self.tensors]}
+        tensors = [{k: v for k, v in asdict(t).items() if k != "block" or v is not None} for t in self.tensors]
+        return {"sources": self.sources, "size": self.size, "sha256": self.sha256, "tensors": tensors}
 
     @classmethod
     def from_dict(cls, values: Any, where: str = "base") -> BaseRecord:
@@ -152,7 +159,7 @@ class BaseRecord:
                 raise error(f"{where}.tensors[{i}] is not a tensor recipe") from None
             if not _well_formed(parsed[-1], len(sources), size):
                 raise error(f"{where}.tensors[{i}] is not a well-formed recipe (its source, name, offset, length, "
-                            "factor, transpose, scale, zero point or signedness)")
+                            "factor, transpose, scale, zero point, signedness or block form)")
         return cls(sources, size, digest, parsed)
 
 
@@ -162,7 +169,8 @@ def _well_formed(t: BaseTensor, sources: int, size: int) -> bool:
     return (all(_is_count(n) for n in counts) and t.source < sources and t.offset + t.length <= size
             and isinstance(t.name, str) and isinstance(t.transpose, bool) and isinstance(t.unsigned, bool)
             and isinstance(t.zero_point, int) and not isinstance(t.zero_point, bool) and -128 <= t.zero_point <= 255
-            and all(v is None or (isinstance(v, float) and bool(np.isfinite(v)) and v != 0) for v in scales))
+            and all(v is None or (isinstance(v, float) and bool(np.isfinite(v)) and v != 0) for v in scales)
+            and (t.block is None or (t.block in FORMS and t.factor is None and t.scale is None and not t.transpose)))
 
 
 def is_sha256(value: Any) -> bool:
@@ -213,6 +221,23 @@ def wanted_arrays(path: Path, names: Collection[str], file: str) -> Iterator[tup
         raise BundleVersionError(f"{file} has no tensor {sorted(missing)[0]!r}")
 
 
+def source_blocks(path: Path, names: Collection[str], file: str) -> Iterator[tuple[str, BlockWeight]]:
+    """The block weights of the GGUF tensors `names` (`blockwise.file_blocks`), one at a time; BundleVersionError
+    naming one that `file` lacks or holds in another type."""
+    if not names:
+        return
+    from .llm import is_gguf
+
+    if not is_gguf(path):
+        raise BundleVersionError(f"{file} is not a GGUF file; this bundle reads block weights from one")
+    reader = GGUFFile(path)
+    for name in sorted(names):
+        blocks = file_blocks(reader, name)
+        if blocks is None:
+            raise BundleVersionError(f"{file} holds no tensor {name!r} in blocks of 32 (Q4_0, Q4_1 or Q8_0)")
+        yield name, blocks
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """The floating-point tensors of a safetensors file as float32 (bfloat16 widened), by name; integer tensors
     (position ids) are skipped. BundleError for a file that is not one."""
@@ -260,8 +285,14 @@ def write_base(record: BaseRecord, target: Path, near: Path | None = None) -> No
                         wanted.setdefault(tensor.name, []).append(tensor)
                 if not wanted:
                     continue
-                for name, array in wanted_arrays(_source_path(source, near), set(wanted), source["file"]):
+                path = _source_path(source, near)
+                plain = {name for name, tensors in wanted.items() if any(t.block is None for t in tensors)}
+                blocked = {name for name, tensors in wanted.items() if any(t.block is not None for t in tensors)}
+                for name, array in itertools.chain(wanted_arrays(path, plain, source["file"]),
+                                                   source_blocks(path, blocked, source["file"])):
                     for tensor in wanted[name]:
+                        if (tensor.block is None) != isinstance(array, np.ndarray):
+                            continue  # the other read of this tensor (its values, or its blocks) writes this one
                         values = tensor.values(array)
                         if values.nbytes != tensor.length:
                             raise BundleVersionError(f"{name} of {source['file']} has another shape than the bundle "

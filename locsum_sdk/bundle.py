@@ -25,7 +25,7 @@ from .packed import PACKED_SUFFIX, cached_directory
 from .units import SpecialTokens
 from .validation import check_bool, check_choice, check_float, check_int, check_keys, check_mapping, check_str
 
-DTYPES = ("float32", "int8")
+DTYPES = ("float32", "int8", "blocks")  # blocks: the decoder as a fused step (`exporters.onnx.export_onnx`)
 READABLE_VERSIONS = (3, 4, C.FORMAT_VERSION)  # older formats are migrated on load (`_upgrade`)
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a plain file name inside the bundle
 

@@ -682,7 +682,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tokenizer", help="tokenizer.json (default: the one beside the checkpoint)")
     e.add_argument("--config", help="HF config.json for a bare state dict file")
     _add_options(e, runtime=False)
-    e.add_argument("--quantize", choices=("int8",), help="int8 dynamic quantization of the linear layers")
+    e.add_argument("--quantize", choices=("int8", "blocks"),
+                   help="int8: dynamic quantization of the linear layers; blocks: int8 encoder and the decoder as a "
+                        "fused step over weights in blocks of 32 (a GGUF base's own blocks; HierEncDec on a Llama)")
     e.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option (one "
                    "lowercase word a line; default: the one beside the checkpoint; with --bundle: added to the copy)")
     e.add_argument("--base", action="store_true",

@@ -7,15 +7,16 @@ block weights, so log-probabilities agree to 1e-4 and greedy choices exactly; at
 of 32, what the CPU path runs) only closeness is asked, on weights small enough to be a real model's."""
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
 from conftest import LLAMA_FRAME, random_model, tiny_llama_config
 from gguf_files import write_gguf
 
+from locsum_sdk import blockwise
 from locsum_sdk import constants as C
-from locsum_sdk.errors import ExportError
-from locsum_sdk.exporters import blockwise
+from locsum_sdk.errors import BundleError, ExportError
 from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
 from locsum_sdk.gguf_file import GGUFFile
 from locsum_sdk.modeling.fused_llama import fused_step
@@ -69,7 +70,7 @@ def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):
         assert np.array_equal(blocks.values(), reader.array(name)), name
         kinds.add(blockwise.GGUF_TYPES[info.type])
     assert kinds == {"Q4_1", "Q8_0"}
-    with pytest.raises(ExportError, match="no block form"):
+    with pytest.raises(BundleError, match="no block form"):
         blockwise.from_gguf(np.zeros(4, np.uint8), 0, (1, 1))
 
 
@@ -170,3 +171,53 @@ def test_a_kind_without_a_fused_step_is_refused():
     net = random_model(lambda: PageSum(tiny_llama_config(VOCAB, **LLAMA_FRAME)))
     with pytest.raises(ExportError, match="no fused step is written for 'pagesum'"):
         fused_step(net)
+
+
+def test_a_bundle_with_the_fused_step_assembles_the_files_blocks(tokenizer_file, tmp_path, monkeypatch):
+    """A HierEncDec fine-tuned from a GGUF (adapters added) exported with quantize="blocks": the decoder is the fused
+    step, its projections' codes and scales are recipes over the file's blocks (the bundle carries the adapters and
+    norms only), base.bin is assembled from the file on load, and the bundle summarizes with the same tokens as
+    the graph before it was split into bundle and recipes."""
+    import dataclasses
+    import json
+
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.lora import add_adapters
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # wide enough that every block form is over the size below which an initializer stays in its graph
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    loaded = load_llm(path)
+    net = loaded.model
+    add_adapters(net.model.layers, 4, 8.0)
+    net.config = net.model.config = dataclasses.replace(net.model.config, lora_rank=4, lora_alpha=8.0)
+    with torch.no_grad():
+        for name, parameter in net.named_parameters():
+            if "lora_b" in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.02)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    bundle = export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[path])
+    manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())
+    assert manifest["dtype"] == "blocks"
+    forms = [t.get("block") for t in manifest["base"]["tensors"]]
+    layers = net.config.layers
+    assert forms.count("codes") == 7 * layers + 1 and forms.count("scales") == 7 * layers + 1
+    assert forms.count("offsets") == 7 * layers  # the Q4_1 projections; the Q8_0 embedding has none
+    decoder = onnx.load(str(bundle.file(C.DECODER_FILE)), load_external_data=False)
+    assert {"MatMulNBits", "SkipSimplifiedLayerNormalization"} <= {node.op_type for node in decoder.graph.node}
+    text = "The roof leaks. The budget is short. " * 20
+    options = {"max_length": 12, "min_length": 12, "whole_sentences": False}
+    first = Summarizer.from_pretrained(bundle.path, threads=1).summarize(text, **options)
+    again = Summarizer.from_pretrained(bundle.path, threads=1).summarize(text, **options)
+    assert first.token_ids == again.token_ids and 0 < len(first.token_ids) <= 12
+    assert np.isfinite(manifest["graphs"]["decoder"]["int8_max_abs_diff"])  # its difference from torch, recorded
+
+
+def test_blocks_are_refused_for_a_kind_without_a_fused_step(llama_checkpoint_dir, tmp_path):
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    with pytest.raises(ExportError, match="no fused step is written for 'pagesum'"):
+        export_onnx(llama_checkpoint_dir, tmp_path / "bundle", quantize="blocks")
+    assert not (tmp_path / "bundle").exists()

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from ..base_weights import ALIGNMENT, BASE_FILE, BaseRecord, BaseSource, BaseTensor, source_arrays
+from ..blockwise import FORMS, BlockWeight, file_blocks
 from ..errors import ExportError
+from ..gguf_file import GGUFFile
 from ..model_files import UserFile
 
 logger = logging.getLogger("locsum_sdk")
@@ -37,6 +39,7 @@ class Match:
     name: str
     factor: float | None = None
     transpose: bool = False
+    block: str | None = None  # one form of the tensor's blocks in the file (`blockwise.FORMS`)
 
 
 def _digest(array: np.ndarray) -> str:
@@ -50,6 +53,7 @@ class SourceIndex:
     def __init__(self, sources: Sequence[BaseSource | UserFile]):
         self.sources: list[dict[str, Any]] = []
         self.arrays: list[dict[str, np.ndarray]] = []
+        self.blocks: list[dict[str, BlockWeight]] = []
         self.by_digest: dict[str, Match] = {}
         self.by_size: dict[int, list[tuple[int, str]]] = {}
         for index, source in enumerate(sources):
@@ -57,6 +61,12 @@ class SourceIndex:
             self.sources.append(source.record(path))
             arrays = dict(source_arrays(path))
             self.arrays.append(arrays)
+            blocks = _file_blocks(path, arrays)
+            self.blocks.append(blocks)
+            for name, weight in blocks.items():
+                for form in FORMS:
+                    if form != "offsets" or weight.offsets is not None:
+                        self.by_digest.setdefault(_digest(weight.form(form)), Match(index, name, block=form))
             for name, array in arrays.items():
                 if array.nbytes < MIN_BYTES:
                     continue
@@ -67,6 +77,16 @@ class SourceIndex:
 
     def array(self, match: Match) -> np.ndarray:
         return self.arrays[match.source][match.name]
+
+    def source_of(self, recipe: BaseTensor) -> np.ndarray | BlockWeight:
+        """What `recipe` derives its bytes from: its source tensor's values, or its blocks."""
+        if recipe.block is not None:
+            return self.blocks[recipe.source][recipe.name]
+        return self.arrays[recipe.source][recipe.name]
+
+    def match_bytes(self, values: np.ndarray) -> Match | None:
+        """The source of `values` (any dtype) found by its bytes alone, or None."""
+        return self.by_digest.get(_digest(values))
 
     def match(self, values: np.ndarray) -> Match | None:
         """The source of float32 `values`, or None."""
@@ -85,6 +105,23 @@ class SourceIndex:
         return None
 
 
+def _file_blocks(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, BlockWeight]:
+    """A GGUF source's block-32 matrices as the file holds them (`blockwise.file_blocks`), by name; none for
+    another file."""
+    from ..llm import is_gguf
+
+    if not is_gguf(path):
+        return {}
+    reader = GGUFFile(path)
+    found = {}
+    for name, array in arrays.items():
+        if array.nbytes >= MIN_BYTES:
+            blocks = file_blocks(reader, name)
+            if blocks is not None:
+                found[name] = blocks
+    return found
+
+
 def _factor(source: np.ndarray, values: np.ndarray) -> float | None:
     """The float32 f with values == source * f bit for bit, or None."""
     flat_source, flat_values = source.reshape(-1), values.reshape(-1)
@@ -101,20 +138,23 @@ def _factor(source: np.ndarray, values: np.ndarray) -> float | None:
     return None
 
 
-def _float_initializers(model: Any) -> dict[str, np.ndarray]:
-    from onnx import TensorProto, numpy_helper
+def _large_initializers(model: Any) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
 
     return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer
-            if init.data_type == TensorProto.FLOAT and init.HasField("raw_data") and len(init.raw_data) >= MIN_BYTES}
+            if init.HasField("raw_data") and len(init.raw_data) >= MIN_BYTES}
 
 
 def match_graph(path: Path, index: SourceIndex) -> dict[str, Match]:
-    """The float32 graph's initializers that are pretrained tensors, by name."""
+    """The graph's initializers that are pretrained tensors (float32 values, or a form of a file's blocks), by
+    name."""
     import onnx
 
     found = {}
-    for name, values in _float_initializers(onnx.load(str(path))).items():
-        match = index.match(values)
+    for name, values in _large_initializers(onnx.load(str(path))).items():
+        match = index.match_bytes(values)
+        if match is None and values.dtype == np.float32:
+            match = index.match(values)
         if match is not None:
             found[name] = match
     return found
@@ -133,9 +173,11 @@ def rewrite(path: Path, matches: dict[str, Match], index: SourceIndex) -> dict[s
     recipes: dict[str, BaseTensor] = {}
     changed = differing = 0
     for name, match in matches.items():
-        plain = BaseTensor(match.source, match.name, 0, 0, match.factor, match.transpose)
+        plain = BaseTensor(match.source, match.name, 0, 0, match.factor, match.transpose, block=match.block)
         if name in initializers:
             recipes[name] = plain
+        if match.block is not None:
+            continue  # a file's blocks, stored as they are
         for stem, recipe in ((name, plain), (f"{name}_Transposed", replace(plain, transpose=not plain.transpose))):
             quantized, scale, zero = (initializers.get(f"{stem}{suffix}") for suffix in
                                       ("_quantized", "_scale", "_zero_point"))
@@ -189,7 +231,7 @@ def externalize(directory: Path, recipes: dict[str, dict[str, BaseTensor]], inde
                 if recipe is None:
                     continue
                 if recipe not in laid:
-                    data = recipe.derive(index.array(Match(recipe.source, recipe.name)))
+                    data = recipe.derive(index.source_of(recipe))
                     if data != init.raw_data:
                         raise ExportError(f"{file}: {init.name} is not what its recipe derives from {recipe.name}")
                     padding = b"\0" * (-out.tell() % ALIGNMENT)

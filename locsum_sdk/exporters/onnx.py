@@ -37,7 +37,7 @@ logger = logging.getLogger("locsum_sdk")
 
 OPSET = page_combine.OPSET
 ATOL = 1e-4  # largest |torch - onnxruntime| accepted on the example inputs (float32)
-QUANTIZATIONS = ("int8",)
+QUANTIZATIONS = ("int8", "blocks")
 
 
 def quantize_int8(path: Path) -> None:
@@ -72,6 +72,22 @@ def quantize_int8(path: Path) -> None:
     if tie_lm_head(quantized):
         onnx.save(quantized, str(target))
     os.replace(target, path)
+
+
+def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | UserFile]) -> None:
+    """Replace the decoder at `path` by the kind's fused step (`modeling.fused_llama`), its projections over the
+    blocks of the first GGUF among `sources` where they are that file's, 4-bit blocks of their own elsewhere."""
+    import onnx
+
+    from ..gguf_file import GGUFFile
+    from ..llm import is_gguf
+    from ..modeling.fused_llama import fused_step
+
+    gguf = next((GGUFFile(p) for p in (source.path() for source in sources) if is_gguf(p)), None)
+    graph, from_file = fused_step(model, gguf)
+    logger.info("%s: the fused step, %d nodes; %d projections are the blocks of %s", path.name, len(graph.graph.node),
+                len(from_file), gguf.path.name if gguf else "no file")
+    onnx.save(graph, str(path))
 
 
 def check_graph(path: Path, expect_function: str | None) -> None:
@@ -141,13 +157,17 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
         if validate:
             worst = written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
+        fused = quantize == "blocks" and name == "decoder"
+        if fused:
+            write_fused_step(work / file, model, sources)
         matches = base_derived.match_graph(work / file, index) if index else {}
-        if quantize == "int8":
+        if quantize in QUANTIZATIONS and not fused:
             quantize_int8(work / file)
         if index:
             recipes[file] = base_derived.rewrite(work / file, matches, index)
-        if quantize == "int8":
-            check_graph(work / file, function)
+        if quantize in QUANTIZATIONS:
+            if not fused:
+                check_graph(work / file, function)
             if validate:
                 written[name]["int8_max_abs_diff"] = compare_with_torch(work / file, spec, expected, float("inf"))
         checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
@@ -189,8 +209,10 @@ def export_onnx(
         force: replace an existing output directory.
         atol: tolerance of the ONNX Runtime vs torch validation (of the float32 graphs), times each output's largest
             magnitude where that is over 1.
-        quantize: None (float32) or "int8" (dynamic quantization of the linear layers, after the float32
-            graphs passed validation; the int8 difference from torch is recorded in the manifest).
+        quantize: None (float32), "int8" (dynamic quantization of the linear layers, after the float32
+            graphs passed validation; the int8 difference from torch is recorded in the manifest) or "blocks"
+            (the encoder as int8; the decoder as the kind's fused step on a Llama backbone, `modeling.fused_llama`:
+            weights in blocks of 32, a GGUF base's own blocks where the projection is the file's).
         kind: the kind to export as (`locsum_sdk.kinds`); None: the kind our checkpoint was saved as, pagesum for
             foreign ones (HF BART, research state dicts). Another kind converts the weights where it can
             (a PageSum's BART as hierencdec) or is refused.
@@ -227,6 +249,10 @@ def export_onnx(
     else:
         loaded = load_checkpoint(checkpoint, config, kind, instruction)
     declared, torch_kind = kinds.get(loaded.model.kind), registry.model_kind(loaded.model.kind)
+    if quantize == "blocks":
+        from ..modeling.fused_llama import check_fusable
+
+        check_fusable(loaded.model)
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")

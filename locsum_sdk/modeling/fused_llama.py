@@ -24,12 +24,12 @@ import numpy as np
 import onnx
 from torch import nn
 
+from .. import blockwise
+from ..blockwise import BlockWeight
 from ..errors import ExportError
-from ..exporters import blockwise
-from ..exporters.blockwise import BlockWeight
 from ..exporters.onnx_builder import MS, GraphBuilder
 from ..gguf_file import GGUFFile
-from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS, PERMUTED, unpermute
+from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS
 from .llama import Llama, frequencies
 from .lora import LoRALinear
 
@@ -61,38 +61,32 @@ class BlockSource:
             gguf_name = f"blk.{parts[1]}.{HF_TO_GGUF.get('.'.join(parts[2:-1]), '?')}.{parts[-1]}"
         else:
             gguf_name = f"{HF_TO_GGUF.get(parts[0], '?')}.{parts[-1]}"
-        info = self.gguf.tensors.get(gguf_name)
-        if info is None or info.type not in blockwise.GGUF_TYPES or info.shape != weight.shape:
-            return None
-        raw = np.fromfile(self.gguf.path, dtype=np.uint8, count=info.nbytes, offset=self.gguf.data_start + info.offset)
-        found = blockwise.from_gguf(raw, info.type, info.shape)
-        role = gguf_name.split(".")[2] if gguf_name.startswith("blk.") else None
-        arch = self.gguf.metadata.get("general.architecture")
-        if arch in PERMUTED and role in ("attn_q", "attn_k"):
-            key = "head_count" if role == "attn_q" else "head_count_kv"
-            heads = int(self.gguf.metadata.get(f"{arch}.attention.{key}",
-                                               self.gguf.metadata.get(f"{arch}.attention.head_count")))
-            found = BlockWeight(unpermute(found.codes, heads), unpermute(found.scales, heads),
-                                None if found.offsets is None else unpermute(found.offsets, heads), found.bits)
-        if not np.array_equal(found.values(), weight):
-            return None  # the module's weight is not the file's (fine-tuned, or another file)
+        found = blockwise.file_blocks(self.gguf, gguf_name)
+        if found is None or found.shape != weight.shape or not np.array_equal(found.values(), weight):
+            return None  # another type, or the module's weight is not the file's (fine-tuned, or another file)
         return found
 
 
 @dataclass(frozen=True)
 class Projection:
-    """Projections sharing an input, stacked: block weights, bias, and the LoRA update's A (r, K) and B s (N, r)."""
+    """Projections sharing an input, one above the other: their block weights (kept apart, so that each is one
+    initializer a bundle can assemble from its file; the graph concatenates them, which ONNX Runtime folds when it
+    loads it), bias, and the LoRA update's A (r, K) and B s (N, r)."""
 
-    blocks: BlockWeight
+    parts: list[BlockWeight]
     bias: np.ndarray | None
     lora_a: np.ndarray | None
     lora_b: np.ndarray | None
 
+    @property
+    def blocks(self) -> BlockWeight:
+        return blockwise.stacked(self.parts)
+
 
 def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
     """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked)."""
-    blocks = blockwise.stacked([source.blocks(name, linear.weight.detach().float().numpy())
-                                for linear, name in zip(linears, names)])
+    parts = [source.blocks(name, linear.weight.detach().float().numpy()) for linear, name in zip(linears, names)]
+    blocks = blockwise.stacked(parts)
     biases = [linear.bias for linear in linears]
     bias = None
     if any(b is not None for b in biases):
@@ -100,7 +94,7 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
                                for lin, b in zip(linears, biases)])
     adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
     if not adapted:
-        return Projection(blocks, bias, None, None)
+        return Projection(parts, bias, None, None)
     if len(adapted) != len(linears):
         raise ExportError("projections sharing an input must all have adapters or none")
     lora_a = np.concatenate([lin.lora_a.detach().float().numpy() for lin in linears])
@@ -110,32 +104,42 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
     for i, lin in enumerate(linears):
         lora_b[row:row + lin.out_features, i * rank:(i + 1) * rank] = (lin.lora_b * lin.scaling).detach().float()
         row += lin.out_features
-    return Projection(blocks, bias, lora_a, lora_b)
+    return Projection(parts, bias, lora_a, lora_b)
+
+
+def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: str) -> str:
+    """One initializer per array, concatenated along `axis` in the graph (folded by ONNX Runtime at load)."""
+    names = [g.const(array, stem) for array in arrays]
+    return names[0] if len(names) == 1 else g.op("Concat", *names, axis=axis)
 
 
 def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
     """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
     second product and the sum one Gemm)."""
-    n, k = p.blocks.shape
-    inputs = [x, g.const(p.blocks.packed(), "weight"), g.const(p.blocks.scales.reshape(-1), "scales")]
+    n, k = sum(part.shape[0] for part in p.parts), p.parts[0].shape[1]
+    inputs = [x, stacked_const(g, [part.form("codes") for part in p.parts], 0, "weight"),
+              stacked_const(g, [part.form("scales") for part in p.parts], 0, "scales")]
     if p.bias is not None:
         inputs += ["", "", g.const(p.bias, "bias")]
-    y = g.op("MatMulNBits", *inputs, domain=MS, K=k, N=n, bits=p.blocks.bits, block_size=blockwise.BLOCK,
+    y = g.op("MatMulNBits", *inputs, domain=MS, K=k, N=n, bits=p.parts[0].bits, block_size=blockwise.BLOCK,
              accuracy_level=accuracy)
     down, up = [], []
-    if p.blocks.offsets is not None:
-        blocks = p.blocks.offsets.shape[1]
+    if any(part.offsets is not None for part in p.parts):
+        blocks = p.parts[0].scales.shape[1]
         sums = np.zeros((k, blocks), np.float32)
         sums[np.arange(k), np.arange(k) // blockwise.BLOCK] = 1
-        down.append(sums)
-        up.append(p.blocks.offsets.T)
+        down.append(g.const(sums, "block_sums"))
+        up.append(stacked_const(g, [part.form("offsets") if part.offsets is not None
+                                    else np.zeros((blocks, part.shape[0]), np.float32) for part in p.parts], 1,
+                                "offsets"))
     if p.lora_a is not None:
-        down.append(p.lora_a.T)
-        up.append(p.lora_b.T)
+        down.append(g.const(p.lora_a.T, "lora_a"))
+        up.append(g.const(p.lora_b.T, "lora_b"))
     if not down:
         return y
-    z = g.op("MatMul", x, g.const(np.concatenate(down, axis=1), "down"))
-    return g.op("Gemm", z, g.const(np.ascontiguousarray(np.concatenate(up)), "up"), y)  # z @ up + y
+    down_matrix = down[0] if len(down) == 1 else g.op("Concat", *down, axis=1)
+    up_matrix = up[0] if len(up) == 1 else g.op("Concat", *up, axis=0)
+    return g.op("Gemm", g.op("MatMul", x, down_matrix), up_matrix, y)  # z @ up + y
 
 
 @dataclass(frozen=True)
@@ -178,10 +182,12 @@ class Backbone:
         self.final_norm = model.norm.weight.detach().float().numpy()
         embedding = model.embed_tokens.weight.detach().float().numpy()
         self.embedding = source.blocks("embed_tokens.weight", embedding, bits=8)
-        head = embedding if config.tie_embeddings else model.lm_head.weight.detach().float().numpy()
-        head_blocks = self.embedding if config.tie_embeddings else source.blocks("lm_head.weight", head, bits=8)
-        self.head = Projection(head_blocks, None, None, None)
-        self.packed_embedding = g.const(self.embedding.packed(), "embedding")
+        if not config.tie_embeddings:
+            head_blocks = source.blocks("lm_head.weight", model.lm_head.weight.detach().float().numpy(), bits=8)
+        self.embedding_codes = g.const(self.embedding.form("codes"), "embedding")
+        self.embedding_scales = g.const(self.embedding.form("scales"), "embedding_scales")
+        self.embedding_offsets = None if self.embedding.offsets is None else g.const(self.embedding.form("offsets"))
+        self.head = None if config.tie_embeddings else Projection([head_blocks], None, None, None)
         half = frequencies(config).numpy()
         self.frequencies = g.const(np.concatenate([half, half])[None, :], "frequencies")  # (1, d)
         d = config.head_dim
@@ -193,17 +199,17 @@ class Backbone:
     def embed(self, ids: str) -> str:
         """Token ids (R,) -> their embeddings (R, D), dequantized block by block from the embedding's codes."""
         g, e = self.g, self.embedding
-        codes = g.op("Gather", self.packed_embedding, ids)  # (R, blocks, 32 * bits / 8)
+        codes = g.op("Gather", self.embedding_codes, ids)  # (R, blocks, 32 * bits / 8)
         if e.bits == 4:
             low = g.op("BitwiseAnd", codes, g.const(np.uint8(15)))
             high = g.op("BitShift", codes, g.const(np.uint8(4)), direction="RIGHT")
             pairs = g.op("Concat", g.op("Unsqueeze", low, g.ints(-1)), g.op("Unsqueeze", high, g.ints(-1)), axis=-1)
             codes = g.op("Reshape", pairs, g.ints(0, 0, -1))
         values = g.op("Sub", g.op("Cast", codes, to=onnx.TensorProto.FLOAT), g.const(np.float32(e.centre)))
-        values = g.op("Mul", values, g.op("Unsqueeze", g.op("Gather", g.const(e.scales, "embedding_scales"), ids),
-                                          g.ints(-1)))
-        if e.offsets is not None:
-            offsets = g.op("Gather", g.const(e.offsets, "embedding_offsets"), ids)
+        scales = g.op("Reshape", self.embedding_scales, g.ints(e.shape[0], -1))
+        values = g.op("Mul", values, g.op("Unsqueeze", g.op("Gather", scales, ids), g.ints(-1)))
+        if self.embedding_offsets is not None:
+            offsets = g.op("Transpose", g.op("Gather", self.embedding_offsets, ids, axis=1), perm=[1, 0])
             values = g.op("Add", values, g.op("Unsqueeze", offsets, g.ints(-1)))
         flat = g.op("Reshape", values, g.ints(0, -1))
         return g.op("Slice", flat, g.ints(0), g.ints(self.config.d_model), g.ints(1))
@@ -239,8 +245,20 @@ class Backbone:
         return self.linear(g.op("Mul", g.op("QuickGelu", gate, domain=MS, alpha=1.0), up), w.down)
 
     def log_probs(self, hidden: str) -> str:
-        """Final hidden (R, D) after the norm -> log-probabilities (R, V)."""
-        return self.g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
+        """Final hidden (R, D) after the norm -> log-probabilities (R, V); a tied head reads the embedding's own
+        initializers."""
+        g = self.g
+        if self.head is not None:
+            return g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
+        e = self.embedding
+        logits = g.op("MatMulNBits", hidden, self.embedding_codes, self.embedding_scales, domain=MS, K=e.shape[1],
+                      N=e.shape[0], bits=e.bits, block_size=blockwise.BLOCK, accuracy_level=self.accuracy)
+        if self.embedding_offsets is not None:
+            blocks = e.scales.shape[1]
+            sums = np.zeros((e.shape[1], blocks), np.float32)
+            sums[np.arange(e.shape[1]), np.arange(e.shape[1]) // blockwise.BLOCK] = 1
+            logits = g.op("Gemm", g.op("MatMul", hidden, g.const(sums, "block_sums")), self.embedding_offsets, logits)
+        return g.op("LogSoftmax", logits, axis=-1)
 
 
 Step = Callable[[Backbone, nn.Module], onnx.ModelProto]
@@ -252,17 +270,27 @@ def register_step(kind: str, step: Step) -> Step:
     return step
 
 
-def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
-               accuracy: int = ACCURACY) -> tuple[onnx.ModelProto, list[str]]:
-    """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
-    the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
-    `modeling.fused_<kind>`, which registers it (`register_step`)."""
+def check_fusable(model: nn.Module) -> None:
+    """ExportError unless `model` is a kind with a fused step (`register_step`, in `modeling.fused_<kind>`) on a
+    Llama backbone."""
     package = __name__.rpartition(".")[0]
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if module.name.startswith("fused_") and module.name != "fused_llama":
             importlib.import_module(f"{package}.{module.name}")
     if model.kind not in STEPS:
-        raise ExportError(f"no fused step is written for {model.kind!r} ({', '.join(sorted(STEPS))} have one)")
+        raise ExportError(f"no fused step is written for {model.kind!r} ({', '.join(sorted(STEPS))} have one); "
+                          "export it with quantize int8")
+    if not isinstance(getattr(model, "model", None), Llama):
+        raise ExportError(f"the fused step runs {model.kind} on a Llama backbone; this one is on "
+                          f"{model.config.to_dict().get('backbone', 'bart')}: export it with quantize int8")
+
+
+def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
+               accuracy: int = ACCURACY) -> tuple[onnx.ModelProto, list[str]]:
+    """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
+    the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
+    `modeling.fused_<kind>`, which registers it (`register_step`)."""
+    check_fusable(model)
     source = BlockSource(gguf, bits)
     g = GraphBuilder(f"{model.kind}_step")
     backbone = Backbone(g, model.model, source, accuracy)

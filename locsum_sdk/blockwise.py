@@ -21,12 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ExportError
-from ..ggml_blocks import type_name
+from .errors import BundleError, ExportError
+from .ggml_blocks import type_name
+from .gguf_file import GGUFFile
 
 BLOCK = 32
 BITS = (4, 8)
 GGUF_TYPES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}  # ggml types whose blocks are taken as they are
+FORMS = ("codes", "scales", "offsets")  # what a graph holds of a block weight (`BlockWeight.form`)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,18 @@ class BlockWeight:
             return codes.reshape(rows, -1, BLOCK)
         pairs = codes.reshape(rows, -1, BLOCK // 2, 2)
         return (pairs[..., 0] | (pairs[..., 1] << np.uint8(4))).astype(np.uint8)
+
+    def form(self, name: str) -> np.ndarray:
+        """What a graph holds of this weight, C-contiguous: `codes` (`packed`), `scales` (N * blocks,), or `offsets`
+        transposed (blocks, N), the right factor of the offsets' product (`fused_llama.linear`)."""
+        if name == "codes":
+            return np.ascontiguousarray(self.packed())
+        if name == "scales":
+            return np.ascontiguousarray(self.scales.reshape(-1))
+        if name == "offsets" and self.offsets is not None:
+            return np.ascontiguousarray(self.offsets.T)
+        raise ExportError(f"a block weight has no form {name!r} (its forms: {', '.join(FORMS)}, offsets where it has "
+                          "them)")
 
 
 def stacked(weights: list[BlockWeight]) -> BlockWeight:
@@ -116,10 +130,10 @@ def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight
     for code: Q4_0 is scale * (q - 8), Q4_1 scale * q + minimum = scale * (q - 8) + (minimum + 8 * scale), Q8_0
     scale * q with q signed (its code here q + 128)."""
     if kind not in GGUF_TYPES:
-        raise ExportError(f"ggml type {type_name(kind)} has no block form here ({', '.join(GGUF_TYPES.values())} do)")
+        raise BundleError(f"ggml type {type_name(kind)} has no block form here ({', '.join(GGUF_TYPES.values())} do)")
     rows, columns = shape
     if columns % BLOCK:
-        raise ExportError(f"a {type_name(kind)} tensor of {columns} columns is not whole blocks of {BLOCK}")
+        raise BundleError(f"a {type_name(kind)} tensor of {columns} columns is not whole blocks of {BLOCK}")
     per_block = {2: 18, 3: 20, 8: 34}[kind]
     blocks = raw.reshape(rows * columns // BLOCK, per_block)
     scale = blocks[:, 0:2].copy().view("<f2").astype(np.float32)[:, 0]
@@ -134,3 +148,26 @@ def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight
         minimum = blocks[:, 2:4].copy().view("<f2").astype(np.float32)[:, 0]
         offsets = (minimum + np.float32(8) * scale).reshape(rows, -1)
     return BlockWeight(codes, scale.reshape(rows, -1), offsets, 4)
+
+
+def file_blocks(reader: GGUFFile, name: str) -> BlockWeight | None:
+    """The blocks of the GGUF tensor `name` as they are in the file (None where its type has no block form here, or
+    it is not a matrix), rows in HF order: a `llama` file's query and key rows are permuted back as
+    `llm.gguf_model.oriented_tensors` permutes their values."""
+    from .llm.gguf_model import PERMUTED, unpermute
+
+    info = reader.tensors.get(name)
+    if info is None or info.type not in GGUF_TYPES or len(info.shape) != 2 or info.shape[1] % BLOCK:
+        return None
+    raw = np.fromfile(reader.path, dtype=np.uint8, count=info.nbytes, offset=reader.data_start + info.offset)
+    blocks = from_gguf(raw, info.type, info.shape)
+    arch = reader.metadata.get("general.architecture")
+    role = name.split(".")[2] if name.startswith("blk.") and name.count(".") >= 3 else None
+    if arch in PERMUTED and role in ("attn_q", "attn_k"):
+        heads = reader.metadata.get(f"{arch}.attention.head_count")
+        if role == "attn_k":
+            heads = reader.metadata.get(f"{arch}.attention.head_count_kv", heads)
+        order = unpermute(np.arange(info.shape[0]), int(heads))
+        blocks = BlockWeight(blocks.codes[order], blocks.scales[order],
+                             None if blocks.offsets is None else blocks.offsets[order], blocks.bits)
+    return blocks
