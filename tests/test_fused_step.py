@@ -6,6 +6,9 @@ Tolerances: with MatMulNBits computing in float32 (accuracy level 0) the graph i
 block weights, so log-probabilities agree to 1e-4 and greedy choices exactly; at level 4 (int8 activations in blocks
 of 32, what the CPU path runs) only closeness is asked, on weights small enough to be a real model's."""
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -24,6 +27,7 @@ from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llm_checkpoint import load_llm
 
 VOCAB = 400
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def matmul_nbits(weight: blockwise.BlockWeight, x: np.ndarray, accuracy: int = 0) -> np.ndarray:
@@ -178,7 +182,6 @@ def test_a_bundle_with_the_fused_step_assembles_the_files_blocks(tokenizer_file,
     step, its projections' codes and scales are recipes over the file's blocks (the bundle carries the adapters and
     norms only), base.bin is assembled from the file on load, and the bundle summarizes with the same tokens as
     the graph before it was split into bundle and recipes."""
-    import dataclasses
     import json
 
     from locsum_sdk import Summarizer
@@ -221,3 +224,14 @@ def test_blocks_are_refused_for_a_kind_without_a_fused_step(llama_checkpoint_dir
     with pytest.raises(ExportError, match="no fused step is written for 'pagesum'"):
         export_onnx(llama_checkpoint_dir, tmp_path / "bundle", quantize="blocks")
     assert not (tmp_path / "bundle").exists()
+
+
+def test_a_bundle_with_the_fused_step_is_refused_for_tensorrt(tmp_path):
+    from locsum_sdk.bundle import Bundle
+    from locsum_sdk.exporters.tensorrt import refuse_fused
+
+    bundle = Bundle.load(ROOT / "engines" / "default")
+    assert refuse_fused(bundle) is bundle
+    fused = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, dtype="blocks"))
+    with pytest.raises(ExportError, match="fused step for ONNX Runtime"):
+        refuse_fused(fused)

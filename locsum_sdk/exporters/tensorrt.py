@@ -479,11 +479,20 @@ def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
     return plugins, rewritten, model, top
 
 
+def refuse_fused(bundle: Bundle) -> Bundle:
+    """`bundle`, or ExportError where its decoder is a fused step (ONNX Runtime's contrib operators, which
+    TensorRT's parser does not take)."""
+    if bundle.manifest.dtype == "blocks":
+        raise ExportError(f"{bundle.path}'s decoder is a fused step for ONNX Runtime (quantize blocks); export the "
+                          "checkpoint with quantize int8 or float32 for TensorRT engines")
+    return bundle
+
+
 def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_beams: int = 4,
                     fp16: bool = False) -> Path:
     """A copy of `bundle` at `output` whose graphs are the prepared graphs: what TensorRT engines built from it
     compute, runnable on ONNX Runtime (the reference `locsum doctor` compares engines' tokens against)."""
-    source = Bundle.load(bundle)
+    source = refuse_fused(Bundle.load(bundle))
     count = top_tokens(source.manifest.model["vocab_size"], max_beams)
     with staged(Path(output)) as work:
         for name in source.names():  # packed files unpacked: the copy is not on pretrained weights
@@ -546,7 +555,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
     """Build TensorRT engines for every graph of `bundle` into a new bundle at `output` (default: the bundle's
     path with `-trt` appended). With `dry_run`, write only the prepared graphs and `plan.json` and build nothing
     (any machine). Returns the plan; the output appears only when everything succeeded."""
-    source = Bundle.load(bundle)
+    source = refuse_fused(Bundle.load(bundle))
     import_onnx()  # before any other work
     output = Path(output) if output is not None else source.path.with_name(source.path.name + "-trt")
     if output.resolve() == source.path.resolve():
