@@ -235,3 +235,21 @@ def test_a_bundle_with_the_fused_step_is_refused_for_tensorrt(tmp_path):
     fused = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, dtype="blocks"))
     with pytest.raises(ExportError, match="fused step for ONNX Runtime"):
         refuse_fused(fused)
+
+
+def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(tokenizer_file, tmp_path, monkeypatch):
+    """A user's GGUF exported as it is (`locsum export --checkpoint model.gguf --quantize blocks`): the recipes name
+    the user's file, and its blocks run."""
+    import json
+
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, _, _ = write_gguf(tmp_path / "model.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    bundle = export_onnx(path, tmp_path / "bundle", quantize="blocks")
+    manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())
+    assert [source["file"] for source in manifest["base"]["sources"]] == [path.name]
+    assert sum(1 for t in manifest["base"]["tensors"] if t.get("block") == "codes") == 7 * 2 + 1
+    summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize("The roof leaks. " * 30, max_length=6)
+    assert 0 < len(summary.token_ids) <= 6
