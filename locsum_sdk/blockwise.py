@@ -80,19 +80,6 @@ class BlockWeight:
                           "them)")
 
 
-def stacked(weights: list[BlockWeight]) -> BlockWeight:
-    """Weights of the same input size and bits, one above the other (N1 + N2 + ..., K): one MatMulNBits for the
-    query, key and value projections, or the gate and up projections."""
-    bits = {w.bits for w in weights}
-    if len(bits) != 1 or len({w.shape[1] for w in weights}) != 1:
-        raise ExportError("stacked block weights need one input size and one code width")
-    offsets = None
-    if any(w.offsets is not None for w in weights):
-        offsets = np.concatenate([np.zeros_like(w.scales) if w.offsets is None else w.offsets for w in weights])
-    return BlockWeight(np.concatenate([w.codes for w in weights]), np.concatenate([w.scales for w in weights]),
-                       offsets, bits.pop())
-
-
 def _padded(codes: np.ndarray, centre: int) -> np.ndarray:
     rows, columns = codes.shape
     extra = -columns % BLOCK

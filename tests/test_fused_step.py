@@ -22,7 +22,7 @@ from locsum_sdk import constants as C
 from locsum_sdk.errors import BundleError, ExportError
 from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
 from locsum_sdk.gguf_file import GGUFFile
-from locsum_sdk.modeling.fused_llama import fused_step
+from locsum_sdk.modeling.fused_llama import Projection, fused_step, linear
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llm_checkpoint import load_llm
 
@@ -53,13 +53,21 @@ def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
     assert np.allclose(matmul_nbits(blocks, x), x @ centred.T, atol=1e-4)
 
 
-def test_stacked_weights_are_one_above_the_other():
-    rng = np.random.default_rng(1)
-    a, b = (blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), 4) for n in (8, 5))
-    both = blockwise.stacked([a, b])
-    assert np.array_equal(both.values(), np.concatenate([a.values(), b.values()]))
-    with pytest.raises(ExportError, match="one input size"):
-        blockwise.stacked([a, blockwise.quantize(rng.standard_normal((3, 32)).astype(np.float32), 4)])
+def test_a_projection_of_mixed_parts_is_their_products_side_by_side():
+    """Parts of one input in 4 bits with offsets and in 8 bits (a file mixing Q4_1 and Q8_0), a bias and a LoRA
+    update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part."""
+    rng = np.random.default_rng(2)
+    parts = [blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), bits) for n, bits in
+             ((16, 4), (8, 8), (8, 4))]
+    bias = rng.standard_normal(32).astype(np.float32)
+    lora_a, lora_b = rng.standard_normal((6, 64)).astype(np.float32), rng.standard_normal((32, 6)).astype(np.float32)
+    g = GraphBuilder("projection")
+    g.op("Identity", linear(g, "x", Projection(parts, bias, lora_a, lora_b), accuracy=0), name="y")
+    model = g.model([("x", "float32", ["rows", 64])], [("y", "float32", ["rows", 32])])
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    weight = np.concatenate([part.values() for part in parts])
+    assert np.allclose(got, x @ weight.T + bias + (x @ lora_a.T) @ lora_b.T, atol=1e-3)
 
 
 def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):

@@ -16,6 +16,7 @@ tensors takes that tensor's blocks as they are (`blockwise.from_gguf`), so the m
 from __future__ import annotations
 
 import importlib
+import itertools
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,15 +79,10 @@ class Projection:
     lora_a: np.ndarray | None
     lora_b: np.ndarray | None
 
-    @property
-    def blocks(self) -> BlockWeight:
-        return blockwise.stacked(self.parts)
-
 
 def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
     """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked)."""
     parts = [source.blocks(name, linear.weight.detach().float().numpy()) for linear, name in zip(linears, names)]
-    blocks = blockwise.stacked(parts)
     biases = [linear.bias for linear in linears]
     bias = None
     if any(b is not None for b in biases):
@@ -99,12 +95,19 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
         raise ExportError("projections sharing an input must all have adapters or none")
     lora_a = np.concatenate([lin.lora_a.detach().float().numpy() for lin in linears])
     rank = linears[0].lora_a.shape[0]
-    lora_b = np.zeros((blocks.shape[0], rank * len(linears)), np.float32)
+    lora_b = np.zeros((sum(part.shape[0] for part in parts), rank * len(linears)), np.float32)
     row = 0
     for i, lin in enumerate(linears):
         lora_b[row:row + lin.out_features, i * rank:(i + 1) * rank] = (lin.lora_b * lin.scaling).detach().float()
         row += lin.out_features
     return Projection(parts, bias, lora_a, lora_b)
+
+
+def block_sums(columns: int) -> np.ndarray:
+    """(K, blocks) of 0 and 1: x @ it sums x over each block of 32 inputs (the factor an offset per block needs)."""
+    sums = np.zeros((columns, -(-columns // blockwise.BLOCK)), np.float32)
+    sums[np.arange(columns), np.arange(columns) // blockwise.BLOCK] = 1
+    return sums
 
 
 def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: str) -> str:
@@ -116,19 +119,21 @@ def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: st
 def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
     """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
     second product and the sum one Gemm)."""
-    n, k = sum(part.shape[0] for part in p.parts), p.parts[0].shape[1]
-    inputs = [x, stacked_const(g, [part.form("codes") for part in p.parts], 0, "weight"),
-              stacked_const(g, [part.form("scales") for part in p.parts], 0, "scales")]
+    k = p.parts[0].shape[1]
+    outputs = []
+    for bits, parts in itertools.groupby(p.parts, key=lambda part: part.bits):  # a file may mix 4- and 8-bit types
+        parts = list(parts)
+        outputs.append(g.op("MatMulNBits", x, stacked_const(g, [part.form("codes") for part in parts], 0, "weight"),
+                            stacked_const(g, [part.form("scales") for part in parts], 0, "scales"), domain=MS, K=k,
+                            N=sum(part.shape[0] for part in parts), bits=bits, block_size=blockwise.BLOCK,
+                            accuracy_level=accuracy))
+    y = outputs[0] if len(outputs) == 1 else g.op("Concat", *outputs, axis=-1)
     if p.bias is not None:
-        inputs += ["", "", g.const(p.bias, "bias")]
-    y = g.op("MatMulNBits", *inputs, domain=MS, K=k, N=n, bits=p.parts[0].bits, block_size=blockwise.BLOCK,
-             accuracy_level=accuracy)
+        y = g.op("Add", y, g.const(p.bias, "bias"))
     down, up = [], []
     if any(part.offsets is not None for part in p.parts):
         blocks = p.parts[0].scales.shape[1]
-        sums = np.zeros((k, blocks), np.float32)
-        sums[np.arange(k), np.arange(k) // blockwise.BLOCK] = 1
-        down.append(g.const(sums, "block_sums"))
+        down.append(g.const(block_sums(k), "block_sums"))
         up.append(stacked_const(g, [part.form("offsets") if part.offsets is not None
                                     else np.zeros((blocks, part.shape[0]), np.float32) for part in p.parts], 1,
                                 "offsets"))
@@ -254,10 +259,8 @@ class Backbone:
         logits = g.op("MatMulNBits", hidden, self.embedding_codes, self.embedding_scales, domain=MS, K=e.shape[1],
                       N=e.shape[0], bits=e.bits, block_size=blockwise.BLOCK, accuracy_level=self.accuracy)
         if self.embedding_offsets is not None:
-            blocks = e.scales.shape[1]
-            sums = np.zeros((e.shape[1], blocks), np.float32)
-            sums[np.arange(e.shape[1]), np.arange(e.shape[1]) // blockwise.BLOCK] = 1
-            logits = g.op("Gemm", g.op("MatMul", hidden, g.const(sums, "block_sums")), self.embedding_offsets, logits)
+            sums = g.const(block_sums(e.shape[1]), "block_sums")
+            logits = g.op("Gemm", g.op("MatMul", hidden, sums), self.embedding_offsets, logits)
         return g.op("LogSoftmax", logits, axis=-1)
 
 
