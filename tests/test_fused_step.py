@@ -261,3 +261,16 @@ def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(tokenize
     assert sum(1 for t in manifest["base"]["tensors"] if t.get("block") == "codes") == 7 * 2 + 1
     summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize("The roof leaks. " * 30, max_length=6)
     assert 0 < len(summary.token_ids) <= 6
+
+
+def test_a_step_whose_io_is_not_its_kinds_is_refused():
+    from locsum_sdk import kinds
+    from locsum_sdk.modeling.fused_llama import check_io
+
+    net = tiny()
+    graph, _ = fused_step(net, accuracy=0)
+    declared = kinds.get("hierencdec").graphs(net.config.to_dict())["decoder"]
+    check_io(graph, declared)
+    del graph.graph.output[-1]
+    with pytest.raises(ExportError, match="not the ones its kind declares"):
+        check_io(graph, declared)

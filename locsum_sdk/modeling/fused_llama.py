@@ -25,10 +25,10 @@ import numpy as np
 import onnx
 from torch import nn
 
-from .. import blockwise
+from .. import blockwise, kinds
 from ..blockwise import BlockWeight
 from ..errors import ExportError
-from ..exporters.onnx_builder import MS, GraphBuilder
+from ..exporters.onnx_builder import ELEMENT_TYPES, MS, GraphBuilder
 from ..gguf_file import GGUFFile
 from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS
 from .llama import Llama, frequencies
@@ -296,5 +296,20 @@ def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
     check_fusable(model)
     source = BlockSource(gguf, bits)
     g = GraphBuilder(f"{model.kind}_step")
-    backbone = Backbone(g, model.model, source, accuracy)
-    return STEPS[model.kind](backbone, model), source.from_file
+    graph = STEPS[model.kind](Backbone(g, model.model, source, accuracy), model)
+    check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
+    return graph, source.from_file
+
+
+def check_io(graph: onnx.ModelProto, declared: kinds.GraphIO) -> None:
+    """ExportError unless the written step takes and returns what the kind declares (names, order, types): the
+    backends bind it by that declaration."""
+    def written(values) -> list[tuple[str, int]]:
+        return [(v.name, v.type.tensor_type.elem_type) for v in values]
+
+    def expected(values) -> list[tuple[str, int]]:
+        return [(t.name, ELEMENT_TYPES[t.dtype]) for t in values]
+
+    if (written(graph.graph.input), written(graph.graph.output)) != (expected(declared.inputs),
+                                                                     expected(declared.outputs)):
+        raise ExportError("the fused step's inputs and outputs are not the ones its kind declares")
