@@ -62,9 +62,9 @@ _NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_at
 
 
 def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: str | None = CHAT_TEMPLATE,
-               **changes) -> tuple[Path, dict, dict]:
-    """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` and `chat_template` -> (path, config, the
-    HF weights it was made from, before quantization)."""
+               embedding: str = "Q8_0", **changes) -> tuple[Path, dict, dict]:
+    """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` and `chat_template`, its token embedding
+    in the ggml type `embedding` -> (path, config, the HF weights it was made from, before quantization)."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 
@@ -96,7 +96,7 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
         else:
             writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
 
-    add("token_embd.weight", weights["embed_tokens.weight"], Q.Q8_0)
+    add("token_embd.weight", weights["embed_tokens.weight"], Q[embedding])
     for i in range(config["layers"]):
         for ours, theirs in _NAMES.items():
             array = weights[f"layers.{i}.{ours}.weight"]

@@ -101,11 +101,11 @@ def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEnc
     return net
 
 
-def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2):
+def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2, gguf: GGUFFile | None = None):
     """Decode `steps` positions of 2 items of up to 3 documents (one padding document, padded tails) with beams
     whose histories cross, in torch and in the fused graph -> per step (torch log-probs, graph log-probs, torch
     weights, graph weights), and the largest cache difference."""
-    graph, _ = fused_step(net, accuracy=accuracy)
+    graph, _ = fused_step(net, gguf, accuracy=accuracy)
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     cfg = net.config
@@ -175,6 +175,17 @@ def test_the_fused_step_of_a_gguf_model_runs_the_files_blocks(tokenizer_file, tm
     with torch.no_grad():  # a fine-tuned projection is no longer the file's: its blocks are quantized from it
         net.model.layers[0].self_attn.q_proj.weight.add_(0.01)
     assert len(fused_step(net, GGUFFile(path), accuracy=0)[1]) == 7 * layers
+
+
+def test_a_4_bit_embedding_is_read_and_used_as_the_head_from_its_blocks(tokenizer_file, tmp_path):
+    """A file whose token embedding is Q4_1 (codes unpacked in the graph, offsets added to the looked-up rows and
+    to the tied head's logits): the step is the torch step on the file's weights."""
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, embedding="Q4_1")
+    net = load_llm(path).model.eval()
+    assert len(fused_step(net, GGUFFile(path), accuracy=0)[1]) == 7 * net.config.layers + 1
+    results, _ = run_steps(net, accuracy=0, gguf=GGUFFile(path))
+    for expected, got, _, _ in results:
+        assert np.abs(got - expected).max() < 1e-4
 
 
 def test_a_kind_without_a_fused_step_is_refused():

@@ -205,9 +205,10 @@ class Backbone:
         """Token ids (R,) -> their embeddings (R, D), dequantized block by block from the embedding's codes."""
         g, e = self.g, self.embedding
         codes = g.op("Gather", self.embedding_codes, ids)  # (R, blocks, 32 * bits / 8)
-        if e.bits == 4:
-            low = g.op("BitwiseAnd", codes, g.const(np.uint8(15)))
-            high = g.op("BitShift", codes, g.const(np.uint8(4)), direction="RIGHT")
+        if e.bits == 4:  # two codes a byte, the first in the low nibble
+            wide = g.op("Cast", codes, to=onnx.TensorProto.INT32)
+            sixteen = g.const(np.int32(16))
+            low, high = g.op("Mod", wide, sixteen), g.op("Div", wide, sixteen)
             pairs = g.op("Concat", g.op("Unsqueeze", low, g.ints(-1)), g.op("Unsqueeze", high, g.ints(-1)), axis=-1)
             codes = g.op("Reshape", pairs, g.ints(0, 0, -1))
         values = g.op("Sub", g.op("Cast", codes, to=onnx.TensorProto.FLOAT), g.const(np.float32(e.centre)))
