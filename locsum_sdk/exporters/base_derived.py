@@ -52,7 +52,8 @@ class SourceIndex:
     """The tensors of pretrained files (wheels' `BaseSource`s installed here, a user's `model_files.UserFile`s),
     findable by content."""
 
-    def __init__(self, sources: Sequence[BaseSource | UserFile]):
+    def __init__(self, sources: Sequence[BaseSource | UserFile], blocks: bool = False):
+        """`blocks`: index the GGUF sources' block forms too (for a fused step's initializers)."""
         self.sources: list[dict[str, Any]] = []
         self.arrays: list[dict[str, np.ndarray]] = []
         self.blocks: list[dict[str, BlockWeight]] = []
@@ -63,9 +64,9 @@ class SourceIndex:
             self.sources.append(source.record(path))
             arrays = dict(source_arrays(path))
             self.arrays.append(arrays)
-            blocks = _file_blocks(path, arrays)
-            self.blocks.append(blocks)
-            for name, weight in blocks.items():
+            found = _file_blocks(path, arrays) if blocks else {}
+            self.blocks.append(found)
+            for name, weight in found.items():
                 for form in FORMS:
                     if form != "offsets" or weight.offsets is not None:
                         self.by_digest.setdefault(_digest(weight.form(form)), Match(index, name, block=form))

@@ -145,7 +145,7 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
     graphs and base.bin's record (None without sources)."""
     from ..modeling import graphs
 
-    index = base_derived.SourceIndex(sources) if sources else None
+    index = base_derived.SourceIndex(sources, blocks=quantize == "blocks") if sources else None
     written: dict[str, dict[str, Any]] = {}
     checks, recipes = {}, {}
     for name, spec in torch_kind.graphs(model).items():
