@@ -25,7 +25,7 @@ from locsum_sdk import constants as C
 from locsum_sdk.base_weights import SMOLLM2
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.exporters.onnx import export_onnx
-from locsum_sdk.llm.gguf_model import read_gguf
+from locsum_sdk.llm.gguf_model import LAYER_TENSORS, read_gguf
 from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llama_config import LlamaConfig
@@ -33,8 +33,7 @@ from locsum_sdk.modeling.llm_checkpoint import backbone_state
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELING = ROOT / "locsum_sdk" / "modeling"
-PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-               "mlp.up_proj", "mlp.down_proj")
+PROJECTIONS = [name for name in LAYER_TENSORS.values() if name.endswith("_proj")]  # q, k, v, o, gate, up, down
 
 
 def adapters(graph: onnx.ModelProto, rank: int) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.common import write_result
 from benchmarks.fused_default import fused_default
-from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, inputs
+from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
 from locsum_sdk import Summarizer
 from locsum_sdk.backends import onnxruntime as ort_backend
 from locsum_sdk.errors import BundleNotFoundError
@@ -53,8 +53,7 @@ def test_fused_step_against_the_shipped_step(quick, monkeypatch):
                 graph_ms[key].append(1000 * float(np.median(runs)))
                 token_ms[key].append(1000 * summary.timings["decode"] / len(runs))
                 tokens[key] = summary.token_ids
-        same = next((i for i, (a, b) in enumerate(zip(tokens["shipped"], tokens["fused"])) if a != b),
-                    min(len(tokens["shipped"]), len(tokens["fused"])))
+        same = agreement(tokens["shipped"], tokens["fused"])
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same,
                  **{f"{key}_graph_ms": float(np.median(v)) for key, v in graph_ms.items()},
                  **{f"{key}_step_ms": float(np.median(v)) for key, v in token_ms.items()}}

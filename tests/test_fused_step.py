@@ -53,12 +53,13 @@ def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
     assert np.allclose(matmul_nbits(blocks, x), x @ centred.T, atol=1e-4)
 
 
-def test_a_projection_of_mixed_parts_is_their_products_side_by_side():
-    """Parts of one input in 4 bits with offsets and in 8 bits (a file mixing Q4_1 and Q8_0), a bias and a LoRA
-    update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part."""
+@pytest.mark.parametrize("widths", [(4, 8, 4), (4, 4, 4)])
+def test_a_projection_of_mixed_parts_is_their_products_side_by_side(widths):
+    """Parts of one input in 4 bits with offsets and in 8 bits (a file mixing Q4_1 and Q8_0), or of one width, a bias
+    and a LoRA update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part."""
     rng = np.random.default_rng(2)
     parts = [blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), bits) for n, bits in
-             ((16, 4), (8, 8), (8, 4))]
+             zip((16, 8, 8), widths)]
     bias = rng.standard_normal(32).astype(np.float32)
     lora_a, lora_b = rng.standard_normal((6, 64)).astype(np.float32), rng.standard_normal((32, 6)).astype(np.float32)
     g = GraphBuilder("projection")

@@ -1,11 +1,12 @@
 """A small writer of ONNX graphs node by node: each `op` returns its outputs' names, `const` adds an initializer
-once per array, and `model` closes the graph with its inputs and outputs declared (`kinds.GraphIO`).
+once per distinct array, and `model` closes the graph with its inputs and outputs declared (`kinds.GraphIO`).
 
 The fused step graphs (`modeling.fused_llama`) are written with it: they name every operator themselves, so the
 graph that runs is the one written, with no shape arithmetic a tracer would add."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ class GraphBuilder:
         self.name = name
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        self.held: dict[tuple, str] = {}  # (dtype, shape, sha256) -> the initializer holding that array
         self.count = 0
 
     def fresh(self, stem: str) -> str:
@@ -31,13 +33,17 @@ class GraphBuilder:
         return f"{stem}_{self.count}"
 
     def const(self, array: Any, stem: str = "const") -> str:
-        """An initializer holding `array` (numpy dtype kept; Python ints become int64, floats float32)."""
-        value = np.asarray(array)
+        """An initializer holding `array` (numpy dtype kept; Python ints become int64, floats float32); an array
+        equal to one already held (dtype, shape and bytes) is that initializer, so the graph holds each once (a tied
+        LM head reads the embedding's codes, every layer the same block sums and shapes)."""
+        value = np.ascontiguousarray(np.asarray(array))
         if value.dtype == np.float64:
             value = value.astype(np.float32)
-        name = self.fresh(stem)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
+        key = (value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).digest())
+        if key not in self.held:
+            self.held[key] = self.fresh(stem)
+            self.initializers.append(numpy_helper.from_array(value, self.held[key]))
+        return self.held[key]
 
     def ints(self, *values: int) -> str:
         return self.const(np.array(values, np.int64), "shape")

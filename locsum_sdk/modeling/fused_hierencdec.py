@@ -89,14 +89,14 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
         # the summary's own attention: its mass (log) and reading
         own_keys = g.op("Reshape", keys, g.ints(0, 1, kv, -1, d))  # (B, 1, KV, K*C, d)
         own_values = g.op("Reshape", values, g.ints(0, 1, kv, -1, d))
-        scores = g.op("Add", g.op("FusedMatMul", q_self, own_keys, domain=MS, transB=1,
-                                  alpha=float(model.model.layers[i].self_attn.scaling)), own_bias)
+        scaling = float(model.model.layers[i].self_attn.scaling)
+        scores = g.op("Add", g.op("FusedMatMul", q_self, own_keys, domain=MS, transB=1, alpha=scaling), own_bias)
         own_mass, probs = mass_and_probs(g, scores)  # (B, 1, KV, G*K, 1)
         own_context = g.op("MatMul", probs, own_values)
 
         # every document: mass, mass over its text (the prompt's head left out), reading
         doc_scores = g.op("Add", g.op("FusedMatMul", q_docs, g.op("Reshape", C.cross_key(i), doc_keys), domain=MS,
-                                      alpha=float(model.model.layers[i].self_attn.scaling)), unit_bias)
+                                      alpha=scaling), unit_bias)
         mass, probs = mass_and_probs(g, doc_scores)  # (B, U, KV, G*K, 1)
         text_share = g.op("ReduceSum", g.op("Slice", probs, head, g.ints(np.iinfo(np.int64).max), g.ints(-1)),
                           g.ints(-1), keepdims=1)

@@ -120,15 +120,15 @@ def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
     """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
     second product and the sum one Gemm)."""
     k = p.parts[0].shape[1]
-    outputs = []
-    for bits, parts in itertools.groupby(p.parts, key=lambda part: part.bits):  # a file may mix 4- and 8-bit types
-        parts = list(parts)
-        outputs.append(g.op("MatMulNBits", x, stacked_const(g, [part.form("codes") for part in parts], 0, "weight"),
-                            stacked_const(g, [part.form("scales") for part in parts], 0, "scales"), domain=MS, K=k,
-                            N=sum(part.shape[0] for part in parts), bits=bits, block_size=blockwise.BLOCK,
-                            accuracy_level=accuracy))
+    widths = [list(parts) for _, parts in itertools.groupby(p.parts, key=lambda part: part.bits)]  # a file may mix
+    # 4- and 8-bit types: one MatMulNBits per width, side by side; the bias in the product where there is one
+    bias = [] if p.bias is None else ["", "", g.const(p.bias, "bias")] if len(widths) == 1 else None
+    outputs = [g.op("MatMulNBits", x, stacked_const(g, [part.form("codes") for part in parts], 0, "weight"),
+                    stacked_const(g, [part.form("scales") for part in parts], 0, "scales"), *(bias or []), domain=MS,
+                    K=k, N=sum(part.shape[0] for part in parts), bits=parts[0].bits, block_size=blockwise.BLOCK,
+                    accuracy_level=accuracy) for parts in widths]
     y = outputs[0] if len(outputs) == 1 else g.op("Concat", *outputs, axis=-1)
-    if p.bias is not None:
+    if bias is None:
         y = g.op("Add", y, g.const(p.bias, "bias"))
     down, up = [], []
     if any(part.offsets is not None for part in p.parts):
@@ -187,12 +187,9 @@ class Backbone:
         self.final_norm = model.norm.weight.detach().float().numpy()
         embedding = model.embed_tokens.weight.detach().float().numpy()
         self.embedding = source.blocks("embed_tokens.weight", embedding, bits=8)
-        if not config.tie_embeddings:
-            head_blocks = source.blocks("lm_head.weight", model.lm_head.weight.detach().float().numpy(), bits=8)
-        self.embedding_codes = g.const(self.embedding.form("codes"), "embedding")
-        self.embedding_scales = g.const(self.embedding.form("scales"), "embedding_scales")
-        self.embedding_offsets = None if self.embedding.offsets is None else g.const(self.embedding.form("offsets"))
-        self.head = None if config.tie_embeddings else Projection([head_blocks], None, None, None)
+        head = self.embedding if config.tie_embeddings else source.blocks(
+            "lm_head.weight", model.lm_head.weight.detach().float().numpy(), bits=8)
+        self.head = Projection([head], None, None, None)  # a tied head's initializers are the embedding's
         half = frequencies(config).numpy()
         self.frequencies = g.const(np.concatenate([half, half])[None, :], "frequencies")  # (1, d)
         d = config.head_dim
@@ -204,7 +201,7 @@ class Backbone:
     def embed(self, ids: str) -> str:
         """Token ids (R,) -> their embeddings (R, D), dequantized block by block from the embedding's codes."""
         g, e = self.g, self.embedding
-        codes = g.op("Gather", self.embedding_codes, ids)  # (R, blocks, 32 * bits / 8)
+        codes = g.op("Gather", g.const(e.form("codes"), "embedding"), ids)  # (R, blocks, 32 * bits / 8)
         if e.bits == 4:  # two codes a byte, the first in the low nibble
             wide = g.op("Cast", codes, to=onnx.TensorProto.INT32)
             sixteen = g.const(np.int32(16))
@@ -212,10 +209,11 @@ class Backbone:
             pairs = g.op("Concat", g.op("Unsqueeze", low, g.ints(-1)), g.op("Unsqueeze", high, g.ints(-1)), axis=-1)
             codes = g.op("Reshape", pairs, g.ints(0, 0, -1))
         values = g.op("Sub", g.op("Cast", codes, to=onnx.TensorProto.FLOAT), g.const(np.float32(e.centre)))
-        scales = g.op("Reshape", self.embedding_scales, g.ints(e.shape[0], -1))
+        scales = g.op("Reshape", g.const(e.form("scales"), "scales"), g.ints(e.shape[0], -1))
         values = g.op("Mul", values, g.op("Unsqueeze", g.op("Gather", scales, ids), g.ints(-1)))
-        if self.embedding_offsets is not None:
-            offsets = g.op("Transpose", g.op("Gather", self.embedding_offsets, ids, axis=1), perm=[1, 0])
+        if e.offsets is not None:
+            offsets = g.op("Transpose", g.op("Gather", g.const(e.form("offsets"), "offsets"), ids, axis=1),
+                           perm=[1, 0])
             values = g.op("Add", values, g.op("Unsqueeze", offsets, g.ints(-1)))
         flat = g.op("Reshape", values, g.ints(0, -1))
         return g.op("Slice", flat, g.ints(0), g.ints(self.config.d_model), g.ints(1))
@@ -251,18 +249,8 @@ class Backbone:
         return self.linear(g.op("Mul", g.op("QuickGelu", gate, domain=MS, alpha=1.0), up), w.down)
 
     def log_probs(self, hidden: str) -> str:
-        """Final hidden (R, D) after the norm -> log-probabilities (R, V); a tied head reads the embedding's own
-        initializers."""
-        g = self.g
-        if self.head is not None:
-            return g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
-        e = self.embedding
-        logits = g.op("MatMulNBits", hidden, self.embedding_codes, self.embedding_scales, domain=MS, K=e.shape[1],
-                      N=e.shape[0], bits=e.bits, block_size=blockwise.BLOCK, accuracy_level=self.accuracy)
-        if self.embedding_offsets is not None:
-            sums = g.const(block_sums(e.shape[1]), "block_sums")
-            logits = g.op("Gemm", g.op("MatMul", hidden, sums), self.embedding_offsets, logits)
-        return g.op("LogSoftmax", logits, axis=-1)
+        """Final hidden (R, D) after the norm -> log-probabilities (R, V)."""
+        return self.g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
 
 
 Step = Callable[[Backbone, nn.Module], onnx.ModelProto]
