@@ -108,16 +108,21 @@ class WordList:
         return cls(lines)
 
 
-def _byte_alphabet() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the others
-    for the code points from 256 up, in byte order."""
+NO_BYTE = "\udc80"  # a lone surrogate: Latin-1 cannot encode it
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """Byte-level BPE's printable stand-in for each byte, as a `str.translate` table from stand-in to byte (a
+    Latin-1 character): printable Latin-1 bytes stand for themselves, the others for the code points from 256 up,
+    in byte order. A Latin-1 character that stands for no byte maps to a lone surrogate, which no text encodes."""
     kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     alphabet, extra = {}, 0
     for byte in range(256):
         if byte in kept:
-            alphabet[chr(byte)] = byte
+            alphabet[byte] = chr(byte)
         else:
-            alphabet[chr(256 + extra)] = byte
+            alphabet[256 + extra] = chr(byte)
+            alphabet[byte] = NO_BYTE
             extra += 1
     return alphabet
 
@@ -234,14 +239,16 @@ def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], li
     it has one (byte-level BPE's "Ġ", SentencePiece's "▁", a WordPiece without "##"), and the special tokens, for
     a model of `size` token ids (None: the tokenizer's count). OptionError naming `option` for a tokenizer that
     marks no word starts."""
-    config = json.loads(tokenizer.to_str())
-    model = config.get("model") or {}
-    parts = {part.get("type"): part for key in ("pre_tokenizer", "decoder") for part in _components(config.get(key))}
+    parts = {part.get("type"): part for component in (tokenizer.pre_tokenizer, tokenizer.decoder)
+             for part in _components(None if component is None else json.loads(component.__getstate__()))}
     vocab = tokenizer.get_vocab_size(with_added_tokens=True) if size is None else size
-    tokens = [tokenizer.id_to_token(i) or "" for i in range(vocab)]
+    tokens = [""] * vocab
+    for token, i in tokenizer.get_vocab(with_added_tokens=True).items():
+        if i < vocab:
+            tokens[i] = token
     special = {i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special}
-    if model.get("type") == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
+    if type(tokenizer.model).__name__ == "WordPiece":
+        prefix = tokenizer.model.continuing_subword_prefix or "##"
         marked = [not t.startswith(prefix) for t in tokens]
         texts = [t[len(prefix):] if t.startswith(prefix) else t for t in tokens]
     elif "ByteLevel" in parts:
@@ -258,11 +265,11 @@ def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], li
     return texts, marked, special
 
 
-def _from_bytes(text: str, alphabet: dict[str, int]) -> str:
+def _from_bytes(text: str, alphabet: dict[int, str]) -> str:
     """A byte-level piece's text; "" where its bytes are not whole UTF-8 characters."""
     try:
-        return bytes(alphabet[char] for char in text).decode("utf-8")
-    except (KeyError, UnicodeDecodeError):
+        return text.translate(alphabet).encode("latin-1").decode("utf-8")
+    except UnicodeError:  # a character that stands for no byte, or bytes that are no whole characters
         return ""
 
 

@@ -14,7 +14,16 @@ from locsum_sdk import Summarizer
 from locsum_sdk.constants import WORDS_FILE
 from locsum_sdk.errors import DataError, OptionError
 from locsum_sdk.generation import GenerationOptions, generate
-from locsum_sdk.words import WORD, Pieces, WordGuard, WordList, input_words, words_of, written_as_words_are
+from locsum_sdk.words import (
+    WORD,
+    Pieces,
+    WordGuard,
+    WordList,
+    input_words,
+    piece_texts,
+    words_of,
+    written_as_words_are,
+)
 
 # A toy vocabulary: 0-2 special, 3 "Ġgan", 4 "y", 5 "med", 6 "e", 7 "Ġthe", 8 ".", 9 "rive", 10 "Ġsh", 11 "ip".
 TOY = [None, None, None, "gan", "y", "med", "e", "the", None, "rive", "sh", "ip"]
@@ -60,6 +69,21 @@ def test_pieces_of_a_byte_level_tokenizer(tokenizer):
     ids = tokenizer.encode(" The committee.", add_special_tokens=False).ids
     assert [word for word, _ in finished_words(pieces, ids)] == ["the", "committee"]
     assert pieces.opens[ids[0]] and not pieces.continues[ids[0]]
+
+
+def test_byte_level_pieces_are_their_whole_characters_or_nothing():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    # "é" is bytes c3 a9, whose stand-ins are "Ã" and "©"; "\n" (byte 10) stands in as "Ċ"; a raw "\n" in a
+    # piece stands for no byte
+    vocab = {"Ġcaf": 0, "Ã©": 1, "Ã": 2, "©": 3, "ĊĠthe": 4, "a\nb": 5, "ĠðŁĺĢ": 6}
+    tokenizer = Tokenizer(models.BPE(vocab, [], unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    texts, marked, special = piece_texts(tokenizer, len(vocab) + 1, "known_words")
+    assert texts == ["caf", "é", "", "", "\n the", "", "\U0001f600", ""] and special == set()
+    assert marked == [True, False, False, False, False, False, True, False]
+    assert texts[1] == tokenizer.decode([1]) and texts[6] == tokenizer.decode([6]).lstrip()
 
 
 def test_pieces_of_wordpiece_and_sentencepiece_tokenizers_and_a_refusal():
