@@ -2,9 +2,12 @@
 (its document-scaled attention, `read_documents`) written on `fused_llama.Backbone`'s pieces.
 
 Layouts, for B items, K beams, U documents of L tokens, KV key/value heads of G query heads, d per head: the
-summary's queries are (B, 1, KV, G*K, d); the documents' keys and values are viewed (B, U, KV, d, L) and
-(B, U, KV, L, d), so a document's scores, masses and readings are (B, U, KV, G*K, .) and the summary's own
-(B, 1, KV, G*K, .) broadcast against them. Each layer writes its new key and value into its slot cache with one
+summary's queries are (B, 1, KV, G*K, 1, d); the documents' keys and values are viewed (B, U, KV, 1, d, L) and
+(B, U, KV, 1, L, d), so a document's scores, masses and readings are (B, U, KV, G*K, 1, .) and the summary's own
+(B, 1, KV, G*K, 1, .) broadcast against them. Every product is then one query row against one head's keys or
+values, which ONNX Runtime's CPU MatMul reads where they lie (its one-row kernel) instead of copying each
+document's keys and values into packed panels first; the scaling is in the queries' rotary codes, as that kernel
+takes no factor. Each layer writes its new key and value into its slot cache with one
 ScatterND at indices built once per step. A part's log-mass comes from its softmax (`mass_and_probs`), and a document's
 mass over its text is its mass plus the log of its softmax's share on the text (kept above float32's smallest
 normal, so that a document whose text draws no representable share still has a finite, negligible weight).
@@ -17,6 +20,7 @@ import onnx
 from torch import nn
 
 from .. import constants as C
+from ..errors import ExportError
 from ..exporters.onnx_builder import MS, GraphBuilder
 from .fused_llama import Backbone, register_step
 
@@ -36,27 +40,29 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
     length = g.op("Slice", g.op("Shape", C.ENCODER_ATTENTION_MASK), g.ints(1), g.ints(2))
     per_beam = g.op("Concat", batch, beams, g.ints(kv, d), axis=0)  # (B, K, KV, d)
     query_shape = g.op("Concat", batch, beams, g.ints(heads, d), axis=0)  # (B, K, H, d)
-    doc_keys = g.op("Concat", g.ints(-1), units, g.ints(kv, d), length, axis=0)  # (B, U, KV, d, L)
-    doc_values = g.op("Concat", g.ints(-1), units, g.ints(kv), length, g.ints(d), axis=0)  # (B, U, KV, L, d)
-    per_doc = g.op("Concat", g.ints(-1), units, g.ints(1, 1), axis=0)
+    doc_keys = g.op("Concat", g.ints(-1), units, g.ints(kv, 1, d), length, axis=0)  # (B, U, KV, 1, d, L)
+    doc_values = g.op("Concat", g.ints(-1), units, g.ints(kv, 1), length, g.ints(d), axis=0)  # (B, U, KV, 1, L, d)
+    per_doc = g.op("Concat", g.ints(-1), units, g.ints(1, 1, 1), axis=0)
 
     x = b.embed(g.op("Reshape", C.INPUT_IDS, g.ints(-1)))  # (B*K, D)
     lengths = g.op("ReduceSum", C.ENCODER_ATTENTION_MASK, g.ints(1), keepdims=0)  # (B*U,)
-    doc_cos, doc_sin = b.codes(g.op("Add", lengths, C.POSITION))  # (B*U, d): each document at L_u + p
-    doc_cos = g.op("Reshape", doc_cos, g.op("Concat", per_doc, g.ints(d), axis=0))  # (B, U, 1, 1, d)
-    doc_sin = g.op("Reshape", doc_sin, g.op("Concat", per_doc, g.ints(d), axis=0))
-    cos, sin = b.codes(C.POSITION)  # (1, d): the summary's own position
+    scaling = g.const(np.float32(attention_scaling(model)))
+    doc_cos, doc_sin = (g.op("Mul", code, scaling) for code in b.codes(g.op("Add", lengths, C.POSITION)))
+    doc_cos = g.op("Reshape", doc_cos, g.op("Concat", per_doc, g.ints(d), axis=0))  # (B, U, 1, 1, 1, d)
+    doc_sin = g.op("Reshape", doc_sin, g.op("Concat", per_doc, g.ints(d), axis=0))  # each document at L_u + p
+    cos, sin = b.codes(C.POSITION)  # (1, d): the summary's own position, for its keys
+    query_cos, query_sin = g.op("Mul", cos, scaling), g.op("Mul", sin, scaling)  # and, scaled, its queries
     mask = g.op("Cast", C.ENCODER_ATTENTION_MASK, to=FLOAT)
     unit_bias = g.op("Mul", g.op("Sub", g.const(np.float32(1)), mask), g.const(lowest))  # (B*U, L)
-    unit_bias = g.op("Reshape", unit_bias, g.op("Concat", per_doc, length, axis=0))  # (B, U, 1, 1, L)
-    real = g.op("Reshape", C.UNIT_MASK, g.op("Concat", per_doc, g.ints(1), axis=0))  # (B, U, 1, 1, 1) bool
+    unit_bias = g.op("Reshape", unit_bias, g.op("Concat", per_doc, length, axis=0))  # (B, U, 1, 1, 1, L)
+    real = g.op("Reshape", C.UNIT_MASK, g.op("Concat", per_doc, g.ints(1), axis=0))  # (B, U, 1, 1, 1, 1) bool
     # the summary's slots: beam k reads position c from slot cache_slots[b, k, c] (`bart.slot_bias`)
     slot = g.op("Unsqueeze", g.op("Range", g.const(np.int64(0)), g.op("Squeeze", beams, g.ints(0)),
                                   g.const(np.int64(1))), g.ints(-1))  # (K, 1)
     elsewhere = g.op("Not", g.op("Equal", g.op("Unsqueeze", C.CACHE_SLOTS, g.ints(2)), slot))  # (B, K, K, C)
     own_bias = g.op("Mul", g.op("Cast", elsewhere, to=FLOAT), g.const(lowest))
-    own_bias = g.op("Unsqueeze", g.op("Reshape", own_bias, g.ints(0, 0, -1)), g.ints(1, 2))  # (B, 1, 1, K, K*C)
-    own_bias = g.op("Concat", *[own_bias] * group, axis=3)  # (B, 1, 1, G*K, K*C)
+    own_bias = g.op("Unsqueeze", g.op("Reshape", own_bias, g.ints(0, 0, -1)), g.ints(1, 2, 4))  # (B,1,1,K,1,K*C)
+    own_bias = g.op("Concat", *[own_bias] * group, axis=3)  # (B, 1, 1, G*K, 1, K*C)
     # where each beam's key/value goes: cache (B, KV, K, C, d) at [b, h, k, p] for update (b, k, h)
     grid = [g.op("Range", g.const(np.int64(0)), g.op("Squeeze", n, g.ints(0)), g.const(np.int64(1)))
             for n in (batch, beams)]
@@ -81,23 +87,21 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
         keys = g.op("ScatterND", C.past_key(i), at, k, name=C.present_key(i))
         values = g.op("ScatterND", C.past_value(i), at, g.op("Reshape", v, per_beam), name=C.present_value(i))
         q = g.op("Transpose", g.op("Reshape", q, query_shape), perm=[0, 2, 1, 3])  # (B, H, K, d)
-        q = g.op("Reshape", q, g.ints(0, 1, kv, -1, d))  # (B, 1, KV, G*K, d)
+        q = g.op("Reshape", q, g.ints(0, 1, kv, -1, 1, d))  # (B, 1, KV, G*K, 1, d)
         turned = g.op("MatMul", q, b.turn)
-        q_self = b.rotate(q, turned, cos, sin)
-        q_docs = b.rotate(q, turned, doc_cos, doc_sin)  # (B, U, KV, G*K, d)
+        q_self = b.rotate(q, turned, query_cos, query_sin)
+        q_docs = b.rotate(q, turned, doc_cos, doc_sin)  # (B, U, KV, G*K, 1, d)
 
         # the summary's own attention: its mass (log) and reading
-        own_keys = g.op("Reshape", keys, g.ints(0, 1, kv, -1, d))  # (B, 1, KV, K*C, d)
-        own_values = g.op("Reshape", values, g.ints(0, 1, kv, -1, d))
-        scaling = float(model.model.layers[i].self_attn.scaling)
-        scores = g.op("Add", g.op("FusedMatMul", q_self, own_keys, domain=MS, transB=1, alpha=scaling), own_bias)
-        own_mass, probs = mass_and_probs(g, scores)  # (B, 1, KV, G*K, 1)
+        own_keys = g.op("Reshape", keys, g.ints(0, 1, kv, 1, -1, d))  # (B, 1, KV, 1, K*C, d)
+        own_values = g.op("Reshape", values, g.ints(0, 1, kv, 1, -1, d))
+        scores = g.op("Add", g.op("FusedMatMul", q_self, own_keys, domain=MS, transB=1), own_bias)
+        own_mass, probs = mass_and_probs(g, scores)  # (B, 1, KV, G*K, 1, 1)
         own_context = g.op("MatMul", probs, own_values)
 
         # every document: mass, mass over its text (the prompt's head left out), reading
-        doc_scores = g.op("Add", g.op("FusedMatMul", q_docs, g.op("Reshape", C.cross_key(i), doc_keys), domain=MS,
-                                      alpha=scaling), unit_bias)
-        mass, probs = mass_and_probs(g, doc_scores)  # (B, U, KV, G*K, 1)
+        doc_scores = g.op("Add", g.op("MatMul", q_docs, g.op("Reshape", C.cross_key(i), doc_keys)), unit_bias)
+        mass, probs = mass_and_probs(g, doc_scores)  # (B, U, KV, G*K, 1, 1)
         text_share = g.op("ReduceSum", g.op("Slice", probs, head, g.ints(np.iinfo(np.int64).max), g.ints(-1)),
                           g.ints(-1), keepdims=1)
         text = g.op("Add", mass, g.op("Log", g.op("Max", text_share, tiniest)))
@@ -106,7 +110,7 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
         share = g.op("Softmax", g.op("Where", real, text, g.const(lowest)), axis=1)  # padding documents: exactly 0
         weights = share if weights is None else g.op("Add", weights, share)
         share = g.op("Mul", share, g.op("Sigmoid", g.op("Sub", mass, own_mass)))  # w[u] r[u]
-        read = g.op("ReduceSum", g.op("Mul", share, context), g.ints(1), keepdims=1)  # (B, 1, KV, G*K, d)
+        read = g.op("ReduceSum", g.op("Mul", share, context), g.ints(1), keepdims=1)  # (B, 1, KV, G*K, 1, d)
         own_share = g.op("Sub", g.const(np.float32(1)), g.op("ReduceSum", share, g.ints(1), keepdims=1))
         out = g.op("Add", read, g.op("Mul", own_share, own_context))
         out = g.op("Transpose", g.op("Reshape", out, g.ints(0, heads, -1, d)), perm=[0, 2, 1, 3])  # (B, K, H, d)
@@ -131,6 +135,14 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
                (C.UNIT_WEIGHTS, "float32", ["batch", "units", "beams"])]
     outputs += [(name(i), "float32", cache) for i in range(layers) for name in (C.present_key, C.present_value)]
     return g.model(inputs, outputs)
+
+
+def attention_scaling(model: nn.Module) -> float:
+    """The factor every layer's attention scores take (Llama's head_dim ** -0.5, one for all layers)."""
+    scalings = {float(layer.self_attn.scaling) for layer in model.model.layers}
+    if len(scalings) != 1:
+        raise ExportError(f"the fused step scales every layer's scores alike; this model's layers take {scalings}")
+    return scalings.pop()
 
 
 def mass_and_probs(g: GraphBuilder, scores: str) -> tuple[str, str]:
