@@ -14,7 +14,8 @@ QMSum val meeting (about 8,000; skipped without ../shared/data). Prints, per poi
 paging, selection and encoding the pages; a peer: the prompt and its first token), decoding ms a token, the whole
 job, peak RSS, and how many leading tokens each agrees on with the others, with the ratios to llama.cpp; writes
 `benchmarks/results/peers.json` and the plot `docs/images/peers.png`. A peer that is not installed is left out,
-saying so (`pip install llama-cpp-python onnxruntime-genai`; llama.cpp builds from source, about 22 CPU-minutes)."""
+saying so (`pip install llama-cpp-python onnxruntime-genai`; llama.cpp builds from source, about 15-22 CPU-minutes;
+on a CPU with AMX build it with CMAKE_ARGS=LLAMA_CPP_WITHOUT_AMX, see docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ NEW = 96  # new tokens per run, for every system
 THREADS = 2
 LOCSUM_OPTIONS = {"num_beams": 1, "min_length": NEW, "max_length": NEW, "whole_sentences": False}
 GENAI_BUILD = ["-p", "int4", "-e", "cpu"]  # the model builder's precision and target
+LLAMA_CPP_WITHOUT_AMX = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+                         "-DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON "
+                         "-DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
 
 
 def inputs(quick: bool) -> list[tuple[str, str, dict]]:
@@ -81,8 +85,13 @@ def genai_model(gguf: Path) -> Path:
 def run_child(system: str, spec: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "benchmarks.peers_child", system, str(spec)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
+    if done.returncode < 0 and system == "llama.cpp":
+        raise AssertionError(f"llama.cpp died of signal {-done.returncode}: on a CPU with AMX (Sapphire Rapids and "
+                             "later) its AMX matrix kernels crash (ggml-org/llama.cpp#20824); build it without them: "
+                             f"CMAKE_ARGS='{LLAMA_CPP_WITHOUT_AMX}' pip install --force-reinstall --no-deps "
+                             "--no-cache-dir llama-cpp-python")
     if done.returncode:
-        raise AssertionError(f"{system} failed:\n{done.stderr[-3000:]}")
+        raise AssertionError(f"{system} failed (exit status {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
