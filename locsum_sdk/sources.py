@@ -26,6 +26,7 @@ UNIT_SHARE = 0.5  # passages are looked for in the units a sentence weighs at le
 MAX_UNITS = 8  # and in at most this many of them
 PASSAGES = 2  # passages cited per sentence, at most
 SUPPORT_SHARE = 0.5  # a sentence is supported when its passages hold this share of its content words
+SPAN_CONTEXT = 8  # tokens decoded before each one to read what it adds (a character's bytes span at most 4)
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,18 @@ class Sentence:
 
 
 def token_spans(tokenizer: Any, token_ids: Sequence[int], text: str) -> list[tuple[int, int]]:
-    """The character span in `text` (the decoded ids, stripped) of each token: what decoding it added."""
-    full = tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    """The character span in `text` (the decoded ids, stripped) of each token: what decoding it added, read from
+    decodings of the `SPAN_CONTEXT` tokens before it and of those with it (linear in the summary's length: each
+    decoding's tail depends on its last tokens alone, and both share their head)."""
+    ids = list(token_ids)
+    full = tokenizer.decode(ids, skip_special_tokens=True)
     lead = len(full) - len(full.lstrip())
-    ends = [len(tokenizer.decode(list(token_ids[: i + 1]), skip_special_tokens=True)) - lead
-            for i in range(len(token_ids))]
+    ends, end = [], 0
+    for i in range(len(ids)):
+        first = max(0, i - SPAN_CONTEXT)
+        before = len(tokenizer.decode(ids[first:i], skip_special_tokens=True)) if i > first else 0
+        end += len(tokenizer.decode(ids[first:i + 1], skip_special_tokens=True)) - before
+        ends.append(end - lead)
     starts = [0, *ends[:-1]]
     return [(min(max(a, 0), len(text)), min(max(b, 0), len(text))) for a, b in zip(starts, ends)]
 
@@ -74,13 +82,14 @@ def sentence_sources(text: str, token_ids: Sequence[int], unit_weights: np.ndarr
                      tokenizer: Any) -> list[Sentence]:
     """Each sentence of the summary `text` (decoded from `token_ids`, whose steps weighed the `units` as
     `unit_weights` (steps, units) says) with the units it drew on and its passages (see the module docstring)."""
-    spans = token_spans(tokenizer, token_ids, text)
+    spans = np.array(token_spans(tokenizer, token_ids, text), dtype=np.int64).reshape(-1, 2)
     steps = min(len(spans), unit_weights.shape[0])
+    spans = spans[:steps]
     split: dict[int, list[tuple[int, int, set[str]]]] = {}
     found = []
     for start, end in split_sentences(text):
-        rows = [i for i in range(steps) if spans[i][0] < end and spans[i][1] > start]
-        weights = (unit_weights[rows].mean(axis=0) if rows else np.zeros(len(units))).astype(float)
+        rows = np.flatnonzero((spans[:, 0] < end) & (spans[:, 1] > start))
+        weights = (unit_weights[rows].mean(axis=0) if rows.size else np.zeros(len(units))).astype(float)
         words = content_words(text[start:end])
         candidates = []
         for index in [int(i) for i in np.argsort(-weights, kind="stable")[:MAX_UNITS]]:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import document
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from locsum_sdk import Summarizer
 from locsum_sdk.sources import SUPPORT_SHARE, sentence_sources, token_spans
 from locsum_sdk.units import Unit
 from locsum_sdk.words import content_words
 
+ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["The board approved the library roof budget. The contractor starts work in March.",
              "Marta reported the survey results. Children asked for a quiet reading room."]
 
@@ -59,6 +63,45 @@ def test_token_spans_cover_the_summary(tokenizer):
     spans = token_spans(tokenizer, ids, decoded)
     assert spans[0][0] == 0 and spans[-1][1] == len(decoded)
     assert all(a <= b for a, b in spans) and all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
+
+
+def prefix_spans(tokenizer, ids: list[int], text: str) -> list[tuple[int, int]]:
+    """What each token adds, read from the decoding of every prefix (quadratic: the definition `token_spans` keeps)."""
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    lead = len(full) - len(full.lstrip())
+    ends = [len(tokenizer.decode(ids[: i + 1], skip_special_tokens=True)) - lead for i in range(len(ids))]
+    return [(min(max(a, 0), len(text)), min(max(b, 0), len(text))) for a, b in zip([0, *ends[:-1]], ends)]
+
+
+@pytest.fixture(scope="module")
+def tokenizers_of_three_families(tokenizer):
+    """The tests' byte-level BPE, the default bundle's (byte-level with digits apart and special tokens), a WordPiece
+    (whose decoder joins "##" pieces and cleans spaces before punctuation) and a SentencePiece-style one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from locsum_sdk import constants as C
+    from locsum_sdk.bundle import Bundle
+
+    default = Tokenizer.from_file(str(Bundle.load(ROOT / "engines" / "default").file(C.TOKENIZER_FILE)))
+    wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "[CLS]": 1, "gan": 2, "##y": 3, ".": 4, "the": 5, "##s": 6,
+                                            ",": 7, "'": 8, "t": 9}, unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.decoder = decoders.WordPiece()
+    wordpiece.add_special_tokens(["[CLS]"])
+    metaspace = Tokenizer(models.BPE({"▁Gan": 0, "y": 1, "▁": 2, "ga": 3, ".": 4, "▁the": 5, "<0xC3>": 6},
+                                     [], unk_token=None))
+    metaspace.pre_tokenizer = pre_tokenizers.Metaspace()
+    metaspace.decoder = decoders.Metaspace()
+    return [tokenizer, default, wordpiece, metaspace]
+
+
+@settings(max_examples=120, deadline=None)
+@given(which=st.integers(0, 3), draw=st.lists(st.integers(0, 2**31), max_size=60))
+def test_token_spans_read_locally_are_the_prefix_decodings(tokenizers_of_three_families, which, draw):
+    tokenizer = tokenizers_of_three_families[which]
+    ids = [n % tokenizer.get_vocab_size() for n in draw]  # any ids: split characters, specials, lone "##" pieces
+    text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+    assert token_spans(tokenizer, ids, text) == prefix_spans(tokenizer, ids, text)
 
 
 @pytest.mark.parametrize("bundle", ["bundle_dir", "hierencdec_bundle_dir", "dyle_bundle_dir", "hiersumm_bundle_dir",
