@@ -231,30 +231,48 @@ class GreedySearch:
 
 
 class BeamSearch:
-    """HF-style beam search: 2K candidates per step, finished hypotheses kept per batch item."""
+    """HF-style beam search: 2K candidates per step, finished hypotheses kept per batch item.
+
+    The step weights are kept as each step gave them, with the beam each beam continued (`parents`): a step stores
+    (B, K, U) and reorders nothing, and a hypothesis' weights are read back along its beams only when asked for."""
 
     def __init__(self, batch: int, start: int, eos: int, options: GenerationOptions):
         self.k, self.eos, self.options = options.num_beams, eos, options
         self.sequences = np.full((batch, self.k, 1), start, dtype=np.int64)  # (B, K, T)
         self.beam_scores = np.full((batch, self.k), -1e9)  # (B, K)
         self.beam_scores[:, 0] = 0.0
-        self.weights: np.ndarray | None = None  # (B, K, T, U)
-        self.hypotheses: list[list[tuple[float, list[int], np.ndarray]]] = [[] for _ in range(batch)]
+        self.step_weights: list[np.ndarray] = []  # per step (B, K, U), the beams as they stood at that step
+        self.parents: list[np.ndarray] = []  # per step (B, K): the beam of that step each new beam continued
+        self.hypotheses: list[list[tuple[float, list[int], tuple[int, int]]]] = [[] for _ in range(batch)]
         self.done = np.zeros(batch, dtype=bool)
 
     def _score(self, total: float, generated: int) -> float:
         return length_normalized(total, generated, self.options)
 
-    def _add(self, b: int, total: float, tokens: list[int], weights: np.ndarray) -> None:
+    def _add(self, b: int, total: float, tokens: list[int], last: tuple[int, int]) -> None:
+        """A finished hypothesis of item b whose last step was beam `last[1]` of step `last[0]`."""
         hyps = self.hypotheses[b]
-        hyps.append((self._score(total, len(tokens)), tokens, weights))
+        hyps.append((self._score(total, len(tokens)), tokens, last))
         hyps.sort(key=lambda h: -h[0])
         del hyps[self.k :]
 
+    def _weights(self, b: int, step: int, beam: int) -> np.ndarray:
+        """(step + 1, U): the step weights of item b's beam `beam` of step `step`, back to the first step."""
+        rows = []
+        for t in range(step, -1, -1):
+            rows.append(self.step_weights[t][b, beam])
+            if t:
+                beam = int(self.parents[t - 1][b, beam])
+        return np.stack(rows[::-1])
+
+    def _current(self, b: int, beam: int) -> tuple[int, int]:
+        """Where beam `beam` of item b, as the last step left it, last stood: (step, beam of that step)."""
+        return len(self.parents) - 1, int(self.parents[-1][b, beam])
+
     def update(self, log_probs: np.ndarray, unit_weights: np.ndarray, length: int) -> np.ndarray:
         batch, k, vocab = log_probs.shape
-        step_weights = unit_weights.transpose(0, 2, 1)[:, :, None, :]  # (B, K, 1, U)
-        history = step_weights if self.weights is None else np.concatenate([self.weights, step_weights], axis=2)
+        self.step_weights.append(unit_weights.transpose(0, 2, 1))  # (B, K, U)
+        step = len(self.step_weights) - 1
         scores = (log_probs + self.beam_scores[:, :, None]).reshape(batch, k * vocab)  # (B, K*V)
         top = np.argpartition(-scores, 2 * k, axis=1)[:, : 2 * k]
         order = np.take_along_axis(scores, top, 1).argsort(axis=1, kind="stable")[:, ::-1]
@@ -271,7 +289,7 @@ class BeamSearch:
                 if token == self.eos:
                     if rank < k:
                         seq = self.sequences[b, beam, 1:].tolist() + [token]
-                        self._add(b, total, seq, history[b, beam])
+                        self._add(b, total, seq, (step, beam))
                     continue
                 source[b, filled], tokens[b, filled], new_scores[b, filled] = beam, token, total
                 filled += 1
@@ -280,7 +298,7 @@ class BeamSearch:
             self.done[b] = self._is_done(b, new_scores[b].max(), length)
         rows = np.arange(batch)[:, None]
         self.sequences = np.concatenate([self.sequences[rows, source], tokens[:, :, None]], axis=-1)
-        self.weights = history[rows, source]
+        self.parents.append(source)
         self.beam_scores = new_scores
         return source
 
@@ -298,17 +316,18 @@ class BeamSearch:
 
     def partial(self, b: int) -> Partial:
         if self.hypotheses[b]:
-            _, tokens, weights = self.hypotheses[b][0]
-            return Partial(list(tokens), True, lambda: weights)
-        leading = self.weights[b, 0]  # beams are kept best first
-        return Partial(self.sequences[b, 0, 1:].tolist(), False, lambda: leading)
+            _, tokens, last = self.hypotheses[b][0]
+            return Partial(list(tokens), True, lambda: self._weights(b, *last))
+        leading = self._current(b, 0)  # beams are kept best first
+        return Partial(self.sequences[b, 0, 1:].tolist(), False, lambda: self._weights(b, *leading))
 
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):
             for beam in range(self.k):
                 sequence = self.sequences[b, beam, 1:].tolist()
-                self._add(b, float(self.beam_scores[b, beam]), sequence, self.weights[b, beam])
-        return [Hypothesis(tokens, score, weights) for score, tokens, weights in (h[0] for h in self.hypotheses)]
+                self._add(b, float(self.beam_scores[b, beam]), sequence, self._current(b, beam))
+        return [Hypothesis(tokens, score, self._weights(b, *last))
+                for b, (score, tokens, last) in enumerate(h[0] for h in self.hypotheses)]
 
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,

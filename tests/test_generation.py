@@ -144,6 +144,51 @@ class TableSession:
         return self.last.copy()
 
 
+class HistorySession(TableSession):
+    """A table session whose unit weights name the beam they come from: (B, 2, K), the step's number and a hash of
+    every token the beam was fed, its history followed through `beam_index` as a backend's caches are."""
+
+    def __init__(self, vocab: int, seed: int):
+        super().__init__(vocab, seed=seed)
+        self.fed: np.ndarray | None = None  # (B, K, steps)
+
+    def step(self, tokens, beam_index):
+        if self.fed is None:
+            self.fed = tokens[:, :, None]
+        else:
+            reordered = self.fed if beam_index is None else np.take_along_axis(self.fed, beam_index[:, :, None], 1)
+            self.fed = np.concatenate([reordered, tokens[:, :, None]], axis=-1)
+        log_probs, _ = super().step(tokens, beam_index)
+        steps = self.fed.shape[-1]
+        weights = np.stack([np.full(tokens.shape, steps, np.float64), history_hash(self.fed)], axis=1)
+        return log_probs, weights.astype(np.float32)
+
+
+def history_hash(fed: np.ndarray) -> np.ndarray:
+    """A number per beam (exact in float32) for the tokens it was fed, in order."""
+    code = np.zeros(fed.shape[:-1], np.int64)
+    for step in range(fed.shape[-1]):
+        code = (code * 131 + fed[..., step] + 1) % 65_521
+    return code.astype(np.float64)
+
+
+@given(vocab=st.integers(6, 30), beams=st.integers(1, 5), max_length=st.integers(2, 30), batch=st.integers(1, 3),
+       seed=st.integers(0, 99), early=st.booleans())
+def test_each_hypothesis_carries_the_step_weights_of_its_own_beams(vocab, beams, max_length, batch, seed, early):
+    """Every hypothesis, finished early or at the last step, holds the weights each step gave the beam it grew from
+    (read back along the beams it continued), and a step's report gives the leading beam's so far."""
+    options = GenerationOptions(num_beams=beams, max_length=max_length, early_stopping=early)
+    reported = []
+    hypotheses = generate(HistorySession(vocab, seed), batch, options, 0, 2, 1,
+                          on_step=lambda step, partials: reported.append([(p.token_ids, p.unit_weights)
+                                                                          for p in partials]))
+    for tokens, weights in [(h.token_ids, h.unit_weights) for h in hypotheses] + [r for step in reported for r in step]:
+        fed = np.array([0, *tokens[:-1]])  # the start token, then each token written but the last
+        assert weights.shape == (len(tokens), 2)
+        np.testing.assert_array_equal(weights[:, 0], np.arange(1, len(tokens) + 1))
+        np.testing.assert_array_equal(weights[:, 1], [history_hash(fed[: t + 1]) for t in range(len(tokens))])
+
+
 @pytest.mark.parametrize("num_beams", [1, 3])
 @pytest.mark.parametrize("top", [4, 8, 60])
 def test_a_session_giving_only_the_best_tokens_decides_the_same(num_beams, top):
