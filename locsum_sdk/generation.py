@@ -15,12 +15,12 @@ from typing import Protocol
 import numpy as np
 
 from .errors import OptionError
-from .keywords import KeywordBonus
-from .repeats import WordRepeats
+from .keywords import KeywordBeams, KeywordBonus
+from .repeats import RepeatCounts, WordRepeats
 from .sentences import SentenceEnds
 from .units import Unit
 from .validation import check_bool, check_choice, check_float, check_int, is_int
-from .words import WordGuard
+from .words import BeamWords, WordGuard
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -166,21 +166,42 @@ def max_length_filter(log_probs: np.ndarray, length: int, high: np.ndarray, eos:
         log_probs[last, :, eos] = 0.0
 
 
-def no_repeat_ngram_filter(log_probs: np.ndarray, sequences: np.ndarray, size: int,
-                           spared: np.ndarray | None = None) -> None:
-    """Forbid tokens that would repeat an n-gram already in the sequence. sequences (B, K, T); spared (V,) bool: tokens
-    never forbidden (`ngram_word_starts`: the pieces that continue a word or a number, so that a name of two pieces
-    written after the same token twice is finished as itself, not turned into another word that starts alike, and a
-    second year is not turned into another number because the first began with the same digits)."""
-    if size == 0 or sequences.shape[-1] < size:
-        return
-    for b, k in np.ndindex(*sequences.shape[:2]):
-        seq = sequences[b, k].tolist()
-        prefix = tuple(seq[len(seq) - size + 1 :])
-        banned = [seq[i + size - 1] for i in range(len(seq) - size + 1) if tuple(seq[i : i + size - 1]) == prefix]
-        if spared is not None:
-            banned = [token for token in banned if not spared[token]]
-        log_probs[b, k, banned] = -np.inf
+class SeenNgrams:
+    """`no_repeat_ngram_size` over one decoding loop: the positions where each (n-1)-gram starts in any beam's
+    summary, added as the summaries grow, so that a beam's forbidden tokens are read where its own summary holds its
+    last n-1 tokens (a step's work grows with how often those were written, not with the summary's length).
+
+    spared (V,) bool: tokens never forbidden (`ngram_word_starts`: the pieces that continue a word or a number, so
+    that a name of two pieces written after the same token twice is finished as itself, not turned into another
+    word that starts alike, and a second year is not turned into another number because the first began with the
+    same digits)."""
+
+    def __init__(self, size: int, spared: np.ndarray | None = None):
+        self.size, self.spared = size, spared
+        self.starts: list[dict[tuple[int, ...], set[int]]] = []  # per item: (n-1)-gram -> where it starts
+        self.read = 0  # how many positions of the summaries have been read: windows starting before it - n + 1
+
+    def apply(self, log_probs: np.ndarray, sequences: np.ndarray) -> None:
+        """Forbid, in place, the tokens that would repeat an n-gram already in a beam's sequence. sequences (B, K, T):
+        the loop's, each call's beams continuing those of the call before."""
+        size, (batch, beams, length) = self.size, sequences.shape
+        if size == 0 or length < size:
+            return
+        if not self.starts:
+            self.starts = [{} for _ in range(batch)]
+        for start in range(max(self.read - size + 1, 0), length - size + 1):
+            windows = sequences[:, :, start:start + size - 1].tolist()
+            for b, k in np.ndindex(batch, beams):
+                self.starts[b].setdefault(tuple(windows[b][k]), set()).add(start)
+        self.read = length
+        for b, k in np.ndindex(batch, beams):
+            row = sequences[b, k]
+            prefix = row[length - size + 1:].tolist()
+            banned = [int(row[start + size - 1]) for start in self.starts[b].get(tuple(prefix), ())
+                      if row[start:start + size - 1].tolist() == prefix]
+            if self.spared is not None:
+                banned = [token for token in banned if not self.spared[token]]
+            log_probs[b, k, banned] = -np.inf
 
 
 def repetition_penalty_filter(log_probs: np.ndarray, sequences: np.ndarray, penalty: float) -> None:
@@ -332,13 +353,13 @@ class BeamSearch:
 
 def _filter(log_probs: np.ndarray, sequences: np.ndarray, length: int, options: GenerationOptions, eos: int,
             guard: WordGuard | None, needed: int, complete: bool, lengths: tuple[np.ndarray, np.ndarray],
-            spared: np.ndarray | None) -> None:
+            ngrams: SeenNgrams) -> None:
     """Every logit filter, in place: min_length, end_penalty, repetition_penalty, no_repeat_ngram_size, known words,
     then each input's max_length (an input at its max_length ends there, as every input does at the option's)."""
     min_length_filter(log_probs, length, lengths[0], eos)
     end_penalty_filter(log_probs, eos, options.end_penalty)
     repetition_penalty_filter(log_probs, sequences, options.repetition_penalty)
-    no_repeat_ngram_filter(log_probs, sequences, options.no_repeat_ngram_size, spared)
+    ngrams.apply(log_probs, sequences)
     if guard is not None:
         guard.apply(log_probs, sequences, needed, complete)
     max_length_filter(log_probs, length, lengths[1], eos)
@@ -378,12 +399,20 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
     if options.ngram_word_starts and word_pieces is None:
         raise OptionError("ngram_word_starts needs the tokenizer's pieces: summarize through a Summarizer, or turn "
                           "ngram_word_starts off")
-    spared = word_pieces if options.ngram_word_starts else None
+    ngrams = SeenNgrams(options.no_repeat_ngram_size, word_pieces if options.ngram_word_starts else None)
     if options.num_beams == 1:
         search = GreedySearch(batch, start, eos, pad)
     else:
         search = BeamSearch(batch, start, eos, options)
     beam_index = None
+    followers: list[KeywordBeams | RepeatCounts] = []  # what the filters read of each beam's words, step by step
+    if bonus is not None:
+        followers.append(bonus.follow(batch, options.num_beams))
+    if options.word_repeat_penalty:
+        followers.append(repeats.follow(batch, options.num_beams, options.word_repeat_penalty))
+    words = None
+    if followers:
+        words = BeamWords(bonus.pieces if bonus is not None else repeats.pieces, batch, options.num_beams)
     lengths = ((np.full(batch, options.min_length, dtype=np.int64), np.full(batch, options.max_length + 1, np.int64))
                if input_tokens is None else input_lengths(options, input_tokens))
     needed = 2 * options.num_beams if options.num_beams > 1 else 1  # tokens of one beam a step may choose from
@@ -396,18 +425,18 @@ def generate(session: StepSession, batch: int, options: GenerationOptions, start
             log_probs, partial = session.full_log_probs(), False
             full_reads += 1
         log_probs, unit_weights = log_probs.astype(np.float32), unit_weights.copy()  # backends reuse buffers
-        if bonus is not None or options.word_repeat_penalty:
-            written = (bonus.pieces if bonus is not None else repeats.pieces).spell_beams(search.sequences)
-            if bonus is not None:
-                bonus.apply(log_probs, search.sequences, written)
-            if options.word_repeat_penalty:
-                repeats.apply(log_probs, written, options.word_repeat_penalty)
-        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths, spared)
+        for counted in followers:
+            counted.apply(log_probs, words)
+        _filter(log_probs, search.sequences, length, options, eos, guard, needed, not partial, lengths, ngrams)
         if partial and (np.isfinite(log_probs).sum(-1) < needed).any():
             log_probs = session.full_log_probs().astype(np.float32)  # the filters left a beam too few of its best
-            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True, lengths, spared)
+            _filter(log_probs, search.sequences, length, options, eos, guard, needed, True, lengths, ngrams)
             full_reads += 1
         beam_index = search.update(log_probs, unit_weights, length)
+        if words is not None:
+            words.advance(search.sequences[:, :, -1], beam_index)
+            for counted in followers:
+                counted.advance(words, beam_index)
         steps = length
         if on_step is not None:
             on_step(length, [search.partial(b) for b in range(batch)])

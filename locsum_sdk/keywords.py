@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .words import CONTENT_LETTERS, RARE_SHARE, WORD, Pieces, Spelled, WordList, words_of
+from .words import CONTENT_LETTERS, RARE_SHARE, WORD, BeamWords, Pieces, Spelled, WordList, words_of
 
 FORMS = 4  # spellings of one keyword whose first pieces are favoured ("icsi", "ICSI", "Icsi")
 
@@ -92,26 +92,75 @@ class KeywordBonus:
     def read(self, sequence: Sequence[int]) -> tuple[set[str], set[int], tuple[int, ...]]:
         """What a sequence of token ids holds: its words (as `Pieces.spell` reads them), the pieces that opened a
         word, and the pieces of its last word while it has only letters and may go on (else ())."""
-        return self._holds(self.pieces.spell(sequence), sequence[-1] if len(sequence) else None)
-
-    def _holds(self, spelled: list[Spelled], last: int | None) -> tuple[set[str], set[int], tuple[int, ...]]:
-        """`read` of a sequence whose words are `spelled` and whose last token is `last`."""
         letters, opens = self.pieces.letters, self.pieces.opens
+        spelled = self.pieces.spell(sequence)
         opened = {word.tokens[0] for word in spelled if letters[word.tokens[0]] is not None and opens[word.tokens[0]]}
-        word = spelled[-1].tokens if spelled and spelled[-1].tokens[-1] == last else ()
-        return ({word.text for word in spelled}, opened,
-                word if all(letters[token] is not None for token in word) else ())
+        current = spelled[-1] if spelled and spelled[-1].tokens[-1] == (sequence[-1] if len(sequence) else None) \
+            else None
+        return {word.text for word in spelled}, opened, going_on(self.pieces, current)
 
-    def apply(self, log_probs: np.ndarray, sequences: np.ndarray, written: list[list[list[Spelled]]]) -> None:
+    def follow(self, batch: int, beams: int) -> KeywordBeams:
+        """Where each beam of a decoding loop stands with its item's keywords, from its first step."""
+        return KeywordBeams(self, batch, beams)
+
+
+class KeywordBeams:
+    """What the bonus reads of each beam, kept one finished word a step (`words.BeamWords`) and reordered with the
+    beams: the keywords it has finished writing and, of the keywords' first pieces, those it has opened a word
+    with. With the word the beam is writing, that is what `KeywordBonus.read` reads of the whole summary as far as
+    the bonus asks (its keywords and their first pieces), so a step's work does not grow with the summary."""
+
+    def __init__(self, bonus: KeywordBonus, batch: int, beams: int):
+        self.bonus = bonus
+        self.words = [frozenset(word for nexts in spellings.values() for found in nexts.values() for word in found)
+                      for spellings in bonus.spellings]
+        self.firsts = [frozenset(spellings.get((), {})) for spellings in bonus.spellings]
+        self.written: list[list[frozenset[str]]] = [[frozenset()] * beams for _ in range(batch)]
+        self.opened: list[list[frozenset[int]]] = [[frozenset()] * beams for _ in range(batch)]
+
+    def advance(self, words: BeamWords, beam_index: np.ndarray | None) -> None:
+        """Take in each beam's word finished by its last step (`words` advanced by the same step)."""
+        if beam_index is not None:
+            order = beam_index.tolist()
+            self.written = [[row[k] for k in ks] for row, ks in zip(self.written, order)]
+            self.opened = [[row[k] for k in ks] for row, ks in zip(self.opened, order)]
+        for b, row in enumerate(words.finished):
+            for k, word in enumerate(row):
+                if word is not None:
+                    self.written[b][k], self.opened[b][k] = self._held(b, word, self.written[b][k],
+                                                                       self.opened[b][k])
+
+    def _held(self, b: int, word: Spelled, written: frozenset[str],
+              opened: frozenset[int]) -> tuple[frozenset[str], frozenset[int]]:
+        """`written` and `opened` with `word` in them, where it is a keyword or opens with a keyword's first piece."""
+        first = word.tokens[0]
+        if word.text in self.words[b]:
+            written = written | {word.text}
+        if first in self.firsts[b] and self.bonus.pieces.letters[first] is not None and self.bonus.pieces.opens[first]:
+            opened = opened | {first}
+        return written, opened
+
+    def apply(self, log_probs: np.ndarray, words: BeamWords) -> None:
         """Add the bonus, in place, to the next piece of every keyword a beam has not written. log_probs (B, K, V)
-        holding every token's log-probability, sequences (B, K, T), written their words (`Pieces.spell_beams`)."""
-        for b, k in np.ndindex(*sequences.shape[:2]):
-            spellings = self.spellings[b]
+        holding every token's log-probability."""
+        for b, k in np.ndindex(*log_probs.shape[:2]):
+            spellings = self.bonus.spellings[b]
             if not spellings:
                 continue
-            words, opened, word = self._holds(written[b][k], int(sequences[b, k, -1]))
+            written, opened, current = self.written[b][k], self.opened[b][k], words.current[b][k]
+            if current is not None:
+                written, opened = self._held(b, current, written, opened)
             tokens = [token for token, found in spellings.get((), {}).items()
-                      if token not in opened and not found <= words]
+                      if token not in opened and not found <= written]
+            word = going_on(self.bonus.pieces, current)
             if word:
-                tokens += [token for token, found in spellings.get(word, {}).items() if not found <= words]
-            log_probs[b, k, tokens] += self.bonus
+                tokens += [token for token, found in spellings.get(word, {}).items() if not found <= written]
+            log_probs[b, k, tokens] += self.bonus.bonus
+
+
+def going_on(pieces: Pieces, current: Spelled | None) -> tuple[int, ...]:
+    """The pieces of the word a sequence ends in (`current`, None: none) while it has only letters and may go on,
+    else ()."""
+    if current is None or not all(pieces.letters[token] is not None for token in current.tokens):
+        return ()
+    return current.tokens

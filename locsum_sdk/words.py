@@ -205,33 +205,49 @@ class Pieces:
         """The words a sequence of token ids spells, in order (runs of letters, lowercased; the last one too, though
         it may go on), each with the pieces it was read from: a mixed piece ends the word before it with the letters
         it starts with ("ense." after "Cor") and starts the next with the letters it ends in ("s.The")."""
-        letters, opens, ends, starts = self.letters, self.opens, self.ends, self.starts
         found: list[Spelled] = []
-        text: list[str] = []
-        tokens: list[int] = []
+        current = None
         for token in sequence:
-            piece = letters[token] if 0 <= token < len(letters) else None
-            if piece is not None and not opens[token]:
-                text.append(piece)
-                tokens.append(token)
-                continue
-            if piece is None and token in ends:
-                text.append(ends[token])
-                tokens.append(token)
-            if text:
-                found.append(Spelled("".join(text), tuple(tokens)))
-            if piece is not None:
-                text, tokens = [piece], [token]
-            else:
-                text, tokens = ([starts[token]], [token]) if token in starts else ([], [])
-        if text:
-            found.append(Spelled("".join(text), tuple(tokens)))
-        return found
+            finished, current = self.advance(current, token)
+            if finished is not None:
+                found.append(finished)
+        return found if current is None else [*found, current]
 
-    def spell_beams(self, sequences: np.ndarray) -> list[list[list[Spelled]]]:
-        """Each beam's words as `spell` reads them from its summary, the decoder start token left out: sequences
-        (B, K, T), read once a step for every filter that needs them."""
-        return [[self.spell(beam[1:].tolist()) for beam in item] for item in sequences]
+    def advance(self, current: Spelled | None, token: int) -> tuple[Spelled | None, Spelled | None]:
+        """`spell` one token further: a sequence whose last word is `current` (None: it ends in no word) goes on
+        with `token`; the word the token finishes (None: none) and the word the sequence then ends in."""
+        piece = self.letters[token] if 0 <= token < len(self.letters) else None
+        text, tokens = ("", ()) if current is None else (current.text, current.tokens)
+        if piece is not None and not self.opens[token]:
+            return None, Spelled(text + piece, (*tokens, token))
+        if piece is None and token in self.ends:
+            text, tokens = text + self.ends[token], (*tokens, token)
+        finished = Spelled(text, tokens) if text else None
+        if piece is not None:
+            return finished, Spelled(piece, (token,))
+        return finished, Spelled(self.starts[token], (token,)) if token in self.starts else None
+
+
+class BeamWords:
+    """Each beam's words as decoding writes them, read one token a step (`Pieces.advance`) and reordered with the
+    beams: `finished[b][k]`, the word beam k of item b finished with its last token (None: none), and
+    `current[b][k]`, the word its summary ends in (None: none). The words finished so far and the current one are
+    what `Pieces.spell` reads from the whole summary (its decoder start token left out); a step's work does not grow
+    with the summary."""
+
+    def __init__(self, pieces: Pieces, batch: int, beams: int):
+        self.pieces = pieces
+        self.finished: list[list[Spelled | None]] = [[None] * beams for _ in range(batch)]
+        self.current: list[list[Spelled | None]] = [[None] * beams for _ in range(batch)]
+
+    def advance(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> None:
+        """tokens (B, K): each beam's new token; beam_index (B, K): the beam each continued (None: its own)."""
+        current = self.current if beam_index is None else [[row[k] for k in ks]
+                                                           for row, ks in zip(self.current, beam_index.tolist())]
+        for b, row in enumerate(tokens.tolist()):
+            for k, token in enumerate(row):
+                self.finished[b][k], current[b][k] = self.pieces.advance(current[b][k], token)
+        self.current = current
 
 
 def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], list[bool], set[int]]:
@@ -292,7 +308,7 @@ class WordGuard:
         pieces = self.pieces
         letters, opens, starts = pieces.letters, pieces.opens, pieces.starts
         parts: list[str] = []
-        for token in reversed(sequence):
+        for token in map(int, reversed(sequence)):
             text = letters[token] if 0 <= token < len(letters) else None
             if text is None:
                 if token in starts:
@@ -332,7 +348,7 @@ class WordGuard:
         capitals, capital_ends = self.pieces.capitals, self.pieces.capital_ends
         log_probs[..., self.hidden] = -np.inf  # Pieces.special holds ids of the model's vocabulary only
         for b, k in np.ndindex(*sequences.shape[:2]):
-            word, parts = self.current_word(sequences[b, k].tolist())
+            word, parts = self.current_word(sequences[b, k])  # read back from its end: the word's pieces alone
             if parts == 0:
                 continue
             row = log_probs[b, k]

@@ -16,10 +16,10 @@ from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.errors import OptionError
 from locsum_sdk.generation import (
     GenerationOptions,
+    SeenNgrams,
     end_penalty_filter,
     generate,
     length_normalized,
-    no_repeat_ngram_filter,
 )
 from locsum_sdk.modeling.checkpoint import load_checkpoint
 from locsum_sdk.units import Unit
@@ -221,7 +221,7 @@ def test_best_tokens_only_never_change_a_decision(vocab, beams, top, max_length,
 
 def test_no_repeat_ngram_filter_bans_completions():
     log_probs = np.zeros((1, 1, 6))
-    no_repeat_ngram_filter(log_probs, np.array([[[2, 4, 5, 4]]]), 2)
+    SeenNgrams(2).apply(log_probs, np.array([[[2, 4, 5, 4]]]))
     assert np.isneginf(log_probs[0, 0, 5]) and np.isfinite(log_probs[0, 0, [0, 1, 2, 3, 4]]).all()
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_generation import TableSession
 from test_repeats import pieces as repeat_pieces
-from test_words import random_pieces, toy_pieces
+from test_words import random_pieces, step_by_step, toy_pieces
 
 from locsum_sdk import Summarizer
 from locsum_sdk.constants import COMMON_WORDS_FILE
@@ -70,8 +70,8 @@ def test_the_bonus_goes_to_the_next_piece_of_unwritten_keywords(sequence, favour
     bonus = KeywordBonus(toy_pieces(), [GANYMEDE_SHIP], 2.5)
     log_probs = np.zeros((1, 1, 12), dtype=np.float32)
     log_probs[0, 0, 8] = -np.inf
-    sequences = np.array([[sequence]])
-    bonus.apply(log_probs, sequences, toy_pieces().spell_beams(sequences))
+    written = bonus.follow(1, 1)
+    written.apply(log_probs, step_by_step(bonus.pieces, np.array([[sequence]]), written))
     assert np.flatnonzero(log_probs[0, 0] == 2.5).tolist() == favoured
     assert log_probs[0, 0, 8] == -np.inf and np.count_nonzero(log_probs[0, 0] == 0) == 11 - len(favoured)
 

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from locsum_sdk import Summarizer
 from locsum_sdk.errors import OptionError
-from locsum_sdk.generation import GenerationOptions, generate, no_repeat_ngram_filter
+from locsum_sdk.generation import GenerationOptions, SeenNgrams, generate
 from locsum_sdk.words import Pieces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,13 +42,13 @@ class Preferring:
 def test_the_filter_spares_a_piece_that_continues_a_word():
     sequence = np.array([[[0, 3, 4, 5, 7, 3, 4]]])  # ". Ret ief was . Ret": "ief" would repeat ". Ret ief"
     plain = np.zeros((1, 1, 8), np.float32)
-    no_repeat_ngram_filter(plain, sequence, 3)
+    SeenNgrams(3).apply(plain, sequence)
     assert np.isneginf(plain[0, 0, 5]) and np.isfinite(plain[0, 0, [3, 4, 6, 7]]).all()
     spared = np.zeros((1, 1, 8), np.float32)
-    no_repeat_ngram_filter(spared, sequence, 3, CONTINUES)
+    SeenNgrams(3, CONTINUES).apply(spared, sequence)
     assert np.isfinite(spared).all()
     opener = np.zeros((1, 1, 8), np.float32)  # "Ret ief" then " was" again: " was" opens a word and stays forbidden
-    no_repeat_ngram_filter(opener, np.array([[[0, 3, 4, 5, 7, 3, 4, 5]]]), 3, CONTINUES)
+    SeenNgrams(3, CONTINUES).apply(opener, np.array([[[0, 3, 4, 5, 7, 3, 4, 5]]]))
     assert np.isneginf(opener[0, 0, 7])
 
 
@@ -88,11 +88,11 @@ def test_a_second_year_is_not_turned_into_another_number():
     assert pieces.inner[zero] and not pieces.continues[zero] and not pieces.inner[space]
     for spared, forbidden in ((None, True), (pieces.inner, False)):
         log_probs = np.zeros((1, 1, len(pieces.letters)), np.float32)
-        no_repeat_ngram_filter(log_probs, np.array([[written]]), 3, spared)
+        SeenNgrams(3, spared).apply(log_probs, np.array([[written]]))
         assert np.isneginf(log_probs[0, 0, zero]) == forbidden
     again = tokenizer.encode("so up through 2014 and up through", add_special_tokens=False).ids
     log_probs = np.zeros((1, 1, len(pieces.letters)), np.float32)
-    no_repeat_ngram_filter(log_probs, np.array([[again]]), 3, pieces.inner)
+    SeenNgrams(3, pieces.inner).apply(log_probs, np.array([[again]]))
     assert np.isneginf(log_probs[0, 0, space])  # " up through 2" again: the " " before a number opens it: forbidden
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_words import step_by_step
 
 from locsum_sdk.errors import OptionError
 from locsum_sdk.generation import GenerationOptions, generate
@@ -36,7 +37,8 @@ def test_the_words_of_a_sequence_are_read_from_its_pieces():
 def test_a_written_content_word_is_penalized_once_per_time_written_and_nothing_else():
     log_probs = np.zeros((1, 2, 10), dtype=np.float32)
     sequences = np.array([[[0, 5, 4, 3, 2, 9, 2], [0, 3, 3, 8, 6, 3, 3]]])  # start token, then what each beam wrote
-    WordRepeats(pieces()).apply(log_probs, pieces().spell_beams(sequences), 1.5)
+    counts = WordRepeats(pieces()).follow(1, 2, 1.5)
+    counts.apply(log_probs, step_by_step(pieces(), sequences, counts))
     assert log_probs[0, 0, 2] == -4.5  # "meeting" three times ("meet" + "ing" once)
     assert log_probs[0, 1, 8] == -1.5  # "professor" once
     untouched = np.ones((2, 10), dtype=bool)

@@ -16,6 +16,7 @@ from locsum_sdk.errors import DataError, OptionError
 from locsum_sdk.generation import GenerationOptions, generate
 from locsum_sdk.words import (
     WORD,
+    BeamWords,
     Pieces,
     WordGuard,
     WordList,
@@ -33,6 +34,17 @@ TOY_OPENS = [False, False, False, True, False, False, False, True, False, False,
 def toy_pieces(letters=TOY, opens=TOY_OPENS) -> Pieces:
     opens = np.array(opens, dtype=bool)
     return Pieces(list(letters), opens, np.array([t is not None for t in letters]) & ~opens)
+
+
+def step_by_step(pieces: Pieces, sequences: np.ndarray, *followers) -> BeamWords:
+    """`BeamWords` and `followers` (`KeywordBeams`, `RepeatCounts`) taken through sequences (B, K, T) after their
+    start token, one token a step, each beam continuing itself."""
+    words = BeamWords(pieces, *sequences.shape[:2])
+    for step in range(1, sequences.shape[2]):
+        words.advance(sequences[:, :, step], None)
+        for follower in followers:
+            follower.advance(words, None)
+    return words
 
 
 def allowed(guard: WordGuard, sequence: list[int], needed: int = 12, complete: bool = True) -> set[int]:
