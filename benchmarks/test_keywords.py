@@ -4,9 +4,9 @@ Each shipped bundle, copied with the common words of its training inputs (`locsu
 the train splits of QMSum, SQuALITY and FewSum), summarizes the first QMSum val inputs twice in turn, keywords=10
 and off, with 4 beams and min_length = max_length = the bundle's own max_length, so that both decode its longest
 summary, every step; the figure is the ratio of the medians of the decoding time (`Summary.timings["decode"]`: the
-backend's steps and every logit filter). With keywords every step reads each beam's full distribution and rebuilds
-the words it has written (Python per beam and step: it grows with the summary's length, never with the input's);
-finding an input's keywords is paging time, not decoding.
+backend's steps and every logit filter). With keywords every step reads each beam's full distribution and takes in
+the word its new token finished (`words.BeamWords`: Python per beam and step, growing neither with the summary's
+length nor with the input's); finding an input's keywords is paging time, not decoding.
 Target: within 1.3x of decoding without them.
 """
 

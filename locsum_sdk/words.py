@@ -372,14 +372,19 @@ class WordGuard:
                 logger.debug("known_words: no piece finishes %r as a known word; left unfiltered", word)
 
 
-def _best_first(row: np.ndarray, first: int = 64) -> Iterable[int]:
-    """The indices of `row`'s finite entries, highest first: the best `first` by a partial sort, then the rest."""
-    finite = np.flatnonzero(np.isfinite(row))
-    if len(finite) > first:
-        head = finite[np.argpartition(-row[finite], first - 1)[:first]]
-        head = head[np.argsort(-row[head], kind="stable")]
-        yield from head.tolist()
-        rest = np.setdiff1d(finite, head)
-        yield from rest[np.argsort(-row[rest], kind="stable")].tolist()
-    else:
-        yield from finite[np.argsort(-row[finite], kind="stable")].tolist()
+def _best_first(row: np.ndarray, first: int = 64, growth: int = 8) -> Iterable[int]:
+    """The indices of `row`'s finite entries, highest first (equal entries by index): the best `first` by a partial
+    sort, then the best `growth` times as many of the rest, and so on, so that a caller who stops early sorts little
+    of a wide row."""
+    rest = np.flatnonzero(np.isfinite(row))
+    size = first
+    while len(rest):
+        values = row[rest]
+        if len(rest) > size:
+            bar = np.partition(values, len(values) - size)[len(values) - size]  # the size-th highest
+            taken = values >= bar  # those equal to it too: ties keep their order by index
+            chunk, values, rest = rest[taken], values[taken], rest[~taken]
+        else:
+            chunk, rest = rest, rest[:0]
+        yield from chunk[np.argsort(-values, kind="stable")].tolist()
+        size *= growth

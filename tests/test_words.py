@@ -330,3 +330,15 @@ def test_a_mixed_piece_finishes_a_word_only_into_a_known_one_and_special_tokens_
     assert guard.current_word([6, 7]) == ("s", 1)  # "the's": the mixed piece starts a word of its own
     assert guard.unfinished(0, [3, 4], eos=2) == 2 and guard.unfinished(0, [3, 4, 2], eos=2) == 2
     assert guard.unfinished(0, [6, 2], eos=2) == 0
+
+
+@given(values=st.lists(st.sampled_from([-np.inf, -3.0, -1.5, -0.0, 0.0, 2.0, np.nan]) | st.floats(-9, 9, width=32),
+                       max_size=300),
+       first=st.integers(1, 70), growth=st.integers(2, 9))
+def test_the_guard_reads_a_row_best_first_in_growing_parts(values, first, growth):
+    """Every finite entry once, highest first, equal ones by index, however the row is cut into parts."""
+    from locsum_sdk.words import _best_first
+
+    row = np.array(values, np.float32)
+    want = sorted(np.flatnonzero(np.isfinite(row)).tolist(), key=lambda i: (-row[i], i))
+    assert list(_best_first(row, first, growth)) == want
