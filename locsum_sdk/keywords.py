@@ -95,8 +95,8 @@ class KeywordBonus:
         letters, opens = self.pieces.letters, self.pieces.opens
         spelled = self.pieces.spell(sequence)
         opened = {word.tokens[0] for word in spelled if letters[word.tokens[0]] is not None and opens[word.tokens[0]]}
-        current = spelled[-1] if spelled and spelled[-1].tokens[-1] == (sequence[-1] if len(sequence) else None) \
-            else None
+        last = sequence[-1] if len(sequence) else None
+        current = spelled[-1] if spelled and spelled[-1].tokens[-1] == last else None
         return {word.text for word in spelled}, opened, going_on(self.pieces, current)
 
     def follow(self, batch: int, beams: int) -> KeywordBeams:
