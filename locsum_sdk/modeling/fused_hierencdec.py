@@ -7,10 +7,12 @@ summary's queries are (B, 1, KV, G*K, 1, d); the documents' keys and values are 
 (B, 1, KV, G*K, 1, .) broadcast against them. Every product is then one query row against one head's keys or
 values, which ONNX Runtime's CPU MatMul reads where they lie (its one-row kernel) instead of copying each
 document's keys and values into packed panels first; the scaling is in the queries' rotary codes, as that kernel
-takes no factor. Each layer writes its new key and value into its slot cache with one
-ScatterND at indices built once per step. A part's log-mass comes from its softmax (`mass_and_probs`), and a document's
-mass over its text is its mass plus the log of its softmax's share on the text (kept above float32's smallest
-normal, so that a document whose text draws no representable share still has a finite, negligible weight).
+takes no factor. A layer's queries are turned once for the summary's own position and every document's (codes built
+once per step, (B, 1 + U, ...), then split), its new key by one `RotaryEmbedding`, and its new key and value are
+written into its slot cache with one ScatterND at indices built once per step. A part's log-mass comes from its
+softmax (`mass_and_probs`), and a document's mass over its text is its mass plus the log of its softmax's share on
+the text (kept above float32's smallest normal, so that a document whose text draws no representable share still has
+a finite, negligible weight).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
     units = g.op("Slice", g.op("Shape", C.UNIT_MASK), g.ints(1), g.ints(2))
     length = g.op("Slice", g.op("Shape", C.ENCODER_ATTENTION_MASK), g.ints(1), g.ints(2))
     per_beam = g.op("Concat", batch, beams, g.ints(kv, d), axis=0)  # (B, K, KV, d)
+    rotary_keys = g.op("Concat", batch, g.ints(-1, 1, d), axis=0)  # (B, K*KV, 1, d)
     query_shape = g.op("Concat", batch, beams, g.ints(heads, d), axis=0)  # (B, K, H, d)
     doc_keys = g.op("Concat", g.ints(-1), units, g.ints(kv, 1, d), length, axis=0)  # (B, U, KV, 1, d, L)
     doc_values = g.op("Concat", g.ints(-1), units, g.ints(kv, 1), length, g.ints(d), axis=0)  # (B, U, KV, 1, L, d)
@@ -47,11 +50,14 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
     x = b.embed(g.op("Reshape", C.INPUT_IDS, g.ints(-1)))  # (B*K, D)
     lengths = g.op("ReduceSum", C.ENCODER_ATTENTION_MASK, g.ints(1), keepdims=0)  # (B*U,)
     scaling = g.const(np.float32(attention_scaling(model)))
-    doc_cos, doc_sin = (g.op("Mul", code, scaling) for code in b.codes(g.op("Add", lengths, C.POSITION)))
-    doc_cos = g.op("Reshape", doc_cos, g.op("Concat", per_doc, g.ints(d), axis=0))  # (B, U, 1, 1, 1, d)
-    doc_sin = g.op("Reshape", doc_sin, g.op("Concat", per_doc, g.ints(d), axis=0))  # each document at L_u + p
-    cos, sin = b.codes(C.POSITION)  # (1, d): the summary's own position, for its keys
-    query_cos, query_sin = g.op("Mul", cos, scaling), g.op("Mul", sin, scaling)  # and, scaled, its queries
+    # the queries' positions (B, 1 + U): the summary's own p, then each document's L_u + p; their codes scaled
+    own_position = g.op("Expand", g.op("Reshape", C.POSITION, g.ints(1, 1)), g.op("Concat", batch, g.ints(1), axis=0))
+    doc_positions = g.op("Reshape", g.op("Add", lengths, C.POSITION), g.op("Concat", batch, units, axis=0))
+    query_codes = [g.op("Reshape", g.op("Mul", code, scaling), g.ints(0, -1, 1, 1, 1, d))  # (B, 1 + U, 1, 1, 1, d)
+                   for code in b.codes(g.op("Concat", own_position, doc_positions, axis=1))]
+    parts = g.op("Concat", g.ints(1), units, axis=0)  # split sizes: the summary's own queries, the documents'
+    key_cache = b.rotary_cache(C.POSITION)  # (1, d/2): the keys' at p, row 0 of RotaryEmbedding's caches
+    key_rows = g.op("Expand", g.const(np.zeros((1, 1), np.int64)), g.op("Concat", batch, g.ints(1), axis=0))
     mask = g.op("Cast", C.ENCODER_ATTENTION_MASK, to=FLOAT)
     unit_bias = g.op("Mul", g.op("Sub", g.const(np.float32(1)), mask), g.const(lowest))  # (B*U, L)
     unit_bias = g.op("Reshape", unit_bias, g.op("Concat", per_doc, length, axis=0))  # (B, U, 1, 1, 1, L)
@@ -75,22 +81,21 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
     head = g.ints(len(cfg.unit_head))
     tiniest = g.const(np.float32(np.finfo(np.float32).tiny))
 
-    hidden, normed, mlp_out, weights = x, None, None, None
+    hidden, normed, mlp_out, shares = x, None, None, []
     for i, w in enumerate(b.layers):
         if mlp_out is None:
             normed, hidden = b.norm(hidden, w.input_norm)
         else:
             normed, hidden = b.norm(mlp_out, w.input_norm, skip=hidden)
         q, k, v = g.op("Split", b.linear(normed, w.qkv), g.ints(heads * d, kv * d, kv * d), outputs=3, axis=-1)
+        k = b.rotary(g.op("Reshape", k, rotary_keys), key_rows, *key_cache)  # (B, K*KV, 1, d), each at row 0
         k = g.op("Reshape", k, per_beam)  # (B, K, KV, d)
-        k = b.rotate(k, g.op("MatMul", k, b.turn), cos, sin)
         keys = g.op("ScatterND", C.past_key(i), at, k, name=C.present_key(i))
         values = g.op("ScatterND", C.past_value(i), at, g.op("Reshape", v, per_beam), name=C.present_value(i))
         q = g.op("Transpose", g.op("Reshape", q, query_shape), perm=[0, 2, 1, 3])  # (B, H, K, d)
         q = g.op("Reshape", q, g.ints(0, 1, kv, -1, 1, d))  # (B, 1, KV, G*K, 1, d)
         turned = g.op("MatMul", q, b.turn)
-        q_self = b.rotate(q, turned, query_cos, query_sin)
-        q_docs = b.rotate(q, turned, doc_cos, doc_sin)  # (B, U, KV, G*K, 1, d)
+        q_self, q_docs = g.op("Split", b.rotate(q, turned, *query_codes), parts, outputs=2, axis=1)  # (B, 1|U, ...)
 
         # the summary's own attention: its mass (log) and reading
         own_keys = g.op("Reshape", keys, g.ints(0, 1, kv, 1, -1, d))  # (B, 1, KV, 1, K*C, d)
@@ -108,11 +113,11 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
         context = g.op("MatMul", probs, g.op("Reshape", C.cross_value(i), doc_values))
 
         share = g.op("Softmax", g.op("Where", real, text, g.const(lowest)), axis=1)  # padding documents: exactly 0
-        weights = share if weights is None else g.op("Add", weights, share)
+        shares.append(share)
         share = g.op("Mul", share, g.op("Sigmoid", g.op("Sub", mass, own_mass)))  # w[u] r[u]
-        read = g.op("ReduceSum", g.op("Mul", share, context), g.ints(1), keepdims=1)  # (B, 1, KV, G*K, 1, d)
-        own_share = g.op("Sub", g.const(np.float32(1)), g.op("ReduceSum", share, g.ints(1), keepdims=1))
-        out = g.op("Add", read, g.op("Mul", own_share, own_context))
+        # sum_u w[u] r[u] context[u] + (1 - sum_u w[u] r[u]) own = own + sum_u w[u] r[u] (context[u] - own)
+        read = g.op("ReduceSum", g.op("Mul", share, g.op("Sub", context, own_context)), g.ints(1), keepdims=1)
+        out = g.op("Add", own_context, read)  # (B, 1, KV, G*K, 1, d)
         out = g.op("Transpose", g.op("Reshape", out, g.ints(0, heads, -1, d)), perm=[0, 2, 1, 3])  # (B, K, H, d)
         attended = b.linear(g.op("Reshape", out, g.ints(-1, heads * d)), w.output)
         normed, hidden = b.norm(attended, w.post_norm, skip=hidden)
@@ -120,7 +125,7 @@ def step(b: Backbone, model: nn.Module) -> onnx.ModelProto:
 
     final, _ = b.norm(mlp_out, b.final_norm, skip=hidden)
     g.op("Reshape", b.log_probs(final), g.op("Concat", batch, beams, g.ints(-1), axis=0), name=C.LOG_PROBS)
-    unit_weights = g.op("Reshape", weights, g.ints(0, 0, heads, -1))  # (B, U, H, K)
+    unit_weights = g.op("Reshape", g.op("Sum", *shares), g.ints(0, 0, heads, -1))  # (B, U, H, K)
     g.op("Div", g.op("ReduceMean", unit_weights, axes=[2], keepdims=0), g.const(np.float32(layers)),
          name=C.UNIT_WEIGHTS)
 

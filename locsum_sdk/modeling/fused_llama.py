@@ -191,6 +191,7 @@ class Backbone:
             "lm_head.weight", model.lm_head.weight.detach().float().numpy(), bits=8)
         self.head = Projection([head], None, None, None)  # a tied head's initializers are the embedding's
         half = frequencies(config).numpy()
+        self.half_frequencies = g.const(half[None, :], "frequencies")  # (1, d/2)
         self.frequencies = g.const(np.concatenate([half, half])[None, :], "frequencies")  # (1, d)
         d = config.head_dim
         turn = np.zeros((d, d), np.float32)  # x @ turn = cat(-x2, x1): the rotary's other half, as one MatMul
@@ -224,6 +225,18 @@ class Backbone:
         angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=onnx.TensorProto.FLOAT), g.ints(-1)),
                       self.frequencies)
         return g.op("Cos", angles), g.op("Sin", angles)
+
+    def rotary_cache(self, positions: str) -> tuple[str, str]:
+        """Integer positions (N,) -> the cos and sin caches (N, d/2) of `RotaryEmbedding` (row i: position i's)."""
+        g = self.g
+        angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=onnx.TensorProto.FLOAT), g.ints(-1)),
+                      self.half_frequencies)
+        return g.op("Cos", angles), g.op("Sin", angles)
+
+    def rotary(self, x: str, position_ids: str, cos_cache: str, sin_cache: str) -> str:
+        """x (batch, heads, seq, d) rotated as `llama.rotate` at the cache's row position_ids (batch, seq) names:
+        one `RotaryEmbedding` (halves, not interleaved)."""
+        return self.g.op("RotaryEmbedding", x, position_ids, cos_cache, sin_cache, domain=MS, interleaved=0)
 
     def rotate(self, x: str, turned: str, cos: str, sin: str) -> str:
         """x * cos + turn(x) * sin (`llama.rotate`), `turned` = x @ turn."""
