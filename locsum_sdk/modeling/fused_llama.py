@@ -221,16 +221,16 @@ class Backbone:
 
     def codes(self, positions: str) -> tuple[str, str]:
         """Integer positions (...) -> rotary cos, sin (..., d), as `llama.rotary` computes them."""
-        g = self.g
-        angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=onnx.TensorProto.FLOAT), g.ints(-1)),
-                      self.frequencies)
-        return g.op("Cos", angles), g.op("Sin", angles)
+        return self._cos_sin(positions, self.frequencies)
 
     def rotary_cache(self, positions: str) -> tuple[str, str]:
         """Integer positions (N,) -> the cos and sin caches (N, d/2) of `RotaryEmbedding` (row i: position i's)."""
+        return self._cos_sin(positions, self.half_frequencies)
+
+    def _cos_sin(self, positions: str, frequencies: str) -> tuple[str, str]:
         g = self.g
         angles = g.op("Mul", g.op("Unsqueeze", g.op("Cast", positions, to=onnx.TensorProto.FLOAT), g.ints(-1)),
-                      self.half_frequencies)
+                      frequencies)
         return g.op("Cos", angles), g.op("Sin", angles)
 
     def rotary(self, x: str, position_ids: str, cos_cache: str, sin_cache: str) -> str:
