@@ -23,9 +23,9 @@ every test set and the selection stage are measured again with the new defaults,
 (the float32/int8 comparison, the parity check) and the training budget are carried from the bundle's
 evaluation.json, as are the rows of the systems it was compared with (each marked as measured at the earlier
 release); the card says which figures are which. With `--quantize blocks` an int8 HierEncDec bundle on a pretrained
-GGUF is exported again with its decoder as the fused step over the file's own blocks (`train.bundle_module`), set
-side by side with the int8 graphs on QMSum test (summaries and time), and its earlier rows are carried beside the new
-ones on every test set.
+GGUF is exported again with its decoder as the fused step over the file's own blocks (`exporters.rebuild`), set side
+by side with the int8 graphs on QMSum test (summaries and time), and its earlier rows are carried beside the new ones
+on every test set.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ from locsum_sdk.evaluation import (
 )
 from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.exporters.rebuild import export_again
 from locsum_sdk.model_files import is_record
 from locsum_sdk.modeling.config import on_base_model
 from locsum_sdk.options import parse_assignment
 
-from .bundle_module import export_blocks
 from .config import DATA
 from .files import write_whole
 from .kinds import selection_report
@@ -682,13 +682,13 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
 
 
 def reexported(bundle: Path, work: Path) -> Path:
-    """`bundle` exported again with its decoder as the fused step (`bundle_module.export_blocks`), once per source
+    """`bundle` exported again with its decoder as the fused step (`exporters.rebuild.export_again`), once per source
     content: a release that was stopped finds it in `work`."""
     out = work / "blocks" / content_key(bundle_content(bundle))
     if (out / "manifest.json").is_file():
         return out
     try:
-        return export_blocks(Bundle.load(bundle), out).path
+        return export_again(Bundle.load(bundle), out, "blocks").path
     except BundleError as err:
         raise SystemExit(f"--quantize blocks: {err}") from None
 

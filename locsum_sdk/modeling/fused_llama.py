@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,16 +69,20 @@ class BlockSource:
         return found
 
 
+ADAPTERS = "locsum.adapters"  # the step graph's metadata key: where each projection's adapter is (`adapter_record`)
+
+
 @dataclass(frozen=True)
 class Projection:
     """Projections sharing an input, one above the other: their block weights (kept apart, so that each is one
     initializer a bundle can assemble from its file; the graph concatenates them, which ONNX Runtime folds when it
-    loads it), bias, and the LoRA update's A (r, K) and B s (N, r)."""
+    loads it), bias, the LoRA update's A (r, K) and B s (N, r), and the modules' names (HF, without `model.`)."""
 
     parts: list[BlockWeight]
     bias: np.ndarray | None
     lora_a: np.ndarray | None
     lora_b: np.ndarray | None
+    names: tuple[str, ...] = ()
 
 
 def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
@@ -88,9 +93,10 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
     if any(b is not None for b in biases):
         bias = np.concatenate([np.zeros(lin.out_features, np.float32) if b is None else b.detach().float().numpy()
                                for lin, b in zip(linears, biases)])
+    modules = tuple(name.removesuffix(".weight") for name in names)
     adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
     if not adapted:
-        return Projection(parts, bias, None, None)
+        return Projection(parts, bias, None, None, modules)
     if len(adapted) != len(linears):
         raise ExportError("projections sharing an input must all have adapters or none")
     lora_a = np.concatenate([lin.lora_a.detach().float().numpy() for lin in linears])
@@ -100,7 +106,7 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
     for i, lin in enumerate(linears):
         lora_b[row:row + lin.out_features, i * rank:(i + 1) * rank] = (lin.lora_b * lin.scaling).detach().float()
         row += lin.out_features
-    return Projection(parts, bias, lora_a, lora_b)
+    return Projection(parts, bias, lora_a, lora_b, modules)
 
 
 def block_sums(columns: int) -> np.ndarray:
@@ -116,9 +122,10 @@ def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: st
     return names[0] if len(names) == 1 else g.op("Concat", *names, axis=axis)
 
 
-def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
+def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int, adapters: list[dict] | None = None) -> str:
     """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
-    second product and the sum one Gemm)."""
+    second product and the sum one Gemm). Where the projection has an adapter, `adapters` gets its record: the
+    modules and the initializers holding A^T (K, r * modules) and (B s)^T (r * modules, N)."""
     k = p.parts[0].shape[1]
     widths = [list(parts) for _, parts in itertools.groupby(p.parts, key=lambda part: part.bits)]  # a file may mix
     # 4- and 8-bit types: one MatMulNBits per width, side by side; the bias in the product where there is one
@@ -140,6 +147,8 @@ def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int) -> str:
     if p.lora_a is not None:
         down.append(g.const(p.lora_a.T, "lora_a"))
         up.append(g.const(p.lora_b.T, "lora_b"))
+        if adapters is not None:
+            adapters.append({"modules": list(p.names), "lora_a": down[-1], "lora_b": up[-1]})
     if not down:
         return y
     down_matrix = down[0] if len(down) == 1 else g.op("Concat", *down, axis=1)
@@ -183,6 +192,7 @@ class Backbone:
     def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY):
         config = model.config
         self.g, self.config, self.accuracy = g, config, accuracy
+        self.adapters: list[dict] = []  # `linear`'s records, for the graph's metadata (`adapter_record`)
         self.layers = layer_weights(model, source)
         self.final_norm = model.norm.weight.detach().float().numpy()
         embedding = model.embed_tokens.weight.detach().float().numpy()
@@ -253,7 +263,7 @@ class Backbone:
         return out[0], out[3]
 
     def linear(self, x: str, p: Projection) -> str:
-        return linear(self.g, x, p, self.accuracy)
+        return linear(self.g, x, p, self.accuracy, self.adapters)
 
     def mlp(self, x: str, w: LayerWeights) -> str:
         g = self.g
@@ -298,9 +308,19 @@ def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
     check_fusable(model)
     source = BlockSource(gguf, bits)
     g = GraphBuilder(f"{model.kind}_step")
-    graph = STEPS[model.kind](Backbone(g, model.model, source, accuracy), model)
+    backbone = Backbone(g, model.model, source, accuracy)
+    graph = STEPS[model.kind](backbone, model)
     check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
+    if backbone.adapters:
+        onnx.helper.set_model_props(graph, {ADAPTERS: json.dumps(backbone.adapters)})
     return graph, source.from_file
+
+
+def adapter_record(graph: onnx.ModelProto) -> list[dict]:
+    """The adapters a fused step holds (`linear`'s records): each projection group's modules and the names of the
+    initializers holding its A^T and (B s)^T; empty for a step without adapters."""
+    props = {prop.key: prop.value for prop in graph.metadata_props}
+    return json.loads(props[ADAPTERS]) if ADAPTERS in props else []
 
 
 def check_io(graph: onnx.ModelProto, declared: kinds.GraphIO) -> None:

@@ -1,8 +1,9 @@
-"""An int8 HierEncDec bundle on a pretrained GGUF rebuilt as its torch module (`train.bundle_module`) and exported
-again with the fused step, and `train.release --bundle ... --quantize blocks`, which releases it so.
+"""A HierEncDec bundle on a pretrained GGUF rebuilt as its torch module (`exporters.rebuild`) and exported again in
+another weight form, and `train.release --bundle ... --quantize blocks`, which releases it so.
 
 Tolerance: an adapter rebuilt from the int8 graph is its int8 codes times their scale, so it is within half a step
-(the largest magnitude / 127, per tensor) of the float32 adapter the bundle was exported from."""
+(the largest magnitude / 127, per tensor) of the float32 adapter the bundle was exported from; one rebuilt from a
+fused step is the float32 values that step holds, exactly."""
 
 import dataclasses
 import json
@@ -18,10 +19,10 @@ from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleError
 from locsum_sdk.exporters.onnx import export_onnx
+from locsum_sdk.exporters.rebuild import PROJECTIONS, bundle_module, export_again
 from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.llm_checkpoint import load_llm
 from locsum_sdk.modeling.lora import add_adapters
-from train.bundle_module import PROJECTIONS, bundle_module, export_blocks
 
 TEXT = "The roof leaks. The budget is short. The board meets on Monday. " * 12
 OPTIONS = {"page_tokens": 200, "max_tokens": 800, "truncate": True, "max_length": 10, "min_length": 10,
@@ -66,7 +67,7 @@ def test_an_int8_bundle_is_rebuilt_with_its_base_and_its_adapters(tuned):
 
 def test_a_bundle_exported_again_with_the_fused_step_keeps_its_files_and_options(tuned, tmp_path):
     _, bundle = tuned
-    again = export_blocks(bundle, tmp_path / "blocks", {"max_length": 12})
+    again = export_again(bundle, tmp_path / "blocks", "blocks", {"max_length": 12})
     manifest = again.manifest
     assert manifest.dtype == "blocks" and manifest.kind == "hierencdec"
     assert manifest.generation == {**bundle.manifest.generation, "max_length": 12}
@@ -78,11 +79,26 @@ def test_a_bundle_exported_again_with_the_fused_step_keeps_its_files_and_options
     assert 10 <= len(summary.token_ids) <= 12
 
 
-def test_only_an_int8_hierencdec_bundle_is_rebuilt(tuned, tmp_path):
+def test_a_fused_step_gives_back_the_adapters_it_was_written_with(tuned, tmp_path):
+    """int8 -> blocks -> the module again: the adapters and base the blocks bundle was exported from, exactly; and
+    from it float32 graphs (what TensorRT's engines are built from), which summarize."""
     _, bundle = tuned
-    blocks = export_blocks(bundle, tmp_path / "blocks")
-    with pytest.raises(BundleError, match="only an int8 HierEncDec bundle"):
-        bundle_module(blocks)
+    first = bundle_module(bundle)
+    blocks = export_again(bundle, tmp_path / "blocks", "blocks")
+    again = bundle_module(blocks)
+    for name, value in first.state_dict().items():
+        assert torch.equal(value, again.state_dict()[name]), name
+    plain = export_again(blocks, tmp_path / "float32", None)
+    assert plain.manifest.dtype == "float32" and plain.manifest.generation == blocks.manifest.generation
+    summary = Summarizer.from_pretrained(plain.path, threads=1).summarize(TEXT)
+    assert 0 < len(summary.token_ids) <= 10
+
+
+def test_only_an_int8_or_blocks_hierencdec_bundle_is_rebuilt(tuned):
+    _, bundle = tuned
+    plain = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, dtype="float32"))
+    with pytest.raises(BundleError, match="only an int8 or blocks HierEncDec bundle"):
+        bundle_module(plain)
     carried = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, base={}))
     with pytest.raises(BundleError, match="assembled from one pretrained file"):
         bundle_module(carried)
