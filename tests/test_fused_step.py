@@ -246,17 +246,6 @@ def test_blocks_are_refused_for_a_kind_without_a_fused_step(llama_checkpoint_dir
     assert not (tmp_path / "bundle").exists()
 
 
-def test_a_bundle_with_the_fused_step_is_refused_for_tensorrt(tmp_path):
-    from locsum_sdk.bundle import Bundle
-    from locsum_sdk.exporters.tensorrt import refuse_fused
-
-    bundle = Bundle.load(ROOT / "engines" / "default")
-    assert refuse_fused(bundle) is bundle
-    fused = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, dtype="blocks"))
-    with pytest.raises(ExportError, match="fused step for ONNX Runtime"):
-        refuse_fused(fused)
-
-
 def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(tokenizer_file, tmp_path, monkeypatch):
     """A user's GGUF exported as it is (`locsum export --checkpoint model.gguf --quantize blocks`): the recipes name
     the user's file, and its blocks run."""

@@ -94,6 +94,26 @@ def test_a_fused_step_gives_back_the_adapters_it_was_written_with(tuned, tmp_pat
     assert 0 < len(summary.token_ids) <= 10
 
 
+def test_tensorrt_engines_of_a_fused_bundle_come_from_float32_graphs_of_its_weights(tuned, tmp_path):
+    """TensorRT's parser takes no contrib operator: a blocks bundle's engines are planned (a dry run, any machine)
+    from float32 graphs exported again from its weights, and `locsum doctor`'s reference bundle likewise; the plan
+    names the bundle the user gave."""
+    import onnx
+
+    from locsum_sdk.exporters import tensorrt
+
+    _, bundle = tuned
+    blocks = export_again(bundle, tmp_path / "blocks", "blocks")
+    plan = tensorrt.build_engines(blocks.path, tmp_path / "trt", dry_run=True)
+    assert plan.bundle == str(blocks.path) and {graph.name for graph in plan.graphs} == {"encoder", "decoder"}
+    for graph in plan.graphs:
+        prepared = onnx.load(str(tmp_path / "trt" / graph.prepared), load_external_data=False)
+        assert not {node.domain for node in prepared.graph.node} & {"com.microsoft"}, graph.name
+    reference = tensorrt.prepared_bundle(blocks.path, tmp_path / "reference")
+    summary = Summarizer.from_pretrained(reference, threads=1).summarize(TEXT)
+    assert 0 < len(summary.token_ids) <= 10
+
+
 def test_only_an_int8_or_blocks_hierencdec_bundle_is_rebuilt(tuned):
     _, bundle = tuned
     plain = dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, dtype="float32"))

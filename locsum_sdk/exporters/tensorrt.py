@@ -25,10 +25,13 @@ checksums the plans like every other file; a failed build leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -479,22 +482,32 @@ def prepare_graph(source: Path, target: Path, top: int = 0, fp16: bool = False
     return plugins, rewritten, model, top
 
 
-def refuse_fused(bundle: Bundle) -> Bundle:
-    """`bundle`, or ExportError where its decoder is a fused step (ONNX Runtime's contrib operators, which
-    TensorRT's parser does not take)."""
-    if bundle.manifest.dtype == "blocks":
-        raise ExportError(f"{bundle.path}'s decoder is a fused step for ONNX Runtime (quantize blocks); export the "
-                          "checkpoint with quantize int8 or float32 for TensorRT engines")
-    return bundle
+@contextlib.contextmanager
+def engine_source(bundle: Bundle) -> Iterator[Bundle]:
+    """`bundle`, or, where its decoder is a fused step (ONNX Runtime's contrib operators, which TensorRT's parser does
+    not take), the bundle exported again as float32 graphs from its rebuilt module (`rebuild.export_again`: the same
+    base file and adapters), in a temporary directory for as long as the block runs."""
+    if bundle.manifest.dtype != "blocks":
+        yield bundle
+        return
+    try:
+        from .rebuild import export_again
+    except ImportError as err:
+        raise ExportError(f"{bundle.path}'s decoder is a fused step for ONNX Runtime; TensorRT's engines are built "
+                          "from float32 graphs exported again from it, which needs pip install 'locsum[export]' "
+                          f"({err})") from None
+    logger.info("%s: its decoder is a fused step for ONNX Runtime; exporting float32 graphs of the same weights for "
+                "TensorRT", bundle.path)
+    with tempfile.TemporaryDirectory() as work:
+        yield export_again(bundle, Path(work) / bundle.path.name, None)
 
 
 def prepared_bundle(bundle: str | os.PathLike, output: str | os.PathLike, max_beams: int = 4,
                     fp16: bool = False) -> Path:
     """A copy of `bundle` at `output` whose graphs are the prepared graphs: what TensorRT engines built from it
     compute, runnable on ONNX Runtime (the reference `locsum doctor` compares engines' tokens against)."""
-    source = refuse_fused(Bundle.load(bundle))
-    count = top_tokens(source.manifest.model["vocab_size"], max_beams)
-    with staged(Path(output)) as work:
+    with engine_source(Bundle.load(bundle)) as source, staged(Path(output)) as work:
+        count = top_tokens(source.manifest.model["vocab_size"], max_beams)
         for name in source.names():  # packed files unpacked: the copy is not on pretrained weights
             if name != C.WEIGHTS_FILE:  # the prepared graphs hold their weights themselves
                 shutil.copyfile(source.file(name), work / name)
@@ -555,21 +568,31 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
     """Build TensorRT engines for every graph of `bundle` into a new bundle at `output` (default: the bundle's
     path with `-trt` appended). With `dry_run`, write only the prepared graphs and `plan.json` and build nothing
     (any machine). Returns the plan; the output appears only when everything succeeded."""
-    source = refuse_fused(Bundle.load(bundle))
+    original = Bundle.load(bundle)
     import_onnx()  # before any other work
-    output = Path(output) if output is not None else source.path.with_name(source.path.name + "-trt")
-    if output.resolve() == source.path.resolve():
+    output = Path(output) if output is not None else original.path.with_name(original.path.name + "-trt")
+    if output.resolve() == original.path.resolve():
         raise ExportError(f"--output {output} is the bundle itself; choose a new directory")
     if output.exists() and not force:
         raise ExportError(f"{output} already exists; pass force=True (--force) to replace it")
-    shapes = (shapes or EngineShapes()).fitted(source.manifest.model, kinds.get(source.manifest.kind).units_ranked)
-    if not dry_run:
+    trt, device = None, None
+    if not dry_run:  # before any other work too
         from ..backends import cuda
         from ..backends.tensorrt import import_tensorrt
 
         trt = import_tensorrt("building engines needs an NVIDIA GPU with CUDA and pip install 'locsum[gpu]'; "
                               "`--dry-run` writes the prepared graphs and the plan on any machine")
         device = cuda.device()
+    with engine_source(original) as source:
+        return _build(original, source, output, shapes, fp16, trt, device)
+
+
+def _build(original: Bundle, source: Bundle, output: Path, shapes: EngineShapes | None, fp16: bool, trt: Any,
+           device: tuple[str, str] | None) -> EnginePlan:
+    """`build_engines` from `source` (`original`, or float32 graphs exported from it); a dry run where `trt` is
+    None."""
+    dry_run = trt is None
+    shapes = (shapes or EngineShapes()).fitted(source.manifest.model, kinds.get(source.manifest.kind).units_ranked)
     count = top_tokens(source.manifest.model["vocab_size"], shapes.max_beams)
     with staged(output) as work:
         plans = []
@@ -579,7 +602,7 @@ def build_engines(bundle: str | os.PathLike, output: str | os.PathLike | None = 
             plugins, rewritten, model, top = prepare_graph(source.file(graph["file"]), prepared, count, fp16)
             plans.append(GraphPlan(name, graph["file"], prepared.name, f"{stem}{PLAN_SUFFIX}", plugins, rewritten,
                                    profile(model, shapes), top))
-        plan = EnginePlan(str(source.path), str(output), "fp16" if fp16 else "fp32", plans)
+        plan = EnginePlan(str(original.path), str(output), "fp16" if fp16 else "fp32", plans)
         if dry_run:
             (work / PLAN_FILE).write_text(json.dumps(asdict(plan), indent=2), encoding="utf-8")
         else:
