@@ -217,10 +217,38 @@ def repetition_penalty_filter(log_probs: np.ndarray, sequences: np.ndarray, pena
     flat[rows, written.reshape(-1)] *= np.float32(penalty)  # a token written twice is indexed twice, scaled once
 
 
+class TokenRows:
+    """Each beam's tokens so far, (B, K, T) from the start token on, in a buffer that doubles when full: a step's
+    tokens are written in place (what was written is copied only when the buffer grows), and beams are reordered by
+    copying only the rows whose beam changed."""
+
+    def __init__(self, batch: int, beams: int, start: int):
+        self._buffer = np.full((batch, beams, 64), start, dtype=np.int64)
+        self.length = 1
+
+    @property
+    def array(self) -> np.ndarray:
+        """(B, K, T): a view, valid until the next `append`."""
+        return self._buffer[:, :, :self.length]
+
+    def append(self, tokens: np.ndarray, source: np.ndarray | None = None) -> None:
+        """Each beam's next token (B, K), after reordering the beams by `source` (B, K): beam k continues beam
+        source[b, k] of the step before (None: each its own)."""
+        if source is not None:
+            moved = source != np.arange(source.shape[1])
+            if moved.any():
+                items, beams = np.nonzero(moved)
+                self._buffer[items, beams, :self.length] = self._buffer[items, source[items, beams], :self.length]
+        if self.length == self._buffer.shape[-1]:
+            self._buffer = np.concatenate([self._buffer, np.empty_like(self._buffer)], axis=-1)
+        self._buffer[:, :, self.length] = tokens
+        self.length += 1
+
+
 class GreedySearch:
     def __init__(self, batch: int, start: int, eos: int, pad: int):
         self.eos, self.pad = eos, pad
-        self.sequences = np.full((batch, 1, 1), start, dtype=np.int64)  # (B, 1, T)
+        self.rows = TokenRows(batch, 1, start)
         self.scores = np.zeros(batch)
         self.done = np.zeros(batch, dtype=bool)
         self.weights: list[np.ndarray] = []  # per step (B, U)
@@ -230,9 +258,14 @@ class GreedySearch:
         self.scores += np.where(self.done, 0.0, log_probs[np.arange(len(tokens)), 0, tokens])
         tokens = np.where(self.done, self.pad, tokens)
         self.weights.append(unit_weights[:, :, 0])
-        self.sequences = np.concatenate([self.sequences, tokens[:, None, None]], axis=-1)
+        self.rows.append(tokens[:, None])
         self.done |= tokens == self.eos
         return None
+
+    @property
+    def sequences(self) -> np.ndarray:
+        """(B, 1, T): each item's tokens so far, from the start token on."""
+        return self.rows.array
 
     @property
     def finished(self) -> bool:
@@ -259,7 +292,7 @@ class BeamSearch:
 
     def __init__(self, batch: int, start: int, eos: int, options: GenerationOptions):
         self.k, self.eos, self.options = options.num_beams, eos, options
-        self.sequences = np.full((batch, self.k, 1), start, dtype=np.int64)  # (B, K, T)
+        self.rows = TokenRows(batch, self.k, start)
         self.beam_scores = np.full((batch, self.k), -1e9)  # (B, K)
         self.beam_scores[:, 0] = 0.0
         self.step_weights: list[np.ndarray] = []  # per step (B, K, U), the beams as they stood at that step
@@ -317,11 +350,15 @@ class BeamSearch:
                 if filled == k:
                     break
             self.done[b] = self._is_done(b, new_scores[b].max(), length)
-        rows = np.arange(batch)[:, None]
-        self.sequences = np.concatenate([self.sequences[rows, source], tokens[:, :, None]], axis=-1)
+        self.rows.append(tokens, source)
         self.parents.append(source)
         self.beam_scores = new_scores
         return source
+
+    @property
+    def sequences(self) -> np.ndarray:
+        """(B, K, T): each beam's tokens so far, from the start token on."""
+        return self.rows.array
 
     def _is_done(self, b: int, best_running: float, length: int) -> bool:
         hyps = self.hypotheses[b]

@@ -150,3 +150,22 @@ def test_what_a_step_keeps_of_each_beam_is_what_its_whole_summary_holds(seed, ba
         assert np.array_equal(got, want), f"step {step}"
         for b, k in np.ndindex(batch, beams):
             assert pieces.spell(sequences[b, k, 1:].tolist()) == reference_spell(pieces, sequences[b, k, 1:].tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(1, 4), st.integers(1, 150))
+def test_token_rows_are_the_beams_reordered_then_extended(seed, batch, beams, steps):
+    """`TokenRows` (written in place, a buffer that doubles) against the definition: every step, the rows reordered
+    by the step's sources, then each extended by its token; past the buffer's first 64 steps too."""
+    from locsum_sdk.generation import TokenRows
+
+    rng = np.random.default_rng(seed)
+    rows, reference = TokenRows(batch, beams, 7), np.full((batch, beams, 1), 7, dtype=np.int64)
+    for _ in range(steps):
+        source = rng.integers(0, beams, (batch, beams)) if rng.random() < 0.7 else None
+        tokens = rng.integers(0, 50, (batch, beams))
+        if source is not None:
+            reference = reference[np.arange(batch)[:, None], source]
+        reference = np.concatenate([reference, tokens[:, :, None]], axis=-1)
+        rows.append(tokens, source)
+        assert np.array_equal(rows.array, reference)
