@@ -1,9 +1,10 @@
-"""The default's decoding step as the fused graph (`modeling.fused_llama`) against the shipped int8 graph, on the
-same pages, in one run: greedy, exactly 96 new tokens, 2 threads, the two bundles taking turns.
+"""The default's decoding step as the fused graph (`modeling.fused_llama`) against its int8 graph, on the same
+pages, in one run: greedy, exactly 96 new tokens, 2 threads, the two bundles taking turns (the form the default does
+not ship in exported again, `benchmarks.default_forms`).
 
 Prints, per input, the decoder graph's median ms a run and the whole step's ms a token (search and decoding
 options included) for each, their ratio, and how many of the 96 tokens the two choose alike before they first
-differ (the fused graph runs the GGUF's 4-bit blocks as the file holds them, the shipped one its base re-quantized
+differ (the fused graph runs the GGUF's 4-bit blocks as the file holds them, the int8 one its base re-quantized
 to int8 per tensor, so they are not the same model to the last bit).
 """
 
@@ -15,18 +16,19 @@ import numpy as np
 import pytest
 
 from benchmarks.common import write_result
-from benchmarks.fused_default import fused_default
+from benchmarks.default_forms import DEFAULT, block_recipes, default_as
 from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
 from locsum_sdk import Summarizer
 from locsum_sdk.backends import onnxruntime as ort_backend
+from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleNotFoundError
 
 ROUNDS = 2
 
 
-def test_fused_step_against_the_shipped_step(quick, monkeypatch):
+def test_fused_step_against_the_int8_step(quick, monkeypatch):
     try:
-        fused_bundle, from_file = fused_default()
+        bundles = {"int8": default_as("int8"), "fused": default_as("blocks")}
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
     runs: list[float] = []
@@ -39,8 +41,7 @@ def test_fused_step_against_the_shipped_step(quick, monkeypatch):
             runs.append(time.perf_counter() - start)
 
     monkeypatch.setattr(ort_backend, "_run", timed)
-    systems = {"shipped": Summarizer.from_pretrained(threads=THREADS),
-               "fused": Summarizer.from_pretrained(fused_bundle, threads=THREADS, verify=False)}
+    systems = {key: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for key, path in bundles.items()}
     points = []
     for name, text, options in inputs(quick):
         graph_ms = {key: [] for key in systems}
@@ -53,16 +54,17 @@ def test_fused_step_against_the_shipped_step(quick, monkeypatch):
                 graph_ms[key].append(1000 * float(np.median(runs)))
                 token_ms[key].append(1000 * summary.timings["decode"] / len(runs))
                 tokens[key] = summary.token_ids
-        same = agreement(tokens["shipped"], tokens["fused"])
+        same = agreement(tokens["int8"], tokens["fused"])
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same,
                  **{f"{key}_graph_ms": float(np.median(v)) for key, v in graph_ms.items()},
                  **{f"{key}_step_ms": float(np.median(v)) for key, v in token_ms.items()}}
-        point["graph_speedup"] = point["shipped_graph_ms"] / point["fused_graph_ms"]
-        point["step_speedup"] = point["shipped_step_ms"] / point["fused_step_ms"]
+        point["graph_speedup"] = point["int8_graph_ms"] / point["fused_graph_ms"]
+        point["step_speedup"] = point["int8_step_ms"] / point["fused_step_ms"]
         points.append(point)
-        print(f"\n{name}: decoder graph shipped {point['shipped_graph_ms']:.1f} ms, fused "
+        print(f"\n{name}: decoder graph int8 {point['int8_graph_ms']:.1f} ms, fused "
               f"{point['fused_graph_ms']:.1f} ms a run ({point['graph_speedup']:.2f}x); whole step "
-              f"{point['shipped_step_ms']:.1f} vs {point['fused_step_ms']:.1f} ms a token "
+              f"{point['int8_step_ms']:.1f} vs {point['fused_step_ms']:.1f} ms a token "
               f"({point['step_speedup']:.2f}x); {same} tokens alike before the first difference")
-    write_result("fused_step", {"threads": THREADS, "block_recipes": from_file, "points": points})
+    write_result("fused_step", {"threads": THREADS, "shipped": Bundle.load(DEFAULT).manifest.dtype,
+                                "block_recipes": block_recipes(bundles["fused"]), "points": points})
     assert all(p["fused_graph_ms"] > 0 for p in points)

