@@ -114,6 +114,28 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
     return path, config, weights
 
 
+def adapted_llm(path: Path, rank: int = 4, alpha: float = 8.0, std: float = 0.02, seed: int = 0):
+    """The zero-shot HierEncDec of the GGUF at `path` with LoRA adapters of `rank` on every projection, their B
+    random (`std`; A keeps its random start): a stand-in for a fine-tune -> (the loaded LLM, its module)."""
+    import dataclasses
+
+    import torch
+
+    from locsum_sdk.modeling.llm_checkpoint import load_llm
+    from locsum_sdk.modeling.lora import add_adapters
+
+    loaded = load_llm(path)
+    net = loaded.model
+    add_adapters(net.model.layers, rank, alpha)
+    net.config = net.model.config = dataclasses.replace(net.model.config, lora_rank=rank, lora_alpha=alpha)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in net.named_parameters():
+            if "lora_b" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
+    return loaded, net
+
+
 def install_wheel(site: Path, files: dict[str, Path], wheel: str, version: str) -> None:
     """An installed distribution in the directory `site` (what pip leaves there): its dist-info and `files` (path
     inside the distribution -> file copied there)."""

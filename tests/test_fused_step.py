@@ -6,7 +6,6 @@ Tolerances: with MatMulNBits computing in float32 (accuracy level 0) the graph i
 block weights, so log-probabilities agree to 1e-4 and greedy choices exactly; at level 4 (int8 activations in blocks
 of 32, what the CPU path runs) only closeness is asked, on weights small enough to be a real model's."""
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from conftest import LLAMA_FRAME, random_model, tiny_llama_config
-from gguf_files import write_gguf
+from gguf_files import adapted_llm, write_gguf
 
 from locsum_sdk import blockwise
 from locsum_sdk import constants as C
@@ -207,19 +206,11 @@ def test_a_bundle_with_the_fused_step_assembles_the_files_blocks(tokenizer_file,
     from locsum_sdk import Summarizer
     from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.modeling.checkpoint import save_checkpoint
-    from locsum_sdk.modeling.lora import add_adapters
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     # wide enough that every block form is over the size below which an initializer stays in its graph
     path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, d_model=256, ffn_dim=512)
-    loaded = load_llm(path)
-    net = loaded.model
-    add_adapters(net.model.layers, 4, 8.0)
-    net.config = net.model.config = dataclasses.replace(net.model.config, lora_rank=4, lora_alpha=8.0)
-    with torch.no_grad():
-        for name, parameter in net.named_parameters():
-            if "lora_b" in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.02)
+    loaded, net = adapted_llm(path)
     saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
     bundle = export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[path])
     manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import SHARED_DATA
-from gguf_files import write_gguf
+from gguf_files import adapted_llm, write_gguf
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
@@ -21,8 +21,6 @@ from locsum_sdk.errors import BundleError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.exporters.rebuild import PROJECTIONS, bundle_module, export_again
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from locsum_sdk.modeling.llm_checkpoint import load_llm
-from locsum_sdk.modeling.lora import add_adapters
 
 TEXT = "The roof leaks. The budget is short. The board meets on Monday. " * 12
 OPTIONS = {"page_tokens": 200, "max_tokens": 800, "truncate": True, "max_length": 10, "min_length": 10,
@@ -35,15 +33,7 @@ def tuned(tokenizer_file, tmp_path, monkeypatch):
     the file: (the module, the bundle)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file, d_model=256, ffn_dim=512)
-    loaded = load_llm(path)
-    net = loaded.model
-    add_adapters(net.model.layers, 4, 8.0)
-    net.config = net.model.config = dataclasses.replace(net.model.config, lora_rank=4, lora_alpha=8.0)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in net.named_parameters():
-            if "lora_" in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.05)
+    loaded, net = adapted_llm(path, std=0.05)
     saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
     bundle = export_onnx(saved, tmp_path / "int8", quantize="int8", model_files=[path], options=OPTIONS)
     return net.eval(), bundle
