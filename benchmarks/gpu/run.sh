@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepared GPU run, for whoever is lent a GPU machine: its facts, `locsum doctor` on every shipped bundle,
-# `pytest tests/gpu` and `benchmarks/test_gpu.py` (the decoding step: Triton against torch ops, CUDA graphs against eager; the memory sweeps),
-# each stage under its own time limit, 7.5 minutes at most (60 + 150 + 240 s; on an H200 tests/gpu took 68 s alone,
+# `pytest tests/gpu` and `benchmarks/test_gpu.py` (the decoding step: Triton against torch ops, CUDA graphs against eager; the memory sweeps;
+# then, as stage `llama`, the default's shape against HF's LlamaForCausalLM.generate, not yet run on a device),
+# each stage under its own time limit, 10 minutes at most (60 + 150 + 240 + 150 s; on an H200 tests/gpu took 68 s alone,
 # the step benchmarks with HF's generate 191 s before the kernel profile joined them; a stage stopped by its limit
 # keeps what it printed). Installs nothing beyond the machine's torch, Triton
 # and transformers except the pure-Python test tools in benchmarks/gpu/wheels (`bash benchmarks/gpu/wheels.sh`
@@ -14,7 +15,7 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-benchmarks/results/gpu-run}
 mkdir -p "$out"
-stages=${STAGES:-"facts doctor tests bench"}
+stages=${STAGES:-"facts doctor tests bench llama"}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 unset TRITON_INTERPRET
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/run.log"; }
@@ -65,7 +66,13 @@ for stage in $stages; do
         -k "${BENCH_K:-step or hiersumm or dyle}" > "$out/bench_gpu.txt" 2>&1
       log "benchmarks exit $?"; grep -E "ms|MiB|passed|failed|error" "$out/bench_gpu.txt" | tail -20
       cp benchmarks/results/gpu_*.json benchmarks/results/gpu_*.png "$out/" 2>/dev/null ;;
-    *) log "unknown stage $stage (facts, doctor, tests, bench)" ;;
+    llama)
+      log "benchmarks/test_gpu.py: the default's shape against HF's LlamaForCausalLM.generate"
+      timeout "${LLAMA_LIMIT:-150}" python -m pytest -q -s -p no:cacheprovider benchmarks/test_gpu.py \
+        -k "hf_llama" > "$out/bench_llama.txt" 2>&1
+      log "llama exit $?"; grep -E "ms|passed|failed|error" "$out/bench_llama.txt" | tail -20
+      cp benchmarks/results/gpu_default_vs_hf_*.json "$out/" 2>/dev/null ;;
+    *) log "unknown stage $stage (facts, doctor, tests, bench, llama)" ;;
   esac
 done
 log "done"
