@@ -19,8 +19,10 @@ import numpy as np
 import onnx
 import torch
 from onnx import numpy_helper
+from torch import nn
 
 from .. import constants as C
+from .. import kinds
 from ..base_weights import BaseSource, source_path
 from ..bundle import Bundle
 from ..errors import BundleError
@@ -28,10 +30,10 @@ from ..llm import is_gguf
 from ..llm.gguf_model import LAYER_TENSORS, read_gguf
 from ..model_files import is_record
 from ..modeling.checkpoint import save_checkpoint
+from ..modeling.config import on_base_model
 from ..modeling.fused_llama import adapter_record
-from ..modeling.hierencdec_llama import LlamaHierEncDec
-from ..modeling.llama_config import LlamaConfig
 from ..modeling.llm_checkpoint import backbone_state
+from ..modeling.registry import model_kind
 from .onnx import export_onnx
 
 PROJECTIONS = [name for name in LAYER_TENSORS.values() if name.endswith("_proj")]  # q, k, v, o, gate, up, down
@@ -86,13 +88,14 @@ def base_file(bundle: Bundle) -> Path:
     return source_path(sources[0], bundle.path)
 
 
-def bundle_module(bundle: Bundle) -> LlamaHierEncDec:
-    """The bundle's HierEncDec on Llama: base from its pretrained GGUF, adapters from its decoder graph."""
-    if bundle.manifest.kind != "hierencdec" or bundle.manifest.dtype not in REBUILT:
-        raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle is rebuilt as a torch module here "
-                          f"(it is {bundle.manifest.dtype} {bundle.manifest.kind})")
-    config = LlamaConfig.from_dict(bundle.manifest.model)
-    net = LlamaHierEncDec(config).eval()
+def bundle_module(bundle: Bundle) -> nn.Module:
+    """The bundle's HierEncDec on the pretrained backbone: base from its GGUF, adapters from its decoder graph."""
+    manifest = bundle.manifest
+    if manifest.kind != "hierencdec" or manifest.dtype not in REBUILT or not on_base_model(manifest.model):
+        raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle on a pretrained backbone is "
+                          f"rebuilt as a torch module here (it is {manifest.dtype} {manifest.kind})")
+    config = kinds.get(manifest.kind).model_config(manifest.model)
+    net = model_kind(manifest.kind).model(config).eval()
     path = base_file(bundle)
     if not is_gguf(path):
         raise BundleError(f"{path}: the base is read from a GGUF file here")
