@@ -13,13 +13,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-import torch
 from onnx import numpy_helper
-from torch import nn
 
 from .. import constants as C
 from .. import kinds
@@ -29,12 +27,10 @@ from ..errors import BundleError
 from ..llm import is_gguf
 from ..llm.gguf_model import LAYER_TENSORS, read_gguf
 from ..model_files import is_record
-from ..modeling.checkpoint import save_checkpoint
 from ..modeling.config import on_base_model
-from ..modeling.fused_llama import adapter_record
-from ..modeling.llm_checkpoint import backbone_state
-from ..modeling.registry import model_kind
-from .onnx import export_onnx
+
+if TYPE_CHECKING:
+    from torch import nn
 
 PROJECTIONS = [name for name in LAYER_TENSORS.values() if name.endswith("_proj")]  # q, k, v, o, gate, up, down
 REBUILT = ("int8", "blocks")  # the dtypes whose adapters are read back here
@@ -65,6 +61,8 @@ def int8_adapters(graph: onnx.ModelProto, rank: int, modules: list[str]) -> Adap
 def fused_adapters(graph: onnx.ModelProto, rank: int, widths: dict[str, int]) -> Adapters:
     """A fused step's adapters as written: each group's A^T (K, r * modules) and (B s)^T (r * modules, N), its
     modules' outputs side by side in their order (`widths`: each module's outputs; `fused_llama.linear`)."""
+    from ..modeling.fused_llama import adapter_record
+
     values = {t.name: t for t in graph.graph.initializer}
     found: Adapters = {}
     for record in adapter_record(graph):
@@ -89,7 +87,13 @@ def base_file(bundle: Bundle) -> Path:
 
 
 def bundle_module(bundle: Bundle) -> nn.Module:
-    """The bundle's HierEncDec on the pretrained backbone: base from its GGUF, adapters from its decoder graph."""
+    """The bundle's HierEncDec on the pretrained backbone: base from its GGUF, adapters from its decoder graph (torch:
+    the export extra)."""
+    import torch
+
+    from ..modeling.llm_checkpoint import backbone_state
+    from ..modeling.registry import model_kind
+
     manifest = bundle.manifest
     if manifest.kind != "hierencdec" or manifest.dtype not in REBUILT or not on_base_model(manifest.model):
         raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle on a pretrained backbone is "
@@ -129,6 +133,9 @@ def export_again(bundle: Bundle, output: str | os.PathLike, quantize: str | None
     """The bundle exported again at `output` from its rebuilt module (`export_onnx`'s `quantize`: "blocks" for the
     fused step over its base file's blocks, None for float32 graphs), with its own tokenizer and word lists and its
     default options, `options` over them; its base still assembled from the same file."""
+    from ..modeling.checkpoint import save_checkpoint
+    from .onnx import export_onnx
+
     settings = bundle.manifest.options().replace(**(options or {})).to_settings()
     chosen = {**settings["units"], **settings["limits"], **settings["generation"]}
     source = bundle.manifest.base["sources"][0]

@@ -26,6 +26,7 @@ checksums the plans like every other file; a failed build leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -490,12 +491,11 @@ def engine_source(bundle: Bundle) -> Iterator[Bundle]:
     if bundle.manifest.dtype != "blocks":
         yield bundle
         return
-    try:
-        from .rebuild import export_again
-    except ImportError as err:
+    if importlib.util.find_spec("torch") is None:
         raise ExportError(f"{bundle.path}'s decoder is a fused step for ONNX Runtime; TensorRT's engines are built "
-                          "from float32 graphs exported again from it, which needs pip install 'locsum[export]' "
-                          f"({err})") from None
+                          "from float32 graphs exported again from it, which needs pip install 'locsum[export]'")
+    from .rebuild import export_again
+
     logger.info("%s: its decoder is a fused step for ONNX Runtime; exporting float32 graphs of the same weights for "
                 "TensorRT", bundle.path)
     with tempfile.TemporaryDirectory() as work:
