@@ -3,9 +3,10 @@ pages, in one run: greedy, exactly 96 new tokens, 2 threads, the two bundles tak
 not ship in exported again, `benchmarks.default_forms`).
 
 Prints, per input, the decoder graph's median ms a run and the whole step's ms a token (search and decoding
-options included) for each, their ratio, and how many of the 96 tokens the two choose alike before they first
-differ (the fused graph runs the GGUF's 4-bit blocks as the file holds them, the int8 one its base re-quantized
-to int8 per tensor, so they are not the same model to the last bit).
+options included) for each, their ratio, the encoder graph's ms over the input for each (both int8; the fused
+form's units attend through GroupQueryAttention, `modeling.unit_attention`) and their ratio, and how many of the 96
+tokens the two choose alike before they first differ (the fused graph runs the GGUF's 4-bit blocks as the file
+holds them, the int8 one its base re-quantized to int8 per tensor, so they are not the same model to the last bit).
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ def test_fused_step_against_the_int8_step(quick, monkeypatch):
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
     runs: list[float] = []
+    encoder_runs: list[float] = []
     run = ort_backend._run
 
     def timed(session, binding, graph: str) -> None:
         start = time.perf_counter()
         run(session, binding, graph)
-        if graph == "decoder":
-            runs.append(time.perf_counter() - start)
+        {"decoder": runs, "encoder": encoder_runs}.get(graph, []).append(time.perf_counter() - start)
 
     monkeypatch.setattr(ort_backend, "_run", timed)
     systems = {key: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for key, path in bundles.items()}
@@ -46,25 +47,32 @@ def test_fused_step_against_the_int8_step(quick, monkeypatch):
     for name, text, options in inputs(quick):
         graph_ms = {key: [] for key in systems}
         token_ms = {key: [] for key in systems}
+        encoder_ms = {key: [] for key in systems}
         tokens = {}
         for _ in range(ROUNDS):
             for key, summarizer in systems.items():
                 runs.clear()
+                encoder_runs.clear()
                 summary = summarizer.summarize(text, **{**options, **LOCSUM_OPTIONS})
                 graph_ms[key].append(1000 * float(np.median(runs)))
+                encoder_ms[key].append(1000 * sum(encoder_runs))
                 token_ms[key].append(1000 * summary.timings["decode"] / len(runs))
                 tokens[key] = summary.token_ids
         same = agreement(tokens["int8"], tokens["fused"])
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same,
                  **{f"{key}_graph_ms": float(np.median(v)) for key, v in graph_ms.items()},
-                 **{f"{key}_step_ms": float(np.median(v)) for key, v in token_ms.items()}}
+                 **{f"{key}_step_ms": float(np.median(v)) for key, v in token_ms.items()},
+                 **{f"{key}_encoder_ms": float(np.median(v)) for key, v in encoder_ms.items()}}
         point["graph_speedup"] = point["int8_graph_ms"] / point["fused_graph_ms"]
+        point["encoder_speedup"] = point["int8_encoder_ms"] / point["fused_encoder_ms"]
         point["step_speedup"] = point["int8_step_ms"] / point["fused_step_ms"]
         points.append(point)
         print(f"\n{name}: decoder graph int8 {point['int8_graph_ms']:.1f} ms, fused "
               f"{point['fused_graph_ms']:.1f} ms a run ({point['graph_speedup']:.2f}x); whole step "
               f"{point['int8_step_ms']:.1f} vs {point['fused_step_ms']:.1f} ms a token "
-              f"({point['step_speedup']:.2f}x); {same} tokens alike before the first difference")
+              f"({point['step_speedup']:.2f}x); encoder graph {point['int8_encoder_ms']:.0f} vs "
+              f"{point['fused_encoder_ms']:.0f} ms ({point['encoder_speedup']:.2f}x); {same} tokens alike before the "
+              "first difference")
     write_result("fused_step", {"threads": THREADS, "shipped": Bundle.load(DEFAULT).manifest.dtype,
                                 "block_recipes": block_recipes(bundles["fused"]), "points": points})
     assert all(p["fused_graph_ms"] > 0 for p in points)

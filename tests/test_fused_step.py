@@ -221,6 +221,8 @@ def test_a_bundle_with_the_fused_step_assembles_the_files_blocks(tokenizer_file,
     assert forms.count("offsets") == 7 * layers  # the Q4_1 projections; the Q8_0 embedding has none
     decoder = onnx.load(str(bundle.file(C.DECODER_FILE)), load_external_data=False)
     assert {"MatMulNBits", "SkipSimplifiedLayerNormalization"} <= {node.op_type for node in decoder.graph.node}
+    encoder = onnx.load(str(bundle.file(C.ENCODER_FILE)), load_external_data=False)
+    assert sum(node.op_type == "GroupQueryAttention" for node in encoder.graph.node) == layers  # `unit_attention`
     text = "The roof leaks. The budget is short. " * 20
     options = {"max_length": 12, "min_length": 12, "whole_sentences": False}
     first = Summarizer.from_pretrained(bundle.path, threads=1).summarize(text, **options)

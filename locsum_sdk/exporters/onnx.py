@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..model_files import UserFile
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
 from ..modeling.llm_checkpoint import load_llm
+from ..modeling.unit_attention import fuse
 from ..ops import page_combine
 from ..options import checkpoint_defaults
 from ..packed import pack_directory
@@ -283,7 +285,8 @@ def export_onnx(
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
     io = declared.graphs(model.config.to_dict())
-    with staged(output) as work:
+    # the fused form's units attend through ONNX Runtime's GroupQueryAttention (`unit_attention`)
+    with staged(output) as work, fuse(model) if quantize == "blocks" else nullcontext():
         if loaded.origins:
             files = {name: graph.file for name, graph in io.items()}
             reference = (lambda: torch_kind.graphs(load_llm(checkpoint, kind, instruction).model)) if validate else None

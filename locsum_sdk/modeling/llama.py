@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +107,20 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
 
 
+def attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+           scaling: float) -> torch.Tensor:
+    """q (R, KV, Q, d) over one softmax across every part (key_t (R, KV, d, S), value (R, KV, S, d), additive
+    bias broadcasting to (R, KV, Q, S)), scores times `scaling` -> (R, KV, Q, d). The softmax is taken in float32."""
+    scores = [torch.matmul(q, key_t) * scaling + bias for key_t, _, bias in parts]
+    sizes = [s.shape[-1] for s in scores]
+    probs = torch.softmax(torch.cat(scores, dim=-1), dim=-1, dtype=torch.float32).to(q.dtype)
+    pieces = torch.split(probs, sizes, dim=-1) if len(parts) > 1 else (probs,)
+    out = torch.matmul(pieces[0], parts[0][1])
+    for piece, (_, value, _) in zip(pieces[1:], parts[1:]):
+        out = out + torch.matmul(piece, value)
+    return out
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
@@ -116,6 +131,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, config.kv_heads * hd, bias=config.attention_bias)
         self.v_proj = nn.Linear(d, config.kv_heads * hd, bias=config.attention_bias)
         self.o_proj = nn.Linear(config.heads * hd, d, bias=config.output_bias)
+        # extend without a past as one operator (`unit_attention.fuse`, for graphs ONNX Runtime runs); None: as written
+        self.unit_attention: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     def split(self, x: torch.Tensor, heads: int, length: int | torch.Tensor) -> torch.Tensor:
         """Rows (R*T, heads*d) -> (R, heads, T, d)."""
@@ -137,16 +154,9 @@ class Attention(nn.Module):
         return self.o_proj(out.reshape(-1, self.heads * self.head_dim))
 
     def attend(self, q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """q (R, KV, Q, d) over one softmax across every part (key_t (R, KV, d, S), value (R, KV, S, d), additive
-        bias broadcasting to (R, KV, Q, S)) -> (R, KV, Q, d). The softmax is taken in float32."""
-        scores = [torch.matmul(q, key_t) * self.scaling + bias for key_t, _, bias in parts]
-        sizes = [s.shape[-1] for s in scores]
-        probs = torch.softmax(torch.cat(scores, dim=-1), dim=-1, dtype=torch.float32).to(q.dtype)
-        pieces = torch.split(probs, sizes, dim=-1) if len(parts) > 1 else (probs,)
-        out = torch.matmul(pieces[0], parts[0][1])
-        for piece, (_, value, _) in zip(pieces[1:], parts[1:]):
-            out = out + torch.matmul(piece, value)
-        return out
+        """`attend` at this attention's scaling."""
+        return attend(q, parts, self.scaling)
+
 
     def extend(self, x: torch.Tensor, length: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                causal: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -154,6 +164,8 @@ class Attention(nn.Module):
         """x (R*T, D): T new positions of R sequences, each attending to those before it (`causal`, (T, T)) and
         to `past` (key_t (R, KV, d, L), value) under `past_bias` (R, 1, 1, L) -> (R*T, D), and the new
         positions' key_t (R, KV, d, T) and value (R, KV, T, d)."""
+        if past is None and self.unit_attention is not None:
+            return self.unit_attention(self, x, length, cos, sin)
         q, k, v = self.project(x, length, cos, sin)
         k_t = k.transpose(2, 3)
         parts = [] if past is None else [(past[0], past[1], past_bias)]
