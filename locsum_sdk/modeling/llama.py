@@ -121,6 +121,26 @@ def attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, torch.
     return out
 
 
+def heads_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, kv_heads: int,
+             length: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Projected rows (R*T, heads*d), (R*T, KV*d) twice -> rotated queries (R, KV, G*T, d) (the G heads sharing a
+    key/value head stacked on the query axis), rotated keys (R, KV, T, d), values (R, KV, T, d)."""
+    d = q.shape[-1] // heads
+
+    def split(x: torch.Tensor, count: int) -> torch.Tensor:  # (R*T, count*d) -> (R, count, T, d)
+        return x.view(-1, length, count, d).transpose(1, 2)
+
+    q, k = rotate(split(q, heads), cos, sin), rotate(split(k, kv_heads), cos, sin)
+    rows, _, steps, _ = q.shape
+    return q.reshape(rows, kv_heads, heads // kv_heads * steps, d), k, split(v, kv_heads)
+
+
+def merged(out: torch.Tensor, heads: int, length: int | torch.Tensor) -> torch.Tensor:
+    """Attention outputs (R, KV, G*T, d) -> rows (R*T, H*d), heads side by side."""
+    rows, d = out.shape[0], out.shape[-1]
+    return out.reshape(rows, heads, length, d).transpose(1, 2).reshape(-1, heads * d)
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
@@ -139,19 +159,12 @@ class Attention(nn.Module):
         return x.view(-1, length, heads, self.head_dim).transpose(1, 2)
 
     def project(self, x: torch.Tensor, length: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """x (R*T, D) -> rotated queries (R, KV, G*T, d) (the G heads sharing a key/value head stacked on the query
-        axis), rotated keys (R, KV, T, d), values (R, KV, T, d)."""
-        q = rotate(self.split(self.q_proj(x), self.heads, length), cos, sin)  # (R, H, T, d)
-        k = rotate(self.split(self.k_proj(x), self.kv_heads, length), cos, sin)
-        v = self.split(self.v_proj(x), self.kv_heads, length)
-        rows, _, steps, _ = q.shape
-        return q.reshape(rows, self.kv_heads, self.group * steps, self.head_dim), k, v
+        """x (R*T, D) -> `heads_of` its projections."""
+        return heads_of(self.q_proj(x), self.k_proj(x), self.v_proj(x), self.heads, self.kv_heads, length, cos, sin)
 
     def merge(self, out: torch.Tensor, length: int | torch.Tensor) -> torch.Tensor:
         """(R, KV, G*T, d) -> rows (R*T, H*d) through the output projection."""
-        rows = out.shape[0]
-        out = out.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2)  # (R, T, H, d)
-        return self.o_proj(out.reshape(-1, self.heads * self.head_dim))
+        return self.o_proj(merged(out, self.heads, length))
 
     def attend(self, q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """`attend` at this attention's scaling."""

@@ -3,7 +3,7 @@ exported as ONNX Runtime's fused `GroupQueryAttention` (com.microsoft): the rota
 scores, the causal softmax and the reading in one kernel, for the graphs ONNX Runtime runs (`fuse`, the `blocks`
 export), where the graph as written spends most of an encoder layer's time in its score tensors' separate passes.
 
-`torch_op` is the same maths as `extend` (it calls `llama.rotate` and `llama.attend`), so torch and every graph
+`torch_op` is the same maths as `extend` (it calls `llama.heads_of`, `attend` and `merged`), so torch and every graph
 exported without it compute what they did; the operator takes the projections' outputs, unrotated, and returns the
 output before the output projection with the rotated keys and the values (its `present_key`, `present_value`), which
 are the unit's encoding.
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .llama import Attention, attend, causal_bias, rotate, stacked
+from .llama import Attention, attend, causal_bias, heads_of, merged, stacked
 
 TORCH_NAME = "locsum::unit_attention"
 DOMAIN = "com.microsoft"
@@ -36,16 +36,12 @@ def torch_op():
         """query (R, T, H*d), key and value (R, T, KV*d), cos and sin (T, d/2) of positions 0..T-1 -> the output
         (R, T, H*d), the rotated keys (R, KV, T, d) and the values (R, KV, T, d)."""
         rows, length, width = query.shape
-        d = width // heads
         cos, sin = torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)  # (T, d)
-        q = rotate(query.view(rows, length, heads, d).transpose(1, 2), cos, sin)  # (R, H, T, d)
-        k = rotate(key.view(rows, length, kv_heads, d).transpose(1, 2), cos, sin)  # (R, KV, T, d)
-        v = value.view(rows, length, kv_heads, d).transpose(1, 2).contiguous()
-        group = heads // kv_heads
-        causal = stacked(causal_bias(length, query.dtype, query.device), group)
-        out = attend(q.reshape(rows, kv_heads, group * length, d), [(k.transpose(2, 3), v, causal)], scaling)
-        out = out.reshape(rows, heads, length, d).transpose(1, 2).reshape(rows, length, width)
-        return out, k.contiguous(), v
+        q, k, v = heads_of(query.reshape(-1, width), key.reshape(rows * length, -1), value.reshape(rows * length, -1),
+                           heads, kv_heads, length, cos, sin)
+        causal = stacked(causal_bias(length, query.dtype, query.device), heads // kv_heads)
+        out = merged(attend(q, [(k.transpose(2, 3), v, causal)], scaling), heads, length).view(rows, length, width)
+        return out, k.contiguous(), v.contiguous()
 
     @unit_attention.register_fake
     def _(query, key, value, cos, sin, heads, kv_heads, scaling):
