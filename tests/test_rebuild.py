@@ -27,16 +27,18 @@ OPTIONS = {"page_tokens": 200, "max_tokens": 800, "truncate": True, "max_length"
            "whole_sentences": False}
 
 
-@pytest.fixture
-def tuned(tokenizer_file, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def tuned(tokenizer_file, tmp_path_factory):
     """A HierEncDec fine-tuned from a tiny GGUF (random adapters) and its int8 bundle, whose base is assembled from
-    the file: (the module, the bundle)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file, d_model=256, ffn_dim=512)
-    loaded, net = adapted_llm(path, std=0.05)
-    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
-    bundle = export_onnx(saved, tmp_path / "int8", quantize="int8", model_files=[path], options=OPTIONS)
-    return net.eval(), bundle
+    the file: (the module, the bundle). Built once for the module; the tests read it and write elsewhere."""
+    work = tmp_path_factory.mktemp("tuned")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(work / "cache"))
+        path, _, _ = write_gguf(work / "base.gguf", tokenizer_file, d_model=256, ffn_dim=512, max_positions=512)
+        loaded, net = adapted_llm(path, std=0.05)
+        saved = save_checkpoint(net, work / "tuned", loaded.tokenizer_file)
+        bundle = export_onnx(saved, work / "int8", quantize="int8", model_files=[path], options=OPTIONS)
+        yield net.eval(), bundle
 
 
 def test_an_int8_bundle_is_rebuilt_with_its_base_and_its_adapters(tuned):
@@ -102,6 +104,25 @@ def test_tensorrt_engines_of_a_fused_bundle_come_from_float32_graphs_of_its_weig
     reference = tensorrt.prepared_bundle(blocks.path, tmp_path / "reference")
     summary = Summarizer.from_pretrained(reference, threads=1).summarize(TEXT)
     assert 0 < len(summary.token_ids) <= 10
+
+
+def test_the_doctor_builds_a_fused_bundles_engines_and_their_tokens_are_onnx_runtimes(tuned, tmp_path,
+                                                                                       monkeypatch):
+    """`locsum doctor` on a blocks bundle (the default's form), over the stand-ins for TensorRT and cuda-python
+    (tests/gpu_standin.py): its engines are built with the doctor's profiles and decode the tokens ONNX Runtime
+    decodes on the same float32 graphs."""
+    import gpu_standin
+    import trt_standin
+
+    from locsum_sdk import doctor
+
+    _, bundle = tuned
+    blocks = export_again(bundle, tmp_path / "blocks", "blocks")
+    with trt_standin.loaded():
+        gpu_standin.install(monkeypatch)
+        report = doctor.run([blocks.path])
+    status = {c.stage: c.status for c in report.checks}
+    assert status["engines:blocks"] == status["tokens:blocks"] == "pass", report.checks
 
 
 def test_only_an_int8_or_blocks_hierencdec_bundle_is_rebuilt(tuned):
