@@ -28,7 +28,7 @@ from ..errors import BackendError, BackendUnavailableError, BundleError, OptionE
 from ..memory import available_memory
 from ..modeling.config import step_shape
 from ..unit_cache import UnitCache
-from . import DEVICES
+from . import DEVICES, optimized_graphs
 from .base import (
     BeamSlots,
     UnitBatch,
@@ -157,7 +157,7 @@ class OnnxRuntimeBackend:
             options.enable_profiling = True
             options.profile_file_prefix = str(Path(self.profile_dir) / graph)
         try:
-            session = self.ort.InferenceSession(str(self.bundle.file(spec["file"])), options, providers=self.providers)
+            session = optimized_graphs.session(self.ort, self.bundle, graph, options, self.providers)
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
             raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
         io = self.graphs[graph]

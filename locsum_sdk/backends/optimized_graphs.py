@@ -1,0 +1,120 @@
+"""ONNX Runtime's graph optimizations, done once per bundle, graph and machine.
+
+Building a session runs ONNX Runtime's optimizers over the whole graph (fusions, constant folding): for the
+default bundle's two graphs about 6 of the 8 seconds a load took on 2 cores, at every load. A bundle read from the
+user's cache (`packed.cached_directory`: the shipped bundles, every bundle on a pretrained file) keeps the optimized
+graphs ONNX Runtime wrote at its first load beside its files there (`graphs/<key>/`), and later loads read them with
+the optimizers off: the same nodes, so the same kernels and results. The key names the graph, the ONNX Runtime
+version and this processor (its model and instruction sets: an optimized graph may hold kernels chosen for them);
+a directory is written whole under another name and then renamed, so concurrent loads never read half of one, and
+one that no longer matches its bundle's files or does not load is written again. The graphs are pruned with their
+bundle's directory (`bundle_cache`). On CUDA, or for a bundle read from where it lies, sessions are built as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..bundle import Bundle
+
+logger = logging.getLogger("locsum_sdk")
+GRAPHS_DIR = "graphs"  # under a bundle's cache directory
+STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
+
+
+def processor() -> str:
+    """This processor's model and instruction sets (Linux's /proc/cpuinfo), or what `platform` knows."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return f"{platform.machine()} {fields.get('model name', '')} {fields.get('flags', '')}"
+
+
+def directory(ort: Any, bundle: Bundle, graph: str) -> Path | None:
+    """Where `graph`'s optimized form is kept for `bundle` on this machine; None where the bundle is read from where
+    it lies (its graphs are not copied into the cache, nor are their optimized forms)."""
+    if bundle.graph_path is None:
+        return None
+    key = hashlib.sha256("\n".join((graph, ort.__version__, processor())).encode()).hexdigest()[:16]
+    return bundle.graph_path / GRAPHS_DIR / f"{graph}-{key}"
+
+
+def stamp(bundle: Bundle) -> list[list]:
+    """The sizes and modification times of the files the graphs are read from: a file written again (a cache
+    directory filled again) makes the optimized graphs stale."""
+    found = []
+    for name in bundle.names():
+        status = bundle.file(name).stat()
+        found.append([name, status.st_size, status.st_mtime_ns])
+    return found
+
+
+def session(ort: Any, bundle: Bundle, graph: str, options: Any, providers: list[str]) -> Any:
+    """An ONNX Runtime session of the bundle's `graph` with `options` (ORT_ENABLE_ALL): from its optimized form kept
+    in the cache, or, where there is none yet, one that writes it there as it is built (see the module docstring)."""
+    source = str(bundle.file(bundle.graph(graph)["file"]))
+    kept = directory(ort, bundle, graph) if providers == ["CPUExecutionProvider"] else None
+    if kept is None:
+        return ort.InferenceSession(source, options, providers=providers)
+    current = stamp(bundle)
+    model = kept / f"{graph}.onnx"
+    if _matches(kept, current):
+        level = options.graph_optimization_level
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            return ort.InferenceSession(str(model), options, providers=providers)
+        except Exception as err:  # ORT raises its own types for a graph it cannot read: optimize it again
+            logger.warning("the optimized %s in %s did not load (%s); optimizing it again", graph, kept, err)
+            shutil.rmtree(kept, ignore_errors=True)
+        options.graph_optimization_level = level
+    return _written(ort, source, kept, graph, options, providers, current)
+
+
+def _matches(kept: Path, current: list[list]) -> bool:
+    try:
+        return json.loads((kept / STAMP_FILE).read_text(encoding="utf-8")) == current
+    except (OSError, ValueError):
+        return False
+
+
+def _written(ort: Any, source: str, kept: Path, graph: str, options: Any, providers: list[str],
+             current: list[list]) -> Any:
+    """The session built from `source`, writing its optimized graph (weights beside it) into a new directory that
+    then takes `kept`'s place; where the cache cannot be written, the session alone."""
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(dir=kept.parent, prefix=f".{graph}-"))
+    except OSError:
+        return ort.InferenceSession(source, options, providers=providers)
+    try:
+        options.optimized_model_filepath = str(partial / f"{graph}.onnx")
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{graph}.bin")
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        try:
+            built = ort.InferenceSession(source, options, providers=providers)
+        except Exception:  # ORT's own types: a graph it cannot read, or a file it could not write
+            options.optimized_model_filepath = ""
+            return ort.InferenceSession(source, options, providers=providers)
+        try:
+            (partial / STAMP_FILE).write_text(json.dumps(current), encoding="utf-8")
+            if not _matches(kept, current):  # none there, or a stale one; another load may have written it
+                shutil.rmtree(kept, ignore_errors=True)
+                os.replace(partial, kept)
+        except OSError as err:  # the disk full, or another load renamed its own there first
+            logger.debug("the optimized %s was not kept in %s (%s)", graph, kept, err)
+        return built
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

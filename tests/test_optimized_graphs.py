@@ -1,0 +1,111 @@
+"""ONNX Runtime's optimized graphs kept in a bundle's cache directory (`backends/optimized_graphs.py`): written at the
+first load, read with the optimizers off at the next, the same tokens either way; written again when stale or
+damaged; a cache that cannot be written, or a bundle read from where it lies, loads as before."""
+
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from locsum_sdk import Summarizer
+from locsum_sdk.backends import optimized_graphs
+from locsum_sdk.backends.optimized_graphs import GRAPHS_DIR, STAMP_FILE
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "engines" / "pagesum"  # packed: read from the cache
+TEXT = ("The council met on Monday. It approved the budget for the roof and the new library wing. The vote was "
+        "close, and the mayor asked for a second survey before the work starts in spring. ") * 6
+OPTIONS = {"num_beams": 2, "max_length": 24}
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """Each session built: (the graph file it read, its optimization level)."""
+    made = []
+    original = ort.InferenceSession
+
+    def recording(path, options=None, *args, **kwargs):
+        made.append((Path(path), options.graph_optimization_level))
+        return original(path, options, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", recording)
+    return made
+
+
+def kept(summarizer: Summarizer) -> list[Path]:
+    return sorted((summarizer.backend.bundle.graph_path / GRAPHS_DIR).iterdir())
+
+
+def test_the_first_load_keeps_the_optimized_graphs_and_the_next_reads_them_with_the_same_tokens(cache, built):
+    first = Summarizer.from_pretrained(SHIPPED, threads=1)
+    directories = kept(first)
+    assert [d.name.split("-")[0] for d in directories] == ["decoder", "encoder"]
+    for directory in directories:
+        graph = directory.name.split("-")[0]
+        assert {p.name for p in directory.iterdir()} == {f"{graph}.onnx", f"{graph}.bin", STAMP_FILE}
+    assert all(level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL for _, level in built)
+    built.clear()
+    again = Summarizer.from_pretrained(SHIPPED, threads=1)
+    assert sorted(path.parent for path, _ in built) == directories
+    assert all(level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL for _, level in built)
+    want, got = first.summarize(TEXT, **OPTIONS), again.summarize(TEXT, **OPTIONS)
+    assert got.token_ids == want.token_ids and np.array_equal(got.unit_weights, want.unit_weights)
+
+
+def test_a_damaged_or_stale_optimized_graph_is_written_again(cache, built, caplog):
+    want = Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids
+    decoder, encoder = kept(Summarizer.from_pretrained(SHIPPED, threads=1))
+    (decoder / "decoder.onnx").write_bytes(b"not a graph")
+    (encoder / STAMP_FILE).write_text("[]")  # optimized from other files
+    built.clear()
+    summarizer = Summarizer.from_pretrained(SHIPPED, threads=1)
+    assert "did not load" in caplog.text
+    assert [level for _, level in built].count(ort.GraphOptimizationLevel.ORT_ENABLE_ALL) == 2
+    assert summarizer.summarize(TEXT, **OPTIONS).token_ids == want
+    assert kept(summarizer) == [decoder, encoder] and (decoder / "decoder.onnx").stat().st_size > 1000
+    built.clear()
+    Summarizer.from_pretrained(SHIPPED, threads=1)
+    assert all(level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL for _, level in built)
+
+
+def test_a_cache_that_cannot_be_written_loads_as_before(cache, monkeypatch):
+    want = Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids
+    summarizer = Summarizer.from_pretrained(SHIPPED, threads=1)
+    shutil.rmtree(summarizer.backend.bundle.graph_path / GRAPHS_DIR)
+    (summarizer.backend.bundle.graph_path / GRAPHS_DIR).write_text("a file where the directory would be")
+    assert Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids == want
+
+
+def test_loads_at_once_each_get_a_session_and_one_directory_a_graph_stays(cache):
+    summaries, errors = [], []
+
+    def load():
+        try:
+            summaries.append(Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids)
+        except Exception as err:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(err)
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(summaries) == 3 and summaries.count(summaries[0]) == 3
+    graphs = Summarizer.from_pretrained(SHIPPED, threads=1).backend.bundle.graph_path / GRAPHS_DIR
+    assert sorted(p.name.split("-")[0] for p in graphs.iterdir()) == ["decoder", "encoder"]  # no partial left
+
+
+def test_a_bundle_read_from_where_it_lies_is_not_copied(cache, bundle_dir):
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    assert summarizer.backend.bundle.graph_path is None
+    assert optimized_graphs.directory(ort, summarizer.backend.bundle, "decoder") is None
+    assert not (cache / "cache").exists()
