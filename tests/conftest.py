@@ -34,7 +34,16 @@ def pytest_configure(config):
     settings.load_profile("slow" if config.getoption("--slow") else "default")
 
 
+# The modules of a minute or more, run first: pytest-xdist (README's `-n auto --dist loadfile`) hands each worker
+# whole modules in the order collected, so the long ones start early and the workers end together rather than one
+# running the last long module alone. A scheduling hint only: a module missing here runs in its place.
+FIRST = ("test_docs.py", "test_ray.py", "test_training.py", "test_estimates.py", "test_properties.py",
+         "test_kernels.py", "test_llm_sources.py", "test_sources.py", "test_distributed.py", "test_serve.py",
+         "test_page.py", "test_batch.py", "test_llama.py", "test_rebuild.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="slow tier: run with --slow")

@@ -14,8 +14,8 @@ pytest.importorskip("torch")
 
 from locsum_sdk.kernels.cases import DTYPES, OPS, TOLERANCE, check  # noqa: E402
 
-INTERPRETED = 80  # the interpreter runs every program of a launch in Python: 80 of the GPU test's 200 cases, which
-# hold each special case (every 3rd, 4th, 7th, 10th and 11th) at least 7 times
+INTERPRETED = 40  # the interpreter runs every program of a launch in Python: 40 of the GPU test's 200 cases, which
+# hold each special case (every 3rd, 4th, 7th, 10th and 11th) at least 3 times
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",

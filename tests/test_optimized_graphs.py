@@ -2,6 +2,7 @@
 first load, read with the optimizers off at the next, the same tokens either way; written again when stale or
 damaged; a cache that cannot be written, or a bundle read from where it lies, loads as before."""
 
+import logging
 import shutil
 import threading
 from pathlib import Path
@@ -62,6 +63,7 @@ def test_the_first_load_keeps_the_optimized_graphs_and_the_next_reads_them_with_
 
 
 def test_a_damaged_or_stale_optimized_graph_is_written_again(cache, built, caplog):
+    caplog.set_level(logging.WARNING, logger="locsum_sdk")
     want = Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids
     decoder, encoder = kept(Summarizer.from_pretrained(SHIPPED, threads=1))
     (decoder / "decoder.onnx").write_bytes(b"not a graph")

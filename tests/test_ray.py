@@ -1,5 +1,5 @@
 """`locsum batch --engine ray`: a local Ray cluster of 2 workers writes the output the local engine writes; a job
-killed at 5 random points and resumed on Ray holds every input exactly once; a worker killed mid-job is restarted."""
+killed at 3 random points and resumed on Ray holds every input exactly once; a worker killed mid-job is restarted."""
 
 import json
 import os
@@ -58,16 +58,16 @@ def test_two_ray_workers_write_what_the_local_engine_writes(tmp_path, bundle_dir
 
 def test_killed_on_ray_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir,
                                                                                      long_job):
-    """5 kills of the job's process group (the driver, its local Ray cluster and workers), each once the workers
+    """3 kills of the job's process group (the driver, its local Ray cluster and workers), each once the workers
     have written what this run adds (at least one batch, up to a random number of lines) and a random moment
     more, then a run to the end; on Ray throughout (each kill costs a cluster's start: about 5 s, so the twenty
     kills at every kind of point are the local engine's, tests/test_batch.py)."""
     source, local = long_job
     output, rng = tmp_path / "out.jsonl", random.Random(1)
-    kills = kill_at(command(bundle_dir, source, output), output, sorted(rng.sample(range(1, len(local) - 40), 6)),
+    kills = kill_at(command(bundle_dir, source, output), output, sorted(rng.sample(range(1, len(local) - 40), 4)),
                     rng, 0.03, while_writing=True)
     subprocess.run(command(bundle_dir, source, output), check=True, cwd=ROOT, timeout=600, start_new_session=True)
-    assert kills >= 5
+    assert kills >= 3
     assert rows_of(output) == local
 
 
