@@ -259,3 +259,14 @@ def install(monkeypatch: Any) -> CudaRuntime:
     DEVICE[:] = [runtime]
     monkeypatch.setattr(cuda, "runtime", lambda: runtime)
     return runtime
+
+
+
+def doctor_report(monkeypatch: Any, bundles: list) -> Any:
+    """`locsum doctor`'s report on `bundles` over the stand-ins for TensorRT (`trt_standin.loaded()`) and cuda-python
+    (`install`)."""
+    from locsum_sdk import doctor
+
+    with trt_standin.loaded():
+        install(monkeypatch)
+        return doctor.run(bundles)

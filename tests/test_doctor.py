@@ -62,12 +62,8 @@ def test_doctor_on_a_stood_in_gpu(monkeypatch):
     stages on a tiny blocks bundle in tests/test_rebuild.py: the stand-in runs the default's 135M float32 graphs
     at a minute a check."""
     import gpu_standin
-    import trt_standin
 
-    bundles = doctor.shipped_bundles()[1:]  # the default is first
-    with trt_standin.loaded():
-        gpu_standin.install(monkeypatch)
-        report = doctor.run(bundles)
+    report = gpu_standin.doctor_report(monkeypatch, doctor.shipped_bundles()[1:])  # the default is first
     status = {c.stage: c.status for c in report.checks}
     assert [c.stage for c in report.checks] == [s for s in STAGES if not s.endswith(":default")]
     assert {s for s, v in status.items() if v != "pass"} <= {"onnxruntime-cuda", "kernels"}, report.checks

@@ -112,15 +112,10 @@ def test_the_doctor_builds_a_fused_bundles_engines_and_their_tokens_are_onnx_run
     (tests/gpu_standin.py): its engines are built with the doctor's profiles and decode the tokens ONNX Runtime
     decodes on the same float32 graphs."""
     import gpu_standin
-    import trt_standin
-
-    from locsum_sdk import doctor
 
     _, bundle = tuned
     blocks = export_again(bundle, tmp_path / "blocks", "blocks")
-    with trt_standin.loaded():
-        gpu_standin.install(monkeypatch)
-        report = doctor.run([blocks.path])
+    report = gpu_standin.doctor_report(monkeypatch, [blocks.path])
     status = {c.stage: c.status for c in report.checks}
     assert status["engines:blocks"] == status["tokens:blocks"] == "pass", report.checks
 

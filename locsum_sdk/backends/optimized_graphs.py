@@ -13,6 +13,7 @@ bundle's directory (`bundle_cache`). On CUDA, or for a bundle read from where it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -30,8 +31,9 @@ GRAPHS_DIR = "graphs"  # under a bundle's cache directory
 STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
 
 
+@functools.cache
 def processor() -> str:
-    """This processor's model and instruction sets (Linux's /proc/cpuinfo), or what `platform` knows."""
+    """This processor's model and instruction sets (Linux's /proc/cpuinfo, read once), or what `platform` knows."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
