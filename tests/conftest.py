@@ -347,6 +347,33 @@ def hiersumm_bundle_dir(tmp_path_factory, checkpoint_dir) -> Path:
     return output
 
 
+@pytest.fixture
+def short_qmsum(tmp_path, monkeypatch) -> Path:
+    """A data folder for `train.release` holding QMSum test's first 3 meetings of ../shared/data, each cut to its
+    first lines up to 4,000 characters: the real format and text at a tenth of the cost of whole meetings."""
+    import json
+
+    from train import release
+
+    folder = tmp_path / "short-data"
+    (folder / "qmsum").mkdir(parents=True)
+    rows = []
+    with open(SHARED_DATA / "qmsum" / "test.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            cut = []
+            for text_line in row["documents"][0].splitlines(keepends=True):
+                if sum(map(len, cut)) + len(text_line) > 4000:
+                    break
+                cut.append(text_line)
+            rows.append(json.dumps({**row, "documents": ["".join(cut)]}))
+            if len(rows) == 3:
+                break
+    (folder / "qmsum" / "test.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    monkeypatch.setattr(release, "DATA", folder)
+    return folder
+
+
 def json_values(text_size: int = 8, leaves: int = 6):
     """Any JSON value: scalars (NaN and infinities among the floats), and lists and objects of them."""
     scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(), st.text(max_size=text_size))

@@ -282,8 +282,10 @@ def test_a_card_and_locsum_eval_count_the_base_vocabulary_as_real_words(installe
 
     from locsum_sdk import evaluation
     from locsum_sdk.cli import main
+    from train import release
     from train.release import known_words
 
+    monkeypatch.setattr(release, "DATA", tmp_path)  # no training data here: the vocabulary's words alone
     small = installed[3]
     words = evaluation.vocabulary_words(Tokenizer.from_file(str(Bundle.load(small.path).file("tokenizer.json"))))
     assert words and all(word.isalpha() and word == word.lower() and len(word) >= 4 for word in words)

@@ -131,7 +131,7 @@ def test_only_an_int8_or_blocks_hierencdec_bundle_is_rebuilt(tuned):
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
-def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path):
+def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, short_qmsum):
     """An earlier release's record (as train.release writes it) beside the int8 bundle; released again with
     --quantize blocks: the fused step ships, set side by side with the int8 graphs on QMSum test, and the int8
     graphs' rows are carried beside its own."""

@@ -463,7 +463,8 @@ def test_a_copying_model_pretrains_resumes_exactly_and_fine_tunes_as_another_kin
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "qmsum").is_dir(), reason=f"{SHARED_DATA} (the shared data) is not here")
-def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir):
+def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tokenizer_file, bundle_dir,
+                                                            short_qmsum):
     from locsum_sdk import Summarizer
     from locsum_sdk.bundle import Bundle
     from locsum_sdk.evaluation import EvalExample

@@ -104,10 +104,10 @@ def known_words(bundle: Path) -> frozenset[str]:
     backbone its vocabulary's whole words)."""
     from tokenizers import Tokenizer
 
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    if on_base_model(manifest["model"]):
-        return real_words() | vocabulary_words(Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))))
-    return real_words()
+    words = real_words(DATA)  # the module's DATA as it is now (LOCSUM_DATA, or a test's folder)
+    if on_base_model(json.loads((bundle / "manifest.json").read_text())["model"]):
+        return words | vocabulary_words(Tokenizer.from_file(str(Bundle.load(bundle).file("tokenizer.json"))))
+    return words
 
 
 def cell(metrics: dict, column: str) -> str:
