@@ -351,6 +351,8 @@ def _profile(args: argparse.Namespace) -> int:
     print(f"decoding: {profile.steps} steps, {profile.step_ms:.2f} ms a step, of which {profile.outside_ms:.2f} ms "
           f"({100 * profile.outside_ms / profile.step_ms:.0f}%) outside the decoder graph (the search, the decoding "
           "options, binding the inputs)")
+    print(f"untraced: {profile.untraced_step_ms:.2f} ms a step (the same summary with tracing off); the figures "
+          "above include what tracing adds to each operator run")
     return 0
 
 

@@ -108,9 +108,8 @@ def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, 
     options = _fixed_steps(summarizer, tokens, steps, num_beams)
     summary = summarizer.summarize(text, **options)
     working = summarizer.estimate_memory([summary.units], summarizer.options(**options).generation).total / 2**20
-    steps_run = max(1, len(summary.token_ids))
     return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
-                 peak_rss_mb(), loaded, summary.timings["encode"], 1000 * summary.timings["decode"] / steps_run,
+                 peak_rss_mb(), loaded, summary.timings["encode"], step_ms(summary),
                  list(summary.token_ids), None if loaded is None else loaded + working, summary.timings["select"])
 
 
@@ -181,6 +180,7 @@ class Profile:
     graphs: list[GraphProfile]  # encoder, decoder
     steps: int  # decoding steps run
     step_ms: float  # the decoding loop's wall time a step: the decoder graph's run and everything around it
+    untraced_step_ms: float  # the same summary's time a step with tracing off: what tracing adds is the difference
 
     @property
     def outside_ms(self) -> float:
@@ -191,25 +191,33 @@ class Profile:
     def to_dict(self) -> dict:
         return {"graphs": [asdict(g) for g in self.graphs],
                 "decoding": {"steps": self.steps, "step_ms": self.step_ms, "outside_ms": self.outside_ms,
-                             "outside_share": self.outside_ms / self.step_ms if self.step_ms else 0.0}}
+                             "outside_share": self.outside_ms / self.step_ms if self.step_ms else 0.0,
+                             "untraced_step_ms": self.untraced_step_ms}}
 
 
 def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, threads: int | None = None,
                by_node: bool = False) -> Profile:
     """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder,
-    and the decoding loop's time a step (tracing slows every run a little)."""
+    and the decoding loop's time a step. The same summary runs first with tracing off (warming the sessions up), so
+    the report can say how much the tracing itself adds to a step."""
     from .backends.onnxruntime import OnnxRuntimeBackend
     from .summarizer import Summarizer
 
     summarizer = Summarizer.from_pretrained(path, backend="onnxruntime", threads=threads, verify=False)
     text = text_of_tokens(summarizer.tokenizer, tokens)
+    options = _fixed_steps(summarizer, tokens, steps, num_beams)
+    untraced = summarizer.summarize(text, **options)
     with tempfile.TemporaryDirectory(prefix="locsum-profile-") as directory:
         traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
         summarizer.backend = traced
-        summary = summarizer.summarize(text, **_fixed_steps(summarizer, tokens, steps, num_beams))
+        summary = summarizer.summarize(text, **options)
         graphs = [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
-    run = max(len(summary.token_ids), 1)
-    return Profile(graphs, run, 1000 * summary.timings["decode"] / run)
+    return Profile(graphs, max(len(summary.token_ids), 1), step_ms(summary), step_ms(untraced))
+
+
+def step_ms(summary) -> float:
+    """A summary's decoding time a step (its tokens, at least one), in ms."""
+    return 1000 * summary.timings["decode"] / max(len(summary.token_ids), 1)
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:

@@ -1,6 +1,7 @@
 """`locsum bench` and `locsum_sdk.profiling`: points measured in fresh processes, lengths parsed, memory fitted."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,7 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     decoding = profile["decoding"]
     assert decoding["steps"] == 3 and decoding["step_ms"] >= decoding["outside_ms"] >= 0
     assert decoding["outside_ms"] == pytest.approx(max(decoding["step_ms"] - decoder["run_ms"], 0))
+    assert decoding["untraced_step_ms"] > 0  # the same summary with tracing off, measured beside it
     assert decoder["runs"] == 3 and encoder["runs"] >= 1
     for graph in (encoder, decoder):
         ms = [o["ms"] for o in graph["ops"]]
@@ -107,6 +109,7 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     table = capsys.readouterr().out
     assert "decoder: 2 runs" in table and table.count(" others ") == 2 and "operator runs a run" in table
     assert "decoding: 2 steps" in table and "outside the decoder graph" in table
+    assert re.search(r"untraced: \d+\.\d\d ms a step", table)
     rows = [line.split() for line in table.splitlines() if line.startswith("  ") and " others " not in line]
     nodes = [row for row in rows if row[0] != "node"]
     assert len(nodes) == 6 and all(float(row[1]) == 1.0 for row in nodes), table  # top 3 nodes of each graph
