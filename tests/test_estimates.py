@@ -27,7 +27,7 @@ BUNDLES = {"pagesum": ROOT / "engines" / "pagesum", **{kind: ROOT / "engines" / 
                                                          for kind in ("dyle", "hierencdec", "hiersumm")}}
 FLOOR = 8 * 2**20
 SLACK = 2 * 2**20  # the allocator's and the thread pools' own movement (see the module docstring)
-CASES_PER_KIND = 6  # each runs in its own process (1-5 s); the benchmark runs the wide grid
+CASES_PER_KIND = 4  # each runs in its own process (1-10 s); the benchmark runs the wide grid
 WORDS = [3, 12, 60, 400, 3000]  # a few words (a ticket) to a long document cut into many pages
 
 
