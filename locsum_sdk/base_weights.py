@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .blockwise import FORMS, BlockWeight, file_blocks
+from .blockwise import FORMS, GGUF_TYPES, BlockWeight, file_blocks
 from .errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
 from .gguf_file import GGUFFile
 from .model_files import check_record, file_sha256, is_record, locate
@@ -234,7 +234,8 @@ def source_blocks(path: Path, names: Collection[str], file: str) -> Iterator[tup
     for name in sorted(names):
         blocks = file_blocks(reader, name)
         if blocks is None:
-            raise BundleVersionError(f"{file} holds no tensor {name!r} in blocks of 32 (Q4_0, Q4_1 or Q8_0)")
+            raise BundleVersionError(f"{file} holds no tensor {name!r} of a type with one step per 32 values "
+                                     f"({', '.join(GGUF_TYPES.values())})")
         yield name, blocks
 
 

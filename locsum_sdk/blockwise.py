@@ -10,8 +10,9 @@ zero point per block is 40x slower there, and an 8-bit one is refused). The offs
 x @ offset-per-block^T = (x summed over each block) @ offset^T, which `modeling.fused_llama.linear` adds with one small
 MatMul of the block sums (shared with a LoRA adapter's).
 
-Blocks come straight from a GGUF file's bytes where its type is a block-32 one (Q4_0, Q4_1, Q8_0: the model that
-runs is the file's, code for code), or from float32 values (`quantize`), 4-bit (per-block minimum and step, as
+Blocks come straight from a GGUF file's bytes where its type has one step and at most one minimum per 32 values
+(Q4_0, Q4_1, Q4_K as 4-bit codes; Q5_0, Q5_1, Q5_K and Q8_0 as 8-bit ones: the model that runs is the file's, code
+for code, `ggml_blocks.affine`), or from float32 values (`quantize`), 4-bit (per-block minimum and step, as
 llama.cpp's Q4_1) or 8-bit (symmetric, as Q8_0).
 """
 
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BundleError, ExportError
-from .ggml_blocks import type_name
+from .ggml_blocks import AFFINE, TYPES, affine, type_name
 from .gguf_file import GGUFFile
 
 BLOCK = 32
 BITS = (4, 8)
-GGUF_TYPES = {2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}  # ggml types whose blocks are taken as they are
+GGUF_TYPES = {kind: TYPES[kind].name for kind in AFFINE}  # ggml types whose blocks are taken as they are
 FORMS = ("codes", "scales", "offsets")  # what a graph holds of a block weight (`BlockWeight.form`)
 
 
@@ -113,28 +114,25 @@ def quantize(weight: np.ndarray, bits: int) -> BlockWeight:
 
 
 def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight:
-    """A GGUF tensor's bytes (uint8) of ggml type Q4_0, Q4_1 or Q8_0 and its numpy shape (N, K) -> its blocks, code
-    for code: Q4_0 is scale * (q - 8), Q4_1 scale * q + minimum = scale * (q - 8) + (minimum + 8 * scale), Q8_0
-    scale * q with q signed (its code here q + 128)."""
+    """A GGUF tensor's bytes (uint8) of a ggml type in `GGUF_TYPES` and its numpy shape (N, K) -> its blocks, code for
+    code. The file's value step * (q - c) + minimum per 32 is, with codes of 4 bits (Q4_*), scale * (q - 8) + (step
+    * (8 - c) + minimum); with codes of 5 or 8 bits, held in 8 (Q5_*, Q8_0), scale * ((q - c + 128) - 128) +
+    minimum. Offsets are None where the type has no minimum and its codes are centred as the blocks' are."""
     if kind not in GGUF_TYPES:
         raise BundleError(f"ggml type {type_name(kind)} has no block form here ({', '.join(GGUF_TYPES.values())} do)")
     rows, columns = shape
-    if columns % BLOCK:
-        raise BundleError(f"a {type_name(kind)} tensor of {columns} columns is not whole blocks of {BLOCK}")
-    per_block = {2: 18, 3: 20, 8: 34}[kind]
-    blocks = raw.reshape(rows * columns // BLOCK, per_block)
-    scale = blocks[:, 0:2].copy().view("<f2").astype(np.float32)[:, 0]
-    if kind == 8:
-        codes = (blocks[:, 2:].copy().view(np.int8).astype(np.int16) + 128).astype(np.uint8)
-        return BlockWeight(codes.reshape(rows, columns), scale.reshape(rows, -1), None, 8)
-    start = 2 if kind == 2 else 4
-    nibbles = blocks[:, start:]
-    codes = np.concatenate([nibbles & np.uint8(0x0F), nibbles >> np.uint8(4)], axis=1).reshape(rows, columns)
-    offsets = None
-    if kind == 3:
-        minimum = blocks[:, 2:4].copy().view("<f2").astype(np.float32)[:, 0]
-        offsets = (minimum + np.float32(8) * scale).reshape(rows, -1)
-    return BlockWeight(codes, scale.reshape(rows, -1), offsets, 4)
+    if columns % TYPES[kind].values:
+        raise BundleError(f"a {type_name(kind)} tensor of {columns} columns is not whole blocks of "
+                          f"{TYPES[kind].values}")
+    parts = affine(raw, kind, rows * columns)
+    scales = parts.steps.reshape(rows, -1)
+    offsets = None if parts.minimums is None else parts.minimums.reshape(rows, -1)
+    if parts.bits == 4:
+        if parts.centre != 8:  # Q4_1, Q4_K: centre 0, with a minimum
+            offsets = scales * np.float32(8 - parts.centre) + offsets
+        return BlockWeight(parts.codes.reshape(rows, columns), scales, offsets, 4)
+    codes = (parts.codes.astype(np.int16) + (128 - parts.centre)).astype(np.uint8)
+    return BlockWeight(codes.reshape(rows, columns), scales, offsets, 8)
 
 
 def file_blocks(reader: GGUFFile, name: str) -> BlockWeight | None:
@@ -144,7 +142,7 @@ def file_blocks(reader: GGUFFile, name: str) -> BlockWeight | None:
     from .llm.gguf_model import PERMUTED, unpermute
 
     info = reader.tensors.get(name)
-    if info is None or info.type not in GGUF_TYPES or len(info.shape) != 2 or info.shape[1] % BLOCK:
+    if info is None or info.type not in GGUF_TYPES or len(info.shape) != 2:
         return None
     raw = np.fromfile(reader.path, dtype=np.uint8, count=info.nbytes, offset=reader.data_start + info.offset)
     blocks = from_gguf(raw, info.type, info.shape)

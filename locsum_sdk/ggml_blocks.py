@@ -5,6 +5,9 @@ values, one float16 scale and, for _1, a float16 minimum) and the K-quants Q2_K,
 (super-blocks of 256 values in sub-blocks of 16 or 32, each with its own 4-, 6- or 8-bit scale). Dequantizing is
 elementwise float32 arithmetic in a fixed order (each scale times each code, then the minimum), so every machine
 gets the same bits from the same file. Another type is refused by its name (`UnsupportedTypeError`).
+
+The types whose every run of 32 values has one step and at most one minimum (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+Q5_K) are also read as their parts (`affine`): codes, steps and minimums, which `blockwise` runs as they are.
 """
 
 from __future__ import annotations
@@ -53,13 +56,32 @@ def _bf16(blocks: np.ndarray) -> np.ndarray:
     return (blocks.copy().view("<u2").astype(np.uint32) << 16).view(np.float32)
 
 
-def _q4_0(blocks: np.ndarray) -> np.ndarray:
-    codes = _nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)
-    return _half(blocks, 0) * codes.astype(np.float32)
+@dataclass(frozen=True)
+class Affine:
+    """Blocks read as their parts: value = step * (code - centre) + minimum, one step and minimum per run of 32."""
+
+    codes: np.ndarray  # (n, values) uint8, each below 2^bits
+    steps: np.ndarray  # (n, values // 32) float32
+    minimums: np.ndarray | None  # (n, values // 32) float32; None where the type has none
+    centre: int
+    bits: int  # the codes' width: 4, 5 or 8
+
+    def values(self) -> np.ndarray:
+        """(n, values) float32, the type's own arithmetic: each step times each centred code, then the minimum."""
+        runs = self.codes.shape[1] // 32
+        centred = (self.codes.astype(np.int16) - np.int16(self.centre)).astype(np.float32).reshape(-1, runs, 32)
+        values = self.steps[:, :, None] * centred
+        if self.minimums is not None:
+            values = values + self.minimums[:, :, None]
+        return values.reshape(self.codes.shape)
 
 
-def _q4_1(blocks: np.ndarray) -> np.ndarray:
-    return _half(blocks, 0) * _nibbles(blocks[:, 4:]).astype(np.float32) + _half(blocks, 2)
+def _q4_0(blocks: np.ndarray) -> Affine:
+    return Affine(_nibbles(blocks[:, 2:]), _half(blocks, 0), None, 8, 4)
+
+
+def _q4_1(blocks: np.ndarray) -> Affine:
+    return Affine(_nibbles(blocks[:, 4:]), _half(blocks, 0), _half(blocks, 2), 0, 4)
 
 
 def _fifth_bits(high: np.ndarray) -> np.ndarray:
@@ -68,18 +90,17 @@ def _fifth_bits(high: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint8) << np.uint8(4)
 
 
-def _q5_0(blocks: np.ndarray) -> np.ndarray:
-    codes = (_nibbles(blocks[:, 6:]) | _fifth_bits(blocks[:, 2:6])).astype(np.int8) - np.int8(16)
-    return _half(blocks, 0) * codes.astype(np.float32)
+def _q5_0(blocks: np.ndarray) -> Affine:
+    return Affine(_nibbles(blocks[:, 6:]) | _fifth_bits(blocks[:, 2:6]), _half(blocks, 0), None, 16, 5)
 
 
-def _q5_1(blocks: np.ndarray) -> np.ndarray:
-    codes = _nibbles(blocks[:, 8:]) | _fifth_bits(blocks[:, 4:8])
-    return _half(blocks, 0) * codes.astype(np.float32) + _half(blocks, 2)
+def _q5_1(blocks: np.ndarray) -> Affine:
+    return Affine(_nibbles(blocks[:, 8:]) | _fifth_bits(blocks[:, 4:8]), _half(blocks, 0), _half(blocks, 2), 0, 5)
 
 
-def _q8_0(blocks: np.ndarray) -> np.ndarray:
-    return _half(blocks, 0) * blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+def _q8_0(blocks: np.ndarray) -> Affine:
+    codes = (blocks[:, 2:].copy().view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    return Affine(codes, _half(blocks, 0), None, 128, 8)
 
 
 def _two_bit_codes(codes: np.ndarray) -> np.ndarray:
@@ -134,22 +155,22 @@ def _k_nibbles(codes: np.ndarray) -> np.ndarray:
     return np.concatenate([runs & np.uint8(0x0F), runs >> np.uint8(4)], axis=2).reshape(-1, 256)
 
 
-def _k_affine(blocks: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """codes (n, 256) of Q4_K/Q5_K super-blocks -> d * scale * code - dmin * minimum, per sub-block of 32."""
+def _k_affine(blocks: np.ndarray, codes: np.ndarray, bits: int) -> Affine:
+    """codes (n, 256) of Q4_K/Q5_K super-blocks -> d * scale * code - dmin * minimum, per sub-block of 32 (the minimum
+    negated: subtracting a float32 and adding its negation give the same bits)."""
     scales, minimums = _k_scales(blocks[:, 4:16])
-    step = (_half(blocks, 0) * scales.astype(np.float32))[:, :, None]  # (n, 8, 1)
-    offset = (_half(blocks, 2) * minimums.astype(np.float32))[:, :, None]
-    return (step * codes.reshape(-1, 8, 32).astype(np.float32) - offset).reshape(-1, 256)
+    return Affine(codes, _half(blocks, 0) * scales.astype(np.float32),
+                  -(_half(blocks, 2) * minimums.astype(np.float32)), 0, bits)
 
 
-def _q4_k(blocks: np.ndarray) -> np.ndarray:
-    return _k_affine(blocks, _k_nibbles(blocks[:, 16:144]))
+def _q4_k(blocks: np.ndarray) -> Affine:
+    return _k_affine(blocks, _k_nibbles(blocks[:, 16:144]), 4)
 
 
-def _q5_k(blocks: np.ndarray) -> np.ndarray:
+def _q5_k(blocks: np.ndarray) -> Affine:
     high = np.unpackbits(blocks[:, 16:48], axis=1, bitorder="little").reshape(-1, 32, 8)  # (n, l, bit)
     fifth = high.transpose(0, 2, 1).reshape(-1, 256) << np.uint8(4)  # sub-block j's l-th value: bit j of byte l
-    return _k_affine(blocks, _k_nibbles(blocks[:, 48:176]) | fifth)
+    return _k_affine(blocks, _k_nibbles(blocks[:, 48:176]) | fifth, 5)
 
 
 def _q6_k(blocks: np.ndarray) -> np.ndarray:
@@ -163,18 +184,27 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     return (_half(blocks, 208)[:, :, None] * scales * codes).reshape(-1, 256)
 
 
+#: The types read as `Affine` parts, by ggml type.
+AFFINE: dict[int, Callable[[np.ndarray], Affine]] = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k,
+                                                     13: _q5_k}
+
+
+def _from_parts(kind: int) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda blocks: AFFINE[kind](blocks).values()
+
+
 TYPES: dict[int, BlockType] = {
     0: BlockType("F32", 1, 4, _f32),
     1: BlockType("F16", 1, 2, _f16),
-    2: BlockType("Q4_0", 32, 18, _q4_0),
-    3: BlockType("Q4_1", 32, 20, _q4_1),
-    6: BlockType("Q5_0", 32, 22, _q5_0),
-    7: BlockType("Q5_1", 32, 24, _q5_1),
-    8: BlockType("Q8_0", 32, 34, _q8_0),
+    2: BlockType("Q4_0", 32, 18, _from_parts(2)),
+    3: BlockType("Q4_1", 32, 20, _from_parts(3)),
+    6: BlockType("Q5_0", 32, 22, _from_parts(6)),
+    7: BlockType("Q5_1", 32, 24, _from_parts(7)),
+    8: BlockType("Q8_0", 32, 34, _from_parts(8)),
     10: BlockType("Q2_K", 256, 84, _q2_k),
     11: BlockType("Q3_K", 256, 110, _q3_k),
-    12: BlockType("Q4_K", 256, 144, _q4_k),
-    13: BlockType("Q5_K", 256, 176, _q5_k),
+    12: BlockType("Q4_K", 256, 144, _from_parts(12)),
+    13: BlockType("Q5_K", 256, 176, _from_parts(13)),
     14: BlockType("Q6_K", 256, 210, _q6_k),
     30: BlockType("BF16", 1, 2, _bf16),
 }
@@ -197,6 +227,16 @@ def block_type(kind: int, what: str = "a tensor") -> BlockType:
         raise UnsupportedTypeError(f"{what} is of ggml type {type_name(kind)}, which is not read here ({read} are); "
                                    "convert the model with llama.cpp's llama-quantize to one of those")
     return TYPES[kind]
+
+
+def affine(raw: np.ndarray, kind: int, size: int) -> Affine:
+    """The parts of `size` values from the bytes `raw` (uint8) of one tensor of ggml type `kind`, one of `AFFINE`:
+    one row per block of the type (32 or 256 values)."""
+    block = block_type(kind)
+    if kind not in AFFINE:
+        raise UnsupportedTypeError(f"ggml type {block.name} has no parts of one step per 32 values (its sub-blocks "
+                                   f"are of 16); {', '.join(TYPES[k].name for k in AFFINE)} have")
+    return AFFINE[kind](raw.reshape(size // block.values, block.nbytes))
 
 
 def dequantize(raw: np.ndarray, kind: int, size: int) -> np.ndarray:

@@ -61,10 +61,32 @@ _NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_at
           "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
+#: Where each K-quant keeps its float16 super-block scales, and the range drawn for them (a real model's magnitudes).
+K_SCALES = {"Q2_K": ((80, 82), 1e-3), "Q3_K": ((108,), 5e-4), "Q4_K": ((0, 2), 2e-4), "Q5_K": ((0, 2), 1e-4),
+            "Q6_K": ((208,), 2e-5)}
+
+
+def random_blocks(kind: str, rows: int, columns: int, rng: np.random.Generator) -> np.ndarray:
+    """Valid bytes (rows, bytes a row) of a K-quant tensor, which gguf-py cannot quantize: random codes and sub-block
+    scales, each super-block's float16 scales drawn from `K_SCALES`."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    values, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
+    raw = rng.integers(0, 256, size=(rows * columns // values, nbytes), dtype=np.uint8)
+    starts, scale = K_SCALES[kind]
+    for start in starts:
+        raw[:, start:start + 2] = rng.uniform(scale / 2, scale, size=(len(raw), 1)).astype("<f2").view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
 def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: str | None = CHAT_TEMPLATE,
-               embedding: str = "Q8_0", **changes) -> tuple[Path, dict, dict]:
+               embedding: str = "Q8_0", projections: str | dict[str, str] = "Q4_1",
+               **changes) -> tuple[Path, dict, dict]:
     """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` and `chat_template`, its token embedding
-    in the ggml type `embedding` -> (path, config, the HF weights it was made from, before quantization)."""
+    in the ggml type `embedding`, its projections in `projections` (one type, or a type by GGUF role such as
+    "ffn_down", the others Q4_1) -> (path, config, the HF weights it was made from, before quantization). A K-quant
+    projection holds `random_blocks` (K-quants need rows of whole 256s: d_model=256, ffn_dim=256 or more), which
+    the weights returned do not describe."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 
@@ -90,11 +112,17 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
+    rng = np.random.default_rng(seed)
+
     def add(name: str, array: np.ndarray, kind) -> None:
         if kind == Q.F32:
             writer.add_tensor(name, array)
+        elif kind.name in K_SCALES:
+            writer.add_tensor(name, random_blocks(kind.name, *array.shape, rng), raw_dtype=kind)
         else:
             writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+
+    types = projections if isinstance(projections, dict) else {theirs: projections for theirs in _NAMES.values()}
 
     add("token_embd.weight", weights["embed_tokens.weight"], Q[embedding])
     for i in range(config["layers"]):
@@ -104,7 +132,7 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
                 array = permute(array, config["heads"])
             elif theirs == "attn_k":
                 array = permute(array, config["kv_heads"])
-            add(f"blk.{i}.{theirs}.weight", array, Q.F32 if array.ndim == 1 else Q.Q4_1)
+            add(f"blk.{i}.{theirs}.weight", array, Q.F32 if array.ndim == 1 else Q[types.get(theirs, "Q4_1")])
     add("output_norm.weight", weights["norm.weight"], Q.F32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -86,6 +86,43 @@ def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):
         blockwise.from_gguf(np.zeros(4, np.uint8), 0, (1, 1))
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"])
+def test_each_type_of_one_step_per_32_values_runs_its_own_codes(kind):
+    """A tensor of each ggml type with one step (and at most one minimum) per 32 values: its blocks hold the file's
+    codes (4-bit for Q4_*, 8-bit for Q5_* and Q8_0), their values are the file's to the float32 rounding of the
+    offset (step * 8 + minimum, added once), and MatMulNBits over them plus the offsets' term is x @ W^T of the
+    file's W."""
+    import gguf
+    from gguf_files import K_SCALES, random_blocks
+
+    from locsum_sdk.ggml_blocks import affine, dequantize
+
+    code = int(gguf.GGMLQuantizationType[kind])
+    rng = np.random.default_rng(code)
+    rows, columns = 6, 512
+    if kind in K_SCALES:
+        raw = random_blocks(kind, rows, columns, rng).reshape(-1)
+    else:
+        weight = rng.normal(0.0, 0.08, (rows, columns)).astype(np.float32)
+        raw = gguf.quants.quantize(weight, gguf.GGMLQuantizationType[kind]).reshape(-1)
+    expected = dequantize(raw, code, rows * columns).reshape(rows, columns)
+    blocks = blockwise.from_gguf(raw, code, (rows, columns))
+    parts = affine(raw, code, rows * columns)
+    assert blocks.bits == (4 if kind.startswith("Q4") else 8)
+    if blocks.bits == 4:
+        assert np.array_equal(blocks.codes.reshape(-1), parts.codes.reshape(-1))  # the file's nibbles
+    else:  # the file's 5- or 8-bit codes, centred as the file centres them
+        assert np.array_equal(blocks.codes.astype(np.int16).reshape(-1) - blocks.centre,
+                              parts.codes.astype(np.int16).reshape(-1) - parts.centre)
+    magnitude = float(np.abs(expected).max())
+    np.testing.assert_allclose(blocks.values(), expected, rtol=0, atol=4 * np.finfo(np.float32).eps * magnitude)
+    x = rng.standard_normal((3, columns)).astype(np.float32)
+    offsets = 0 if blocks.offsets is None else x.reshape(3, -1, 32).sum(-1) @ blocks.offsets.T
+    wanted = x @ expected.T
+    np.testing.assert_allclose(matmul_nbits(blocks, x) + offsets, wanted, rtol=0,
+                               atol=1e-5 * max(1.0, float(np.abs(wanted).max())))
+
+
 def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEncDec:
     """`net` with nonzero adapters and every projection and the embedding on block weights' values, so that the
     fused graph's blocks hold exactly the torch module's weights."""
@@ -188,6 +225,31 @@ def test_a_4_bit_embedding_is_read_and_used_as_the_head_from_its_blocks(tokenize
         assert np.abs(got - expected).max() < 1e-4
 
 
+K_M = {**{role: "Q4_K" for role in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up")}, "attn_v": "Q5_K",
+       "ffn_down": "Q6_K"}  # a `Q4_K_M` file's mix: Q4_K, with Q5_K and Q6_K where more bits matter
+
+
+def test_a_k_quant_files_blocks_run_code_for_code_and_its_sixteens_in_8_bits(tokenizer_file, tmp_path):
+    """A file of Q4_K and Q5_K projections: every one is taken from the file code for code, and the step is the
+    torch step on the file's weights; its Q6_K projections (sub-blocks of 16, which no block of 32 holds) run as
+    8-bit blocks quantized from the file's values, not 4-bit."""
+    exact = {**K_M, "ffn_down": "Q4_K"}
+    path, _, _ = write_gguf(tmp_path / "k.gguf", tokenizer_file, d_model=256, ffn_dim=256, projections=exact)
+    net = load_llm(path).model.eval()
+    layers = net.config.layers
+    assert len(fused_step(net, GGUFFile(path), accuracy=0)[1]) == 7 * layers + 1
+    results, _ = run_steps(net, accuracy=0, gguf=GGUFFile(path))
+    for expected, got, _, _ in results:
+        assert np.abs(got - expected).max() < 1e-4
+    path, _, _ = write_gguf(tmp_path / "k_m.gguf", tokenizer_file, d_model=256, ffn_dim=256, projections=K_M)
+    net = load_llm(path).model.eval()
+    graph, from_file = fused_step(net, GGUFFile(path), accuracy=0)
+    assert len(from_file) == 6 * layers + 1 and not [name for name in from_file if "down_proj" in name]
+    bits = [next(a.i for a in node.attribute if a.name == "bits") for node in graph.graph.node
+            if node.op_type == "MatMulNBits"]
+    assert bits.count(8) == 2 * layers + 1, bits  # each layer's value (Q5_K) and down (Q6_K), the Q8_0 head
+
+
 def test_a_kind_without_a_fused_step_is_refused():
     from locsum_sdk.modeling.pagesum import PageSum
 
@@ -239,20 +301,24 @@ def test_blocks_are_refused_for_a_kind_without_a_fused_step(llama_checkpoint_dir
     assert not (tmp_path / "bundle").exists()
 
 
-def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(tokenizer_file, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("projections", "from_file"), [("Q4_1", 7 * 2 + 1), (K_M, 6 * 2 + 1)], ids=["Q4_1", "K_M"])
+def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(projections, from_file, tokenizer_file,
+                                                                        tmp_path, monkeypatch):
     """A user's GGUF exported as it is (`locsum export --checkpoint model.gguf --quantize blocks`): the recipes name
-    the user's file, and its blocks run."""
+    the user's file, and its blocks run (a `_K_M` file's Q4_K and Q5_K blocks too; its Q6_K ones are the bundle's
+    own 8-bit blocks)."""
     import json
 
     from locsum_sdk import Summarizer
     from locsum_sdk.exporters.onnx import export_onnx
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path, _, _ = write_gguf(tmp_path / "model.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    path, _, _ = write_gguf(tmp_path / "model.gguf", tokenizer_file, d_model=256, ffn_dim=512,
+                            projections=projections)
     bundle = export_onnx(path, tmp_path / "bundle", quantize="blocks")
     manifest = json.loads((bundle.path / C.MANIFEST_FILE).read_text())
     assert [source["file"] for source in manifest["base"]["sources"]] == [path.name]
-    assert sum(1 for t in manifest["base"]["tensors"] if t.get("block") == "codes") == 7 * 2 + 1
+    assert sum(1 for t in manifest["base"]["tensors"] if t.get("block") == "codes") == from_file
     summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize("The roof leaks. " * 30, max_length=6)
     assert 0 < len(summary.token_ids) <= 6
 

@@ -31,17 +31,20 @@ from ..blockwise import BlockWeight
 from ..errors import ExportError
 from ..exporters.onnx_builder import ELEMENT_TYPES, MS, GraphBuilder
 from ..gguf_file import GGUFFile
-from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS
+from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS, oriented_tensors
 from .llama import Llama, frequencies
 from .lora import LoRALinear
 
+PLAIN_TYPES = (0, 1, 30)  # ggml's F32, F16 and BF16: float weights, quantized to the bundle's bits
 ACCURACY = 4  # MatMulNBits' int8 compute (activations quantized per block of 32); 0 computes in float32
 HF_TO_GGUF = {**{hf: gguf for gguf, hf in LAYER_TENSORS.items()}, **{hf: gguf for gguf, hf in GLOBAL_TENSORS.items()}}
 
 
 class BlockSource:
     """Block weights for a module's projections: a GGUF file's blocks where the projection is exactly one of its
-    block-32 tensors, else the float weight quantized to `bits`."""
+    tensors of a type with one step per 32 values (`blockwise.GGUF_TYPES`); 8-bit blocks quantized from one of its
+    other quantized tensors (Q2_K, Q3_K, Q6_K: sub-blocks of 16), the closest form to the file's codes; else the
+    float weight quantized to `bits`."""
 
     def __init__(self, gguf: GGUFFile | None = None, bits: int = 4):
         self.gguf, self.bits = gguf, bits
@@ -49,13 +52,19 @@ class BlockSource:
 
     def blocks(self, name: str, weight: np.ndarray, bits: int | None = None) -> BlockWeight:
         """`name`: the HF name without `model.` (e.g. layers.3.self_attn.q_proj.weight)."""
-        found = self._file_blocks(name, weight)
-        if found is not None:
-            self.from_file.append(name)
-            return found
+        gguf_name = self._file_name(name, weight)
+        if gguf_name is not None:
+            found = blockwise.file_blocks(self.gguf, gguf_name)
+            if found is not None:
+                self.from_file.append(name)
+                return found
+            if self.gguf.tensors[gguf_name].type not in PLAIN_TYPES:
+                return blockwise.quantize(weight, 8)
         return blockwise.quantize(weight, bits or self.bits)
 
-    def _file_blocks(self, name: str, weight: np.ndarray) -> BlockWeight | None:
+    def _file_name(self, name: str, weight: np.ndarray) -> str | None:
+        """The GGUF name of the file's tensor that `weight` is, value for value; None where the module's weight is not
+        the file's (fine-tuned, or another file) or there is no file."""
         if self.gguf is None:
             return None
         parts = name.split(".")
@@ -63,10 +72,11 @@ class BlockSource:
             gguf_name = f"blk.{parts[1]}.{HF_TO_GGUF.get('.'.join(parts[2:-1]), '?')}.{parts[-1]}"
         else:
             gguf_name = f"{HF_TO_GGUF.get(parts[0], '?')}.{parts[-1]}"
-        found = blockwise.file_blocks(self.gguf, gguf_name)
-        if found is None or found.shape != weight.shape or not np.array_equal(found.values(), weight):
-            return None  # another type, or the module's weight is not the file's (fine-tuned, or another file)
-        return found
+        info = self.gguf.tensors.get(gguf_name)
+        if info is None or tuple(info.shape) != weight.shape:
+            return None
+        _, values = next(oriented_tensors(self.gguf, [gguf_name]))
+        return gguf_name if np.array_equal(values, weight) else None
 
 
 ADAPTERS = "locsum.adapters"  # the step graph's metadata key: where each projection's adapter is (`adapter_record`)
