@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputTooLongError, MemoryLimitError
-from .memory import MemoryEstimate, parse_size, size_text
+from .memory import MemoryEstimate, largest_parts, parse_size, size_text
 from .units import Unit
 from .validation import check_bool, check_choice, check_int
 
@@ -55,6 +55,14 @@ def split_legacy_units(units: dict) -> tuple[dict, dict]:
 
 
 Estimate = Callable[[int, int, int], MemoryEstimate]  # (items, units per item, unit length) -> estimate
+
+
+def after_batches(estimate: Estimate, held: MemoryEstimate | None) -> Estimate:
+    """`estimate` of a batch that runs after others of the same call whose estimate was `held` (None: the first):
+    each part at its largest over them (`memory.largest_parts`: the runtime's arenas keep their chunks)."""
+    if held is None:
+        return estimate
+    return lambda items, width, length: largest_parts([held, estimate(items, width, length)])
 
 
 def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estimate, limit: int | None,

@@ -30,8 +30,8 @@ from .errors import (
 from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
-from .limits import Estimate, LimitOptions, apply_limits, within_tokens
-from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, memory_limit, size_text
+from .limits import Estimate, LimitOptions, after_batches, apply_limits, within_tokens
+from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, largest_parts, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
 from .sentences import SentenceEnds
@@ -351,9 +351,8 @@ class Summarizer:
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens, selection)
         groups = [[items[i] for i in group] for group in shape_groups(items)]  # summarize_batch's batches
-        return max((estimate(len(group), max(len(units) for units in group),
-                             max(len(u.token_ids) for units in group for u in units)) for group in groups),
-                   key=lambda found: found.total)
+        return largest_parts([estimate(len(group), max(len(units) for units in group),
+                                       max(len(u.token_ids) for units in group for u in units)) for group in groups])
 
     def estimate(self, text_or_documents: Input, /, query: str | None = None, options: Options | None = None,
                  **overrides: Any) -> MemoryEstimate:
@@ -556,17 +555,18 @@ class Summarizer:
         estimate = self._estimate(generation, tokens, selection)
         spent = {"checks": 0.0, "encode": 0.0, "decode": 0.0}
         results: list[tuple[Any, list[Unit]]] = [None] * len(items)  # type: ignore[list-item]
+        held: MemoryEstimate | None = None  # the parts of the batches run so far, which the runtime's arenas keep
         for group in shape_groups(items):  # inputs of like unit counts decode together: little padding
             start = time.perf_counter()
-            kept = apply_limits([items[i] for i in group], limits, estimate, limit, [query_ids[i] for i in group],
-                                type(paging).UNIT_TOKENS)
+            batch_estimate = after_batches(estimate, held)
+            kept = apply_limits([items[i] for i in group], limits, batch_estimate, limit,
+                                [query_ids[i] for i in group], type(paging).UNIT_TOKENS)
+            held = batch_estimate(len(kept), max(map(len, kept)),
+                                  max(len(u.token_ids) for units in kept for u in units))
             checked = time.perf_counter()
-            if logger.isEnabledFor(logging.INFO):  # its estimate is computed for the message alone
-                logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
-                            len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
-                            size_text(estimate(len(kept), max(map(len, kept)),
-                                               max(len(u.token_ids) for units in kept for u in units)).total),
-                            "none" if limit is None else size_text(limit))
+            logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
+                        len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
+                        size_text(held.total), "none" if limit is None else size_text(limit))
             batch = UnitBatch.from_units(kept, self.special.pad)
             session = self.backend.start(batch, generation.num_beams, self.unit_batch_size, self._usable_cache)
             encoded = time.perf_counter()

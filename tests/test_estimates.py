@@ -38,11 +38,11 @@ def check(measured) -> None:
 
 
 @st.composite
-def cases(draw, kind: str) -> Case:
+def cases(draw, kind: str, most_documents: int = 600) -> Case:
     inputs = draw(st.integers(1, 2))
     documents = []
     for _ in range(inputs):
-        count = draw(st.sampled_from([1, 2, 5, 20, 120, 600]))
+        count = draw(st.sampled_from([n for n in (1, 2, 5, 20, 120, 600) if n <= most_documents]))
         words = draw(st.sampled_from(WORDS if count <= 5 else WORDS[:3]))
         documents.append([words] * count)
     return Case(bundle=str(BUNDLES[kind]), documents=documents, query_words=draw(st.sampled_from([0, 8])),
@@ -80,10 +80,11 @@ def llama_bundle(tmp_path_factory, tokenizer, tokenizer_file):
 
 
 def test_the_estimate_holds_for_a_llama_backbone(llama_bundle):
-    """The same generated shapes on a Llama-backed PageSum: grouped-query caches of every layer per page, each
+    """The same generated shapes on a Llama-backed PageSum, up to 120 documents an input (600 of 60 words took 40 s
+    of this 8x wider model; the shipped PageSum takes them): grouped-query caches of every layer per page, each
     unit's prefix keys/values, the continued summary's positions."""
     @settings(max_examples=CASES_PER_KIND)
-    @given(cases("pagesum"))
+    @given(cases("pagesum", most_documents=120))
     def holds(case):
         check(measure_case_in_fresh_process(dataclasses.replace(case, bundle=str(llama_bundle))))
 

@@ -66,6 +66,30 @@ def test_memory_limit_with_truncate_keeps_the_pages_that_fit(summarizer, caplog)
     assert [u.start for u in kept.units] == [u.start for u in full.units[: len(kept.units)]]
 
 
+def test_a_call_of_several_batches_is_estimated_and_checked_with_each_part_at_its_largest(summarizer):
+    """An input of full pages and one of twenty short ones decode in two batches (`shape_groups`); the arenas keep the
+    first batch's encoder chunks through the second's decoding, so the call's estimate takes each part at its
+    largest over the batches, and the memory limit is checked against that for the second batch."""
+    from dataclasses import fields
+
+    from locsum_sdk.summarizer import shape_groups
+
+    generation = summarizer.options(max_length=4, num_beams=2).generation
+    long_input, short_input = topical_text(2), ["The board met."] * 20
+    options = {"page_tokens": 128, "max_length": 4, "min_length": 4, "num_beams": 2}
+    units = [summarizer.summarize(text, **options).units for text in (long_input, short_input)]
+    assert shape_groups(units) == [[0], [1]]
+    alone = [summarizer.estimate_memory([u], generation) for u in units]
+    both = summarizer.estimate_memory(units, generation)
+    for part in fields(both):
+        assert getattr(both, part.name) >= max(getattr(e, part.name) for e in alone)
+    assert both.total > max(e.total for e in alone)
+    for limit in (max(e.total for e in alone), both.total - 1):  # each batch fits alone, the call does not
+        with pytest.raises(MemoryLimitError):
+            summarizer.summarize_batch([long_input, short_input], memory_limit=limit, **options)
+    assert len(summarizer.summarize_batch([long_input, short_input], memory_limit=both.total, **options)) == 2
+
+
 def test_memory_limit_too_small_for_one_page_is_refused_even_with_truncate(summarizer):
     with pytest.raises(MemoryLimitError, match="even one page"):
         summarizer.summarize(topical_text(), truncate=True, memory_limit="1KB")
