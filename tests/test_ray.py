@@ -58,16 +58,16 @@ def test_two_ray_workers_write_what_the_local_engine_writes(tmp_path, bundle_dir
 
 def test_killed_on_ray_at_random_points_and_resumed_every_input_appears_exactly_once(tmp_path, bundle_dir,
                                                                                      long_job):
-    """3 kills of the job's process group (the driver, its local Ray cluster and workers), each once the workers
+    """2 kills of the job's process group (the driver, its local Ray cluster and workers), each once the workers
     have written what this run adds (at least one batch, up to a random number of lines) and a random moment
-    more, then a run to the end; on Ray throughout (each kill costs a cluster's start: about 5 s, so the twenty
-    kills at every kind of point are the local engine's, tests/test_batch.py)."""
+    more, then a run to the end; on Ray throughout (each kill costs a cluster's start and its workers' loads, so
+    the twenty kills at every kind of point are the local engine's, tests/test_batch.py)."""
     source, local = long_job
     output, rng = tmp_path / "out.jsonl", random.Random(1)
-    kills = kill_at(command(bundle_dir, source, output), output, sorted(rng.sample(range(1, len(local) - 40), 4)),
+    kills = kill_at(command(bundle_dir, source, output), output, sorted(rng.sample(range(1, len(local) - 40), 3)),
                     rng, 0.03, while_writing=True)
     subprocess.run(command(bundle_dir, source, output), check=True, cwd=ROOT, timeout=600, start_new_session=True)
-    assert kills >= 3
+    assert kills >= 2
     assert rows_of(output) == local
 
 
