@@ -198,8 +198,8 @@ class Profile:
 def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, threads: int | None = None,
                by_node: bool = False) -> Profile:
     """Summarize `tokens` tokens of filler text in exactly `steps` steps with node tracing on; encoder and decoder,
-    and the decoding loop's time a step. The same summary runs first with tracing off (warming the sessions up), so
-    the report can say how much the tracing itself adds to a step."""
+    and the decoding loop's time a step. The same summary runs first with tracing off, on sessions as newly loaded
+    as the traced ones, so the report can say how much the tracing itself adds to a step."""
     from .backends.onnxruntime import OnnxRuntimeBackend
     from .summarizer import Summarizer
 
