@@ -57,6 +57,11 @@ def split_legacy_units(units: dict) -> tuple[dict, dict]:
 Estimate = Callable[[int, int, int], MemoryEstimate]  # (items, units per item, unit length) -> estimate
 
 
+def grid(items: Sequence[Sequence[Unit]]) -> tuple[int, int, int]:
+    """The (items, units per item, unit length) grid a batch of `items` is padded to: what an `Estimate` reads."""
+    return len(items), max(len(units) for units in items), max(len(u.token_ids) for units in items for u in units)
+
+
 def after_batches(estimate: Estimate, held: MemoryEstimate | None) -> Estimate:
     """`estimate` of a batch that runs after others of the same call whose estimate was `held` (None: the first):
     each part at its largest over them (`memory.largest_parts`: the runtime's arenas keep their chunks)."""
@@ -77,8 +82,7 @@ def apply_limits(items: list[list[Unit]], options: LimitOptions, estimate: Estim
         unit_tokens: the name of the option that bounds a unit's tokens (the kind's `UNIT_TOKENS`), for advice.
     """
     items = within_tokens(items, options, queries, unit_tokens)
-    length = max(len(u.token_ids) for units in items for u in units)
-    width = max(len(units) for units in items)
+    _, width, length = grid(items)
     needed = estimate(len(items), width, length)
     if limit is None or needed.total <= limit:
         return items

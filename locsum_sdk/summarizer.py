@@ -30,7 +30,7 @@ from .errors import (
 from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
-from .limits import Estimate, LimitOptions, after_batches, apply_limits, within_tokens
+from .limits import Estimate, LimitOptions, after_batches, apply_limits, grid, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, largest_parts, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
@@ -350,9 +350,8 @@ class Summarizer:
             raise InputError("estimate_memory takes the pages of one or more inputs, each with at least one page")
         tokens = sum(len(u.token_ids) for units in items for u in units)
         estimate = self._estimate(generation, tokens, selection)
-        groups = [[items[i] for i in group] for group in shape_groups(items)]  # summarize_batch's batches
-        return largest_parts([estimate(len(group), max(len(units) for units in group),
-                                       max(len(u.token_ids) for units in group for u in units)) for group in groups])
+        batches = [[items[i] for i in group] for group in shape_groups(items)]  # summarize_batch's batches
+        return largest_parts([estimate(*grid(batch)) for batch in batches])
 
     def estimate(self, text_or_documents: Input, /, query: str | None = None, options: Options | None = None,
                  **overrides: Any) -> MemoryEstimate:
@@ -561,8 +560,7 @@ class Summarizer:
             batch_estimate = after_batches(estimate, held)
             kept = apply_limits([items[i] for i in group], limits, batch_estimate, limit,
                                 [query_ids[i] for i in group], type(paging).UNIT_TOKENS)
-            held = batch_estimate(len(kept), max(map(len, kept)),
-                                  max(len(u.token_ids) for units in kept for u in units))
+            held = batch_estimate(*grid(kept))
             checked = time.perf_counter()
             logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
                         len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,

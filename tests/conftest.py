@@ -361,12 +361,12 @@ def short_qmsum(tmp_path, monkeypatch) -> Path:
     with open(SHARED_DATA / "qmsum" / "test.jsonl", encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
-            cut = []
+            cut = ""
             for text_line in row["documents"][0].splitlines(keepends=True):
-                if sum(map(len, cut)) + len(text_line) > 4000:
+                if len(cut) + len(text_line) > 4000:
                     break
-                cut.append(text_line)
-            rows.append(json.dumps({**row, "documents": ["".join(cut)]}))
+                cut += text_line
+            rows.append(json.dumps({**row, "documents": [cut]}))
             if len(rows) == 3:
                 break
     (folder / "qmsum" / "test.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")

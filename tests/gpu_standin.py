@@ -261,7 +261,6 @@ def install(monkeypatch: Any) -> CudaRuntime:
     return runtime
 
 
-
 def doctor_report(monkeypatch: Any, bundles: list) -> Any:
     """`locsum doctor`'s report on `bundles` over the stand-ins for TensorRT (`trt_standin.loaded()`) and cuda-python
     (`install`)."""
