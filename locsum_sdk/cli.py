@@ -569,7 +569,8 @@ def _add_options(parser: argparse.ArgumentParser, runtime: bool = True) -> None:
         parser.add_argument("--backend", default="auto", choices=BACKENDS)
         parser.add_argument("--device", default="auto", choices=DEVICES, help="where the model runs (auto: the GPU "
                             "where the backend can use one)")
-        parser.add_argument("--threads", type=int)
+        parser.add_argument("--threads", type=int, help="intra-op threads (default: $LOCSUM_THREADS, else every "
+                            "usable CPU)")
     parser.add_argument("--num-beams", dest="num_beams", type=int)
     parser.add_argument("--max-length", dest="max_length", type=int)
     parser.add_argument("--min-length", dest="min_length", type=int)
@@ -806,8 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "passages each sentence came from out)")
     h.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM before they are cancelled")
-    h.add_argument("--threads", type=int, help="intra-op threads of the model (default: every core; with --engine "
-                                               "ray, each replica's, default 1)")
+    h.add_argument("--threads", type=int, help="intra-op threads of the model (default: $LOCSUM_THREADS, else every "
+                                               "usable CPU; with --engine ray, each replica's, default 1)")
     h.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="auto, onnxruntime, tensorrt, or torch (a checkpoint directory as --bundle)")
     h.add_argument("--device", default="auto", choices=DEVICES,

@@ -213,7 +213,7 @@ class Summarizer:
                 directory; see `shipped_bundles`); None loads $LOCSUM_BUNDLE or the shipped default bundle.
             backend: "auto" (a bundle runs on its TensorRT engines where it has them and they can run here, else on
                 onnxruntime; a checkpoint on torch), "onnxruntime", "tensorrt" or "torch".
-            threads: intra-op threads; None uses every core.
+            threads: intra-op threads; None: $LOCSUM_THREADS, else every CPU this process may use.
             unit_batch_size: units encoded together; bounds the encoder's peak memory.
             verify: check the sha256 of every bundle file.
             device: "auto" (the GPU where the backend can use one: TensorRT engines, onnxruntime-gpu), "cpu" or

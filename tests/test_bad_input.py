@@ -1,6 +1,7 @@
 """Every kind of bad input gets a typed error that says what was wrong and what to do."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.cli import main
 from locsum_sdk.errors import (
     BundleError,
     BundleIntegrityError,
@@ -101,6 +103,35 @@ def test_default_bundle_comes_from_the_environment_at_call_time(bundle_dir, tmp_
     monkeypatch.setenv("LOCSUM_BUNDLE", str(tmp_path / "absent"))
     with pytest.raises(BundleNotFoundError, match="LOCSUM_BUNDLE"):
         Summarizer.from_pretrained()
+
+
+def test_threads_come_from_the_environment_when_none_are_given(bundle_dir, checkpoint_dir, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("LOCSUM_THREADS", " 1 ")
+    assert Summarizer.from_pretrained(bundle_dir).backend.threads == 1
+    before = torch.get_num_threads()
+    try:
+        Summarizer.from_pretrained(checkpoint_dir)  # the torch backend
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert Summarizer.from_pretrained(bundle_dir, threads=2).backend.threads == 2  # the argument wins
+    monkeypatch.delenv("LOCSUM_THREADS")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)  # as under `taskset -c 3`
+    assert Summarizer.from_pretrained(bundle_dir).backend.threads == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "\uff12", "2 threads"])
+def test_bad_threads_in_the_environment(bundle_dir, tmp_path, monkeypatch, capsys, value):
+    monkeypatch.setenv("LOCSUM_THREADS", value)
+    with pytest.raises(OptionError, match="LOCSUM_THREADS=.*whole number of threads"):
+        Summarizer.from_pretrained(bundle_dir)
+    (tmp_path / "report.txt").write_text("The board met on Monday.", encoding="utf-8")
+    assert main(["summarize", str(tmp_path / "report.txt"), "--bundle", str(bundle_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "LOCSUM_THREADS" in err and len(err.splitlines()) == 1
+    assert main(["summarize", str(tmp_path / "report.txt"), "--bundle", str(bundle_dir), "--threads", "1"]) == 0
 
 
 @pytest.mark.parametrize("arguments", [

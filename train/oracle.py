@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from itertools import islice
 import numpy as np
 from tqdm import tqdm
 
+from locsum_sdk.threads import usable_cpus
 from locsum_sdk.units import split_sentences
 
 BUCKET = 256  # candidates whose LCS tables are filled together (sorted by length)
@@ -178,7 +178,7 @@ def oracles(cases: Iterable[Case], count: int, limit: int | None = None, workers
     at a time; one tqdm bar over the cases. Where processes cannot fork, in this process: a spawned one would
     import the caller's main script again."""
     if workers is None:
-        workers = _usable_cpus() if count >= POOL_FROM else 1
+        workers = usable_cpus() if count >= POOL_FROM else 1
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1
     find = functools.partial(_indices, limit=limit)
@@ -194,10 +194,6 @@ def oracles(cases: Iterable[Case], count: int, limit: int | None = None, workers
 
 def _indices(case: Case, limit: int | None) -> list[int]:
     return oracle(case[0], case[1], limit).indices
-
-
-def _usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def reference_sentences(summary: str) -> list[str]:

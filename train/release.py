@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import multiprocessing
-import os
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -73,6 +72,7 @@ from locsum_sdk.exporters.rebuild import export_again
 from locsum_sdk.model_files import is_record
 from locsum_sdk.modeling.config import on_base_model
 from locsum_sdk.options import parse_assignment
+from locsum_sdk.threads import usable_cpus
 
 from .config import DATA
 from .files import write_whole
@@ -265,7 +265,7 @@ def write_all(work: Path, tasks: list[Task], jobs: int) -> None:
     sets first, before the card reads them one by one (`cached`). A greedy step of a small model is short and its
     filters run in Python on one core: on a 2-core machine two processes of one thread each wrote more summaries in
     the same minutes than one process of two threads (seen while releasing the default bundle)."""
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = max(1, usable_cpus() // jobs)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no ONNX Runtime threads forked
     ordered = sorted(tasks, key=lambda task: -sum(len(" ".join(e.documents)) for e in task.examples))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:

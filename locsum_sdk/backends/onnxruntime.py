@@ -15,7 +15,6 @@ every 32 positions).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..bundle import Bundle
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
 from ..memory import available_memory
 from ..modeling.config import step_shape
+from ..threads import default_threads
 from ..unit_cache import UnitCache
 from . import DEVICES, optimized_graphs
 from .base import (
@@ -103,7 +103,7 @@ class OnnxRuntimeBackend:
         self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
         self.shape = step_shape(self.config)
         self.layers = self.shape.layers
-        self.threads = threads or os.cpu_count() or 1
+        self.threads = threads or default_threads()
         self.providers = providers or ["CPUExecutionProvider"]
         self.profile_dir = profile_dir
         # The encoder's threads must not spin once it is done: each session has its own pool, and a spinning

@@ -17,6 +17,7 @@ from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
 from ..memory import available_memory
 from ..modeling.config import step_shape
+from ..threads import requested_threads
 from ..unit_cache import UnitCache
 from ..units import Unit
 from .base import (
@@ -50,6 +51,7 @@ class TorchBackend:
         False never, True where it can (elsewhere the step runs eagerly, with a log line saying why)."""
         self.torch = _import_torch()
         import torch._dynamo  # noqa: F401  the custom ops' first call imports it (seconds): at load, not in a summary
+        threads = threads or requested_threads()  # neither: torch's own default (its physical cores)
         if threads:
             self.torch.set_num_threads(threads)
         if device == "auto":

@@ -215,7 +215,7 @@ def create_app(bundle: str | None = None, options: ServeOptions | None = None, *
         bundle: the bundle to load (a path or a shipped bundle's name; None: the default bundle).
         options: admission, batching, deadlines, body limit and token (`ServeOptions`).
         summarizer: a loaded `Summarizer` to serve instead of loading `bundle`.
-        threads: intra-op threads of the loaded model (None: every core).
+        threads: intra-op threads of the loaded model (None: $LOCSUM_THREADS, else every usable CPU).
         backend: the backend of the loaded model, as in `Summarizer.from_pretrained` (a checkpoint directory with
             backend="torch" and device="cuda" serves from a GPU).
         device: where the loaded model runs ("auto", "cpu" or "cuda").
