@@ -18,6 +18,7 @@ from locsum_sdk.modeling.llama import Llama
 from locsum_sdk.modeling.llama_config import FRAME, LlamaConfig
 
 transformers = pytest.importorskip("transformers")
+from transformers.initialization import no_init_weights  # noqa: E402
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # noqa: E402
 
 PLAIN_BLOCK = {"attention_bias": False, "output_bias": False, "mlp_bias": False, "tie_embeddings": True}
@@ -48,7 +49,8 @@ def hf_llama(path):
     """transformers' model of a GGUF file, with the tensors transformers' own GGUF loader dequantizes."""
     meta = load_gguf_checkpoint(str(path))["config"]
     config = transformers.LlamaConfig(**{k: v for k, v in meta.items() if k != "model_type"})
-    model = transformers.LlamaForCausalLM(config).eval()
+    with no_init_weights():  # every weight is the file's: no random initialization first (5 s for SmolLM2)
+        model = transformers.LlamaForCausalLM(config).eval()
     tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     model.load_state_dict(tensors, strict=False)
     model.tie_weights()
