@@ -552,24 +552,29 @@ class Summarizer:
         selected = time.perf_counter()
         tokens = _count(items)  # all pages stay held through the call
         estimate = self._estimate(generation, tokens, selection)
-        spent = {"checks": 0.0, "encode": 0.0, "decode": 0.0}
-        results: list[tuple[Any, list[Unit]]] = [None] * len(items)  # type: ignore[list-item]
-        held: MemoryEstimate | None = None  # the parts of the batches run so far, which the runtime's arenas keep
+        # every batch is checked (limits, memory with the batches before it) before the first one runs: a call
+        # refused at its last batch has spent nothing
+        planned: list[tuple[list[int], list[list[Unit]]]] = []
+        held: MemoryEstimate | None = None  # the parts of the batches before, which the runtime's arenas keep
         for group in shape_groups(items):  # inputs of like unit counts decode together: little padding
-            start = time.perf_counter()
             batch_estimate = after_batches(estimate, held)
             kept = apply_limits([items[i] for i in group], limits, batch_estimate, limit,
                                 [query_ids[i] for i in group], type(paging).UNIT_TOKENS)
             held = batch_estimate(*grid(kept))
-            checked = time.perf_counter()
             logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
                         len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
                         size_text(held.total), "none" if limit is None else size_text(limit))
+            planned.append((group, kept))
+        checked = time.perf_counter()
+        spent = {"encode": 0.0, "decode": 0.0}
+        results: list[tuple[Any, list[Unit]]] = [None] * len(items)  # type: ignore[list-item]
+        for group, kept in planned:
+            start = time.perf_counter()
             batch = UnitBatch.from_units(kept, self.special.pad)
             session = self.backend.start(batch, generation.num_beams, self.unit_batch_size, self._usable_cache)
             encoded = time.perf_counter()
             logger.info("encoding: %d units on %s in %.2f s", sum(map(len, kept)), self.backend.name,
-                        encoded - checked)
+                        encoded - start)
             try:
                 hypotheses = generate(
                     session, batch.batch, generation, self.special.decoder_start, self.special.eos, self.special.pad,
@@ -582,15 +587,13 @@ class Summarizer:
                 )
             finally:
                 session.close()
-            done = time.perf_counter()
-            spent["checks"] += checked - start
-            spent["encode"] += encoded - checked
-            spent["decode"] += done - encoded
+            spent["encode"] += encoded - start
+            spent["decode"] += time.perf_counter() - encoded
             for index, hypothesis, units in zip(group, hypotheses, kept):
                 results[index] = (hypothesis, units)
         done = time.perf_counter()
         logger.info("summarized %d input(s) in %.2f s", len(items), done - started)
-        timings = {"paging": paged - started + spent["checks"], "select": selected - paged,
+        timings = {"paging": paged - started + checked - selected, "select": selected - paged,
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
         return [self._summary(hyp, units, timings, generation.drop_unsupported) for hyp, units in results]
 

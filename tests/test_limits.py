@@ -66,10 +66,11 @@ def test_memory_limit_with_truncate_keeps_the_pages_that_fit(summarizer, caplog)
     assert [u.start for u in kept.units] == [u.start for u in full.units[: len(kept.units)]]
 
 
-def test_a_call_of_several_batches_is_estimated_and_checked_with_each_part_at_its_largest(summarizer):
+def test_a_call_of_several_batches_is_estimated_and_checked_with_each_part_at_its_largest(summarizer, monkeypatch):
     """An input of full pages and one of twenty short ones decode in two batches (`shape_groups`); the arenas keep the
     first batch's encoder chunks through the second's decoding, so the call's estimate takes each part at its
-    largest over the batches, and the memory limit is checked against that for the second batch."""
+    largest over the batches, and the memory limit is checked against that for the second batch, before the first
+    batch runs."""
     from dataclasses import fields
 
     from locsum_sdk.summarizer import shape_groups
@@ -84,10 +85,15 @@ def test_a_call_of_several_batches_is_estimated_and_checked_with_each_part_at_it
     for part in fields(both):
         assert getattr(both, part.name) >= max(getattr(e, part.name) for e in alone)
     assert both.total > max(e.total for e in alone)
+    started = []
+    start = summarizer.backend.start
+    monkeypatch.setattr(summarizer.backend, "start", lambda *args: started.append(args) or start(*args))
     for limit in (max(e.total for e in alone), both.total - 1):  # each batch fits alone, the call does not
         with pytest.raises(MemoryLimitError):
             summarizer.summarize_batch([long_input, short_input], memory_limit=limit, **options)
+    assert started == []  # refused at its second batch before the first one ran
     assert len(summarizer.summarize_batch([long_input, short_input], memory_limit=both.total, **options)) == 2
+    assert len(started) == 2
 
 
 def test_memory_limit_too_small_for_one_page_is_refused_even_with_truncate(summarizer):
