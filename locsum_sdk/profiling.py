@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -87,7 +89,7 @@ class Point:
     target_tokens: int
     tokens: int  # tokens in the units actually summarized
     pages: int
-    steps: int
+    steps: int  # decoding steps run (the summary may keep fewer tokens: `counted_steps`)
     peak_rss_mb: float | None
     loaded_rss_mb: float | None  # RSS once the bundle is loaded, before the input: peak minus this is working memory
     encode_seconds: float
@@ -106,10 +108,11 @@ def measure(path: str | None, tokens: int, steps: int = 32, num_beams: int = 1, 
     text = text_of_tokens(summarizer.tokenizer, tokens)
     loaded = rss_mb()
     options = _fixed_steps(summarizer, tokens, steps, num_beams)
-    summary = summarizer.summarize(text, **options)
+    with counted_steps(summarizer) as run:
+        summary = summarizer.summarize(text, **options)
     working = summarizer.estimate_memory([summary.units], summarizer.options(**options).generation).total / 2**20
-    return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), len(summary.token_ids),
-                 peak_rss_mb(), loaded, summary.timings["encode"], step_ms(summary),
+    return Point(tokens, sum(len(u.token_ids) for u in summary.units), len(summary.units), run[0],
+                 peak_rss_mb(), loaded, summary.timings["encode"], step_ms(summary, run[0]),
                  list(summary.token_ids), None if loaded is None else loaded + working, summary.timings["select"])
 
 
@@ -206,18 +209,47 @@ def op_profile(path: str | None, tokens: int, steps: int = 32, num_beams: int = 
     summarizer = Summarizer.from_pretrained(path, backend="onnxruntime", threads=threads, verify=False)
     text = text_of_tokens(summarizer.tokenizer, tokens)
     options = _fixed_steps(summarizer, tokens, steps, num_beams)
-    untraced = summarizer.summarize(text, **options)
+    with counted_steps(summarizer) as run:
+        untraced = summarizer.summarize(text, **options)
     with tempfile.TemporaryDirectory(prefix="locsum-profile-") as directory:
         traced = OnnxRuntimeBackend(summarizer.backend.bundle, threads, profile_dir=Path(directory))
         summarizer.backend = traced
-        summary = summarizer.summarize(text, **options)
+        with counted_steps(summarizer) as traced_run:
+            summary = summarizer.summarize(text, **options)
         graphs = [read_trace(graph, trace, by_node) for graph, trace in traced.end_profiling().items()]
-    return Profile(graphs, max(len(summary.token_ids), 1), step_ms(summary), step_ms(untraced))
+    return Profile(graphs, traced_run[0], step_ms(summary, traced_run[0]), step_ms(untraced, run[0]))
 
 
-def step_ms(summary) -> float:
-    """A summary's decoding time a step (its tokens, at least one), in ms."""
-    return 1000 * summary.timings["decode"] / max(len(summary.token_ids), 1)
+@contextmanager
+def counted_steps(summarizer) -> Iterator[list[int]]:
+    """Within the block, the decoding steps the summarizer's backend runs, counted in the list's one item: a
+    summary may keep fewer tokens than its steps (`whole_sentences` and `known_words` cut its end), so its tokens
+    do not count its steps."""
+    count = [0]
+    backend = summarizer.backend
+    start = backend.start
+
+    def counted_start(*args, **kwargs):
+        session = start(*args, **kwargs)
+        step = session.step
+
+        def counted_step(*step_args, **step_kwargs):
+            count[0] += 1
+            return step(*step_args, **step_kwargs)
+
+        session.step = counted_step
+        return session
+
+    backend.start = counted_start
+    try:
+        yield count
+    finally:
+        del backend.start  # the backend's own method again
+
+
+def step_ms(summary, steps: int) -> float:
+    """A summary's decoding time a step (of `steps`, at least one), in ms."""
+    return 1000 * summary.timings["decode"] / max(steps, 1)
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:

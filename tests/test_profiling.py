@@ -96,7 +96,7 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     encoder, decoder = profile["graphs"]
     assert (encoder["graph"], decoder["graph"]) == ("encoder", "decoder")
     decoding = profile["decoding"]
-    assert decoding["steps"] == 3 and decoding["step_ms"] >= decoding["outside_ms"] >= 0
+    assert decoding["steps"] == decoder["runs"] == 3 and decoding["step_ms"] >= decoding["outside_ms"] >= 0
     assert decoding["outside_ms"] == pytest.approx(max(decoding["step_ms"] - decoder["run_ms"], 0))
     assert decoding["untraced_step_ms"] > 0  # the same summary with tracing off, measured beside it
     assert decoder["runs"] == 3 and encoder["runs"] >= 1
@@ -115,3 +115,19 @@ def test_profile_traces_every_run_of_both_graphs(bundle_dir, capsys):
     assert len(nodes) == 6 and all(float(row[1]) == 1.0 for row in nodes), table  # top 3 nodes of each graph
     assert main(["profile", "--bundle", str(bundle_dir), "--tokens", "2k,8k"]) == 2
     assert "one input length" in capsys.readouterr().err
+
+
+def test_steps_are_counted_where_they_run_not_from_the_tokens_kept(bundle_dir):
+    """A summary can keep fewer tokens than it decoded (`whole_sentences`, `known_words` cut its end): the step time
+    divides by the backend's steps."""
+    from locsum_sdk import Summarizer
+    from locsum_sdk.profiling import counted_steps, step_ms
+
+    summarizer = Summarizer.from_pretrained(bundle_dir, threads=1)
+    with counted_steps(summarizer) as run:
+        summary = summarizer.summarize("The board met on Monday. It approved the budget.", max_length=6,
+                                       min_length=6)
+    assert run[0] == 5 and step_ms(summary, run[0]) == pytest.approx(1000 * summary.timings["decode"] / 5)
+    assert "start" not in vars(summarizer.backend)  # the backend's own method again
+    summarizer.summarize("The board met.", max_length=4)
+    assert run[0] == 5  # counted within the block only
