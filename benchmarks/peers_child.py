@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from locsum_sdk.profiling import peak_rss_mb
+from locsum_sdk.profiling import counted_steps, peak_rss_mb
 
 
 def run_locsum(spec: dict, bundle: str | None = None) -> dict:
@@ -24,11 +24,12 @@ def run_locsum(spec: dict, bundle: str | None = None) -> dict:
     started = time.perf_counter()
     summarizer = Summarizer.from_pretrained(bundle, threads=spec["threads"])
     loaded = time.perf_counter() - started
-    summary = summarizer.summarize(spec["text"], **spec["options"])
+    with counted_steps(summarizer) as steps:  # known_words may cut an unfinished last word from the tokens kept
+        summary = summarizer.summarize(spec["text"], **spec["options"])
     timings = summary.timings
     prefill = timings["paging"] + timings["select"] + timings["encode"]
     return {"load_s": loaded, "prefill_s": prefill, "decode_s": timings["decode"],
-            "decode_tokens": len(summary.token_ids), "tokens": list(summary.token_ids)}
+            "decode_tokens": steps[0], "tokens": list(summary.token_ids)}
 
 
 def run_llama_cpp(spec: dict) -> dict:
