@@ -2,24 +2,55 @@
 
 `$LOCSUM_THREADS` when it is set, so that several processes on one machine each take their share of its cores
 (each process on every core, the decoder's spinning threads of one take the cores from the others); else every CPU
-this process may run on, which its affinity mask says (a container's cpuset or `taskset` narrows it;
-`os.cpu_count()` counts the whole machine's).
+this process may run on: its affinity mask (a container's cpuset or `taskset` narrows it; `os.cpu_count()` counts
+the whole machine's), and no more than a container's CPU limit allows (cgroup v2 `cpu.max`, v1
+`cpu.cfs_quota_us`: a pod limited to 2 CPUs on a 64-core host runs 2 threads, not 64 throttled ones).
 """
 
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
 
 from .errors import OptionError
 
 THREADS_ENV = "LOCSUM_THREADS"
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def cpu_limit(root: Path | None = None) -> float | None:
+    """The CPUs a cgroup CPU limit gives this process's container (quota over period), or None where none is set
+    or none can be read. `root`: where the cgroup filesystem is mounted (default `CGROUP`)."""
+    root = CGROUP if root is None else root
+    for read in (_v2_limit, _v1_limit):
+        try:
+            quota, period = read(root)
+        except (OSError, ValueError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        if int(period) > 0 and int(quota) > 0:
+            return int(quota) / int(period)
+    return None
+
+
+def _v2_limit(root: Path) -> tuple[str, str]:
+    quota, period = (root / "cpu.max").read_text(encoding="ascii").split()[:2]  # "max 100000", "200000 100000"
+    return quota, period
+
+
+def _v1_limit(root: Path) -> tuple[str, str]:
+    return ((root / "cpu" / "cpu.cfs_quota_us").read_text(encoding="ascii").strip(),
+            (root / "cpu" / "cpu.cfs_period_us").read_text(encoding="ascii").strip())
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPUs this process may run on: its affinity mask, within a container's CPU limit (whole CPUs, at
+    least 1)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cpu_limit()
+    return cpus if limit is None else max(1, min(cpus, math.floor(limit)))
 
 
 def requested_threads() -> int | None:
