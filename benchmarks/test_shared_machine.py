@@ -59,17 +59,18 @@ def test_processes_sharing_a_machine(tmp_path):
     lines = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8").splitlines()
     text = tmp_path / "meeting.txt"
     text.write_text("\n".join(lines[:50]), encoding="utf-8")
-    arrangements = {f"{processes} processes on every CPU": (processes, None),
-                    f"{processes} processes on {share} each": (processes, share), "1 process alone": (1, None)}
+    every_cpu, shared = f"{processes} processes on every CPU", f"{processes} processes on {share} each"
+    arrangements = {every_cpu: (processes, None), shared: (processes, share), "1 process alone": (1, None)}
     seconds: dict[str, list[float]] = {name: [] for name in arrangements}
     tokens = set()
     for _ in range(ROUNDS):
         for name, (count, threads) in arrangements.items():
             reports = run_together(count, threads, text)
+            assert {report["threads"] for report in reports} == {threads or cpus}  # what each process ran on
             seconds[name].append(max(report["seconds"] for report in reports))
             tokens.update(tuple(report["token_ids"]) for report in reports)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
-    every, each = list(medians.values())[:2]
+    every, each = medians[every_cpu], medians[shared]
     print(f"\n{cpus} CPUs, the slowest process's summary, median of {ROUNDS} rounds: "
           + ", ".join(f"{name} {value:.2f} s" for name, value in medians.items())
           + f"; each on its share {every / each:.2f}x faster than each on every CPU; the same tokens: "
