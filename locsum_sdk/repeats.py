@@ -23,17 +23,16 @@ class WordRepeats:
 
     def __init__(self, pieces: Pieces):
         self.pieces = pieces
-        openers: dict[str, list[int]] = {}
-        for token, text in enumerate(pieces.letters):
-            if text is not None and pieces.opens[token] and len(text) >= CONTENT_LETTERS:
-                openers.setdefault(text, []).append(token)
-        self.openers = {text: np.array(tokens, dtype=np.int64) for text, tokens in openers.items()}
+        self.openers: dict[str, list[int]] = {}  # a content word -> the pieces that open it and are the whole of it
+        for token, (text, opens) in enumerate(zip(pieces.letters, pieces.opens.tolist())):
+            if opens and text is not None and len(text) >= CONTENT_LETTERS:
+                self.openers.setdefault(text, []).append(token)
 
     def follow(self, batch: int, beams: int, penalty: float) -> RepeatCounts:
         """The counts of each beam of a decoding loop, from its first step, and the penalty they take."""
         return RepeatCounts(self, batch, beams, penalty)
 
-    def openers_of(self, word: Spelled) -> np.ndarray | None:
+    def openers_of(self, word: Spelled) -> list[int] | None:
         """The pieces that would write `word` again where it is a content word (None: it is not, or none would)."""
         return self.openers.get(word.text) if len(word.text) >= CONTENT_LETTERS else None
 

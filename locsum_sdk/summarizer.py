@@ -282,8 +282,10 @@ class Summarizer:
         if defaults.generation.keywords and common_words is None:
             raise BundleError(f"{path}: its default options favour keywords but it has no {C.COMMON_WORDS_FILE}; "
                               "export it again with the list (`locsum export --common-words`)")
-        return cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size, selection_tokenizer,
-                   unit_cache, words, common_words)
+        summarizer = cls(runner, tokenizer, special, defaults, settings["model"], unit_batch_size,
+                         selection_tokenizer, unit_cache, words, common_words)
+        summarizer._read_pieces(defaults.generation)
+        return summarizer
 
     def options(self, options: Options | None = None, /, **overrides: Any) -> Options:
         """`options` (default: this summarizer's defaults) with `overrides` (any option's name) applied and
@@ -324,6 +326,18 @@ class Summarizer:
         if self._sentence_ends is None:
             self._sentence_ends = SentenceEnds.from_texts(*self._texts("whole_sentences"))
         return self._sentence_ends
+
+    def _read_pieces(self, generation: GenerationOptions) -> None:
+        """Build the piece tables `generation`'s options read, so that loading pays them (a few tenths of a second
+        for a vocabulary of 50k pieces) and not the first summary's decoding. A tokenizer that marks no word starts
+        is left to the summary that asks for such an option, which says how to turn it off."""
+        wanted = {"pieces": generation.known_words or generation.keywords or generation.ngram_word_starts,
+                  "word_repeats": generation.word_repeat_penalty, "sentence_ends": generation.whole_sentences}
+        try:
+            for table in (name for name, needed in wanted.items() if needed):
+                getattr(self, table)  # a property that builds its table once
+        except OptionError:
+            logger.debug("the tokenizer marks no word starts: piece tables left unbuilt")
 
     def _texts(self, option: str) -> tuple[list[str], list[bool], set[int]]:
         """The model's piece texts (`piece_texts`), read from the tokenizer once for every option that needs them;

@@ -283,6 +283,8 @@ def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], li
 
 def _from_bytes(text: str, alphabet: dict[int, str]) -> str:
     """A byte-level piece's text; "" where its bytes are not whole UTF-8 characters."""
+    if text.isascii() and text.isprintable() and " " not in text:  # "!" to "~": each stands for itself
+        return text
     try:
         return text.translate(alphabet).encode("latin-1").decode("utf-8")
     except UnicodeError:  # a character that stands for no byte, or bytes that are no whole characters

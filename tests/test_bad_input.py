@@ -241,6 +241,18 @@ def test_tokenizer_of_another_model(bundle_copy):
         Summarizer.from_pretrained(bundle_copy, verify=False)
 
 
+def test_a_tokenizer_that_marks_no_word_starts_loads_and_its_summary_says_which_option_to_turn_off(bundle_copy):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab_size = json.loads((bundle_copy / C.MANIFEST_FILE).read_text())["model"]["vocab_size"]
+    plain = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w3"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    plain.save(str(bundle_copy / C.TOKENIZER_FILE))
+    summarizer = Summarizer.from_pretrained(bundle_copy, verify=False)  # the piece tables are not built at load
+    with pytest.raises(OptionError, match="known_words needs a tokenizer that marks where words start"):
+        summarizer.summarize("w5 w6 w7 w8", known_words=True, keywords=0, max_length=4)
+
+
 def test_manifest_that_is_not_json(bundle_copy):
     (bundle_copy / C.MANIFEST_FILE).write_text("{not json")
     with pytest.raises(BundleIntegrityError, match="not valid JSON"):

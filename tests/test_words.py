@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,8 @@ from locsum_sdk.words import (
     words_of,
     written_as_words_are,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # A toy vocabulary: 0-2 special, 3 "Ġgan", 4 "y", 5 "med", 6 "e", 7 "Ġthe", 8 ".", 9 "rive", 10 "Ġsh", 11 "ip".
 TOY = [None, None, None, "gan", "y", "med", "e", "the", None, "rive", "sh", "ip"]
@@ -114,6 +117,31 @@ def test_pieces_of_wordpiece_and_sentencepiece_tokenizers_and_a_refusal():
     plain.pre_tokenizer = pre_tokenizers.Whitespace()
     with pytest.raises(OptionError, match="known_words"):
         Pieces.from_tokenizer(plain)
+
+
+def test_loading_builds_the_piece_tables_its_default_options_read_once(monkeypatch):
+    from locsum_sdk.sentences import SentenceEnds
+
+    built = {"pieces": 0, "sentence ends": 0}
+
+    def counted(table, name):
+        original = table.from_texts.__func__
+
+        def from_texts(cls, *args):
+            built[name] += 1
+            return original(cls, *args)
+
+        monkeypatch.setattr(table, "from_texts", classmethod(from_texts))
+
+    counted(Pieces, "pieces")
+    counted(SentenceEnds, "sentence ends")
+    summarizer = Summarizer.from_pretrained(ROOT / "engines" / "pagesum", threads=1)  # known_words on, not the other
+    assert built == {"pieces": 1, "sentence ends": 0}
+    text = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")[:2000]
+    summarizer.summarize(text, max_length=12)
+    summarizer.summarize(text, max_length=12, whole_sentences=True)
+    summarizer.summarize(text, max_length=12, whole_sentences=True)
+    assert built == {"pieces": 1, "sentence ends": 1}
 
 
 def test_a_word_of_several_pieces_grows_only_into_a_known_word():
