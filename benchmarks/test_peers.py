@@ -12,7 +12,10 @@ and its summary reads them all; the peers attend over the whole prompt.
 Points: one page of the example meeting (about 150 tokens), the demo's four pages (about 2,000) and 16 pages of a
 QMSum val meeting (about 8,000; skipped without ../shared/data). Prints, per point and system: prefill (locsum:
 paging, selection and encoding the pages; a peer: the prompt and its first token), decoding ms a token, the whole
-job, peak RSS, and how many leading tokens each agrees on with the others, with the ratios to llama.cpp; writes
+job, peak RSS, and how many leading tokens each agrees on with the others, with the ratios to llama.cpp. Each point
+runs every system ROUNDS times (1 with --quick; `$LOCSUM_PEERS_ROUNDS` sets it), the systems' order reversed every
+other round; a figure is the median of its rounds and a ratio the median of the rounds' own ratios, printed with their
+range: a machine whose speed moved during the run shows as a wide range instead of a wrong figure. Writes
 `benchmarks/results/peers.json` and the plot `docs/images/peers.png`. A peer that is not installed is left out,
 saying so (`pip install llama-cpp-python onnxruntime-genai`; llama.cpp builds from source, about 15-22 CPU-minutes;
 on a CPU with AMX build it with CMAKE_ARGS=LLAMA_CPP_WITHOUT_AMX, see docs/benchmarks.md)."""
@@ -22,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +42,9 @@ QMSUM_VAL = ROOT.parent / "shared" / "data" / "qmsum" / "val.jsonl"
 PEERS = CACHE / "peers"
 NEW = 96  # new tokens per run, for every system
 THREADS = 2
+ROUNDS = 3  # runs of every system at each point (see the module docstring)
+ROUNDS_ENV = "LOCSUM_PEERS_ROUNDS"
+MEASURES = ("load_s", "prefill_s", "decode_s", "ms_per_token", "job_s", "peak_rss_mib")
 LOCSUM_OPTIONS = {"num_beams": 1, "min_length": NEW, "max_length": NEW, "whole_sentences": False}
 GENAI_BUILD = ["-p", "int4", "-e", "cpu"]  # the model builder's precision and target
 LLAMA_CPP_WITHOUT_AMX = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
@@ -95,6 +102,44 @@ def run_child(system: str, spec: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def round_count(quick: bool) -> int:
+    """ROUNDS, 1 with --quick, or `$LOCSUM_PEERS_ROUNDS` (a whole number of at least 1)."""
+    value = os.environ.get(ROUNDS_ENV)
+    if value is None:
+        return 1 if quick else ROUNDS
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise pytest.UsageError(f"{ROUNDS_ENV}={value!r}: give a whole number of rounds, at least 1")
+    return int(value)
+
+
+def run_rounds(systems: list[str], spec: Path, rounds: int) -> dict[str, list[dict]]:
+    """Every system `rounds` times, in turn, the order reversed every other round."""
+    runs: dict[str, list[dict]] = {system: [] for system in systems}
+    for index in range(rounds):
+        for system in systems if index % 2 == 0 else systems[::-1]:
+            runs[system].append(run_child(system, spec))
+    return runs
+
+
+def combined(runs: list[dict]) -> dict:
+    """One system's rounds at a point: each measure's median, the first round's tokens, and whether every round
+    wrote the same tokens (greedy decoding on the same threads should)."""
+    return {**{measure: statistics.median(run[measure] for run in runs) for measure in MEASURES},
+            "tokens": runs[0]["tokens"], "same_tokens_each_round": all(r["tokens"] == runs[0]["tokens"] for r in runs)}
+
+
+def ratio(base: list[dict], got: list[dict], measure: str, speed: bool) -> tuple[float, float, float]:
+    """The median, lowest and highest over the rounds of `got`'s `measure` against `base`'s in the same round: the
+    base's over got's for a speed (prefill, job), got's over the base's for a time a token."""
+    ratios = [(b[measure] / g[measure]) if speed else (g[measure] / b[measure]) for b, g in zip(base, got)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def ratio_text(value: tuple[float, float, float]) -> str:
+    middle, low, high = value
+    return f"{middle:.2f}x" if low == high else f"{middle:.2f}x ({low:.2f}-{high:.2f})"
+
+
 def agreement(a: list[int], b: list[int]) -> int:
     """How many leading tokens two runs share."""
     count = 0
@@ -123,6 +168,7 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
     systems.insert(1, f"locsum-{FORMS[other]}")
     summarizer = Summarizer.from_pretrained(threads=THREADS)
     results: dict[str, dict] = {}
+    rounds = round_count(quick)
 
     def run():
         for name, text, options in inputs(quick):
@@ -131,24 +177,31 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
             spec.write_text(json.dumps({"text": text, "options": {**options, **LOCSUM_OPTIONS}, "prompt_ids": ids,
                                         "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai,
                                         "other_bundle": str(other_bundle)}))
-            results[name] = {"prompt_tokens": len(ids), "pages": pages,
-                             "systems": {system: run_child(system, spec) for system in systems}}
+            runs = run_rounds(systems, spec, rounds)
+            results[name] = {"prompt_tokens": len(ids), "pages": pages, "rounds": runs,
+                             "systems": {system: combined(system_runs) for system, system_runs in runs.items()}}
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     if missing:
         print(f"\nleft out, not installed: {', '.join(missing)}")
+    print(f"\n{rounds} round(s) a point: medians, and each ratio's range over the rounds")
     for name, point in results.items():
-        ran = point["systems"]
+        ran, runs = point["systems"], point["rounds"]
         print(f"\n{name} ({point['prompt_tokens']:,} prompt tokens, {point['pages']} pages):")
         for system, got in ran.items():
             line = (f"  {system:10s} prefill {got['prefill_s']:6.2f} s, decoding {got['ms_per_token']:6.1f} ms a "
                     f"token ({len(got['tokens'])} written), job {got['job_s']:6.2f} s, peak {got['peak_rss_mib']:5.0f} "
                     "MiB")
             if "llama.cpp" in ran and system != "llama.cpp":
-                base = ran["llama.cpp"]
-                line += (f"; against llama.cpp: prefill {base['prefill_s'] / got['prefill_s']:.2f}x its speed, "
-                         f"decoding {got['ms_per_token'] / base['ms_per_token']:.2f}x its ms a token, job "
-                         f"{base['job_s'] / got['job_s']:.2f}x its speed")
+                point.setdefault("against_llama_cpp", {})[system] = against = {
+                    "prefill_speed": ratio(runs["llama.cpp"], runs[system], "prefill_s", True),
+                    "decoding_ms_a_token": ratio(runs["llama.cpp"], runs[system], "ms_per_token", False),
+                    "job_speed": ratio(runs["llama.cpp"], runs[system], "job_s", True)}
+                line += (f"; against llama.cpp: prefill {ratio_text(against['prefill_speed'])} its speed, decoding "
+                         f"{ratio_text(against['decoding_ms_a_token'])} its ms a token, job "
+                         f"{ratio_text(against['job_speed'])} its speed")
+            if not got["same_tokens_each_round"]:
+                line += "; NOT the same tokens in every round"
             print(line)
         names = list(ran)
         for i, a in enumerate(names):
@@ -156,8 +209,8 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
                 point.setdefault("agree", {})[f"{a} / {b}"] = agreement(ran[a]["tokens"], ran[b]["tokens"])
         print("  leading tokens agreeing: " + ", ".join(f"{pair} {count} of {NEW}"
                                                         for pair, count in point.get("agree", {}).items()))
-    write_result("peers", {"new_tokens": NEW, "threads": THREADS, "genai_build": GENAI_BUILD, "points": results,
-                           "versions": versions(systems)})
+    write_result("peers", {"new_tokens": NEW, "threads": THREADS, "rounds": rounds, "genai_build": GENAI_BUILD,
+                           "points": results, "versions": versions(systems)})
     plot(results)
 
 
