@@ -21,6 +21,8 @@ import numpy as np
 from .words import CONTENT_LETTERS, RARE_SHARE, WORD, BeamWords, Pieces, Spelled, WordList, words_of
 
 FORMS = 4  # spellings of one keyword whose first pieces are favoured ("icsi", "ICSI", "Icsi")
+MAX_PIECES = 24  # a spelling of more pieces is not favoured: no summary writes such a word, and a spelling's steps
+# hold each of its prefixes (an input of one 100,000-letter "word" spelled it in 25,000 pieces)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class KeywordBonus:
     @classmethod
     def build(cls, tokenizer, pieces: Pieces, items: Sequence[Sequence[Keyword]], bonus: float) -> KeywordBonus:
         """`items`: each batch item's keywords; `tokenizer`, a `tokenizers.Tokenizer`, spells each form as it
-        follows a space (forms whose pieces are not all letters are left out)."""
+        follows a space (forms whose pieces are not all letters, or are more than `MAX_PIECES`, are left out)."""
         spellings = []
         for found in items:
             spelled = [(keyword.word, form) for keyword in found for form in keyword.forms]
@@ -81,7 +83,8 @@ class KeywordBonus:
             steps: dict[tuple[int, ...], dict[int, set[str]]] = {}
             for (word, _), encoding in zip(spelled, encoded):
                 ids = tuple(encoding.ids)
-                if not ids or not all(0 <= i < len(pieces.letters) and pieces.letters[i] for i in ids):
+                if not ids or len(ids) > MAX_PIECES or not all(0 <= i < len(pieces.letters) and pieces.letters[i]
+                                                               for i in ids):
                     continue
                 for n, token in enumerate(ids):
                     steps.setdefault(ids[:n], {}).setdefault(token, set()).add(word)

@@ -95,6 +95,20 @@ def test_spellings_come_from_the_tokenizer(tokenizer):
     assert kept >= 1 and bonus.spellings[1] == {}
 
 
+def test_a_spelling_of_more_than_max_pieces_is_not_favoured(tokenizer):
+    from locsum_sdk.keywords import MAX_PIECES
+    from locsum_sdk.words import Pieces
+
+    pieces = Pieces.from_tokenizer(tokenizer)
+    long_word = next(word * repeat for word in ("budget", "market") for repeat in range(2, 40)
+                     if len(tokenizer.encode(" " + word * repeat, add_special_tokens=False).ids) > MAX_PIECES)
+    huge = "budget" * 2_000  # thousands of pieces: their prefixes would hold millions of ids
+    found = [Keyword("market", 3, ("market",)), Keyword(long_word, 2, (long_word,)), Keyword(huge, 1, (huge,))]
+    spellings = KeywordBonus.build(tokenizer, pieces, [found], 1.0).spellings[0]
+    written = {word for nexts in spellings.values() for found_words in nexts.values() for word in found_words}
+    assert written == {"market"} and len(spellings) <= MAX_PIECES
+
+
 def test_options_and_generate_refuse_bad_keywords():
     for bad in ({"keywords": -1}, {"keywords": 101}, {"keywords": 2.5}, {"keywords": True},
                 {"keyword_bonus": -1.0}, {"keyword_bonus": float("nan")}, {"keyword_bonus": 11.0},
