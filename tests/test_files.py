@@ -102,6 +102,26 @@ def test_a_marked_up_files_parts_are_its_heading_sections(files, kind):
         assert "Roof | 46,000" in read.text
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "windows-1252"])
+def test_a_page_whose_tags_are_never_closed_is_read_whole(tmp_path, caplog, encoding):
+    """libxml2 stops at 256 levels, and `<font><p>` left open nests two deeper at each paragraph: the page's whole
+    text instead, its sections kept, its script, style and head left out, with a warning."""
+    sections = [f"<h2>Part {n}</h2>" + "".join(f"<font size=2><p>Paragraph {n}.{i}: the café's budget rose &amp; "
+                                                 f"fell by {i}%." for i in range(150)) for n in range(3)]
+    page = (f'<html><head><meta charset="{encoding}"><title>Old page</title><style>p {{ color: red }}</style>'
+            f"</head><body><h1>Report</h1>{''.join(sections)}<script>var hidden = 1;</script></body></html>")
+    path = tmp_path / "old.html"
+    path.write_bytes(page.encode(encoding))
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        read = read_file(path)
+    assert "deeper than the HTML parser reads" in caplog.text
+    assert read.text.count("Paragraph") == 450
+    assert "Paragraph 2.149: the café's budget rose & fell by 149%." in read.text
+    assert not any(hidden in read.text for hidden in ("hidden", "color", "Old page"))
+    assert [part.heading for part in read.parts] == ["Report", "Part 1", "Part 2"]  # the title joins Part 0
+    assert read.text.startswith("# Report\n## Part 0\nParagraph 0.0:")
+
+
 def test_the_type_is_read_from_the_content_not_the_name(files, tmp_path):
     for kind, name in (("pdf", "report.txt"), ("docx", "notes.bin"), ("html", "page.txt")):
         copy = tmp_path / name

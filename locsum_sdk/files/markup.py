@@ -1,28 +1,47 @@
 """HTML, Word and Markdown files as text with their headings kept as Markdown heading lines (`# Title`), which
 `sections` cuts the text at: HTML's main text by trafilatura (not script, style, navigation or boilerplate), a
-DOCX's paragraphs and tables by python-docx, Markdown's text by markdown-it-py (markup left out)."""
+DOCX's paragraphs and tables by python-docx, Markdown's text by markdown-it-py (markup left out).
+
+The HTML parser under trafilatura (libxml2's) stops reading elements nested deeper than 256 levels, and a page
+whose tags are never closed (`<font><p>` for every paragraph, as old pages have it) nests one level deeper at each
+one: all but its first hundred paragraphs would be lost without a word. Such a page is read as its whole text
+instead, by Python's own streaming parser, which builds no tree (`flat_text`), with a warning.
+"""
 
 from __future__ import annotations
 
 import io
+import logging
 import re
 import zipfile
+from html.parser import HTMLParser
 
 from ..errors import FileFormatError, FileTooLargeError
 
+logger = logging.getLogger("locsum_sdk")
 MAX_EXPANSION = 100  # a DOCX member may expand to at most this many times its compressed size
 HEADING_STYLES = re.compile(r"^(Heading|Title)\s*(\d*)$", re.IGNORECASE)
+UNREAD = frozenset({"head", "script", "style", "template", "noscript", "svg", "math"})  # no text of the page's
+BLOCKS = frozenset({"address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
+                    "figcaption", "figure", "footer", "form", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
+                    "section", "summary", "table", "td", "th", "tr", "ul"})  # a new line before and after
+HEADINGS = {f"h{level}": level for level in range(1, 7)}
 
 
 def html_text(data: bytes, what: str) -> str:
     """The main text of an HTML page, headings as Markdown lines; the whole page's text where no main text is
-    found (a page of links, say)."""
+    found (a page of links, say), or where its elements nest too deep for the parser (see the module docstring)."""
     import trafilatura
 
     try:
         page: str | bytes = data.decode("utf-8")
     except UnicodeDecodeError:
         page = data  # trafilatura finds its encoding
+    flat = too_deep(page, what)
+    if flat is not None:
+        logger.warning("%s nests its elements deeper than the HTML parser reads (tags left open?): reading all of "
+                       "its text, boilerplate included", what)
+        return flat_text(flat)
     try:
         text = trafilatura.extract(page, output_format="markdown", include_comments=False, include_tables=True,
                                    include_links=False, include_images=False, favor_recall=True, deduplicate=False)
@@ -33,6 +52,75 @@ def html_text(data: bytes, what: str) -> str:
     except Exception as err:  # lxml and trafilatura fail on broken markup each their own way
         raise FileFormatError(f"{what} is HTML that cannot be read ({type(err).__name__}: {err})") from None
     return _plain_markdown(text or "")
+
+
+def too_deep(page: str | bytes, what: str) -> str | None:
+    """The page as text where libxml2's HTML parser stops at its depth limit on it (in the encoding it found, for
+    bytes), else None."""
+    from lxml import etree, html
+
+    parser = html.HTMLParser()
+    try:
+        tree = html.document_fromstring(page, parser=parser)
+    except (etree.ParserError, ValueError):  # no element at all: trafilatura says what it makes of it
+        return None
+    if not any(error.type_name == "ERR_RESOURCE_LIMIT" for error in parser.error_log):
+        return None
+    if isinstance(page, str):
+        return page
+    encoding = tree.getroottree().docinfo.encoding or "utf-8"
+    try:
+        return page.decode(encoding, errors="replace")
+    except LookupError:
+        raise FileFormatError(f"{what} is HTML in an encoding Python does not know ({encoding})") from None
+
+
+class _FlatText(HTMLParser):
+    """The text of every element outside `UNREAD` ones, a line per block, headings as Markdown lines."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.lines: list[str] = []
+        self.line: list[str] = []
+        self.unread = 0  # how deep inside unread elements the parser is
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in UNREAD:
+            self.unread += 1
+        elif tag in BLOCKS or tag in HEADINGS:
+            self.end_line()
+            if tag in HEADINGS:
+                self.line.append("#" * HEADINGS[tag] + " ")
+
+    def handle_startendtag(self, tag: str, attrs) -> None:
+        if tag in BLOCKS:
+            self.end_line()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in UNREAD:
+            self.unread = max(0, self.unread - 1)
+        elif tag in BLOCKS or tag in HEADINGS:
+            self.end_line()
+
+    def handle_data(self, data: str) -> None:
+        if not self.unread:
+            self.line.append(data)
+
+    def end_line(self) -> None:
+        text = " ".join("".join(self.line).split())
+        if text and text.strip("# "):
+            self.lines.append(text)
+        self.line = []
+
+
+def flat_text(page: str) -> str:
+    """All the text of an HTML page outside its head, scripts and styles, a line per block and headings as
+    Markdown lines, read by a streaming parser: no depth limit, no boilerplate left out."""
+    reader = _FlatText()
+    reader.feed(page)
+    reader.close()
+    reader.end_line()
+    return "\n".join(reader.lines)
 
 
 def _plain_markdown(text: str) -> str:
