@@ -122,6 +122,19 @@ def test_a_page_whose_tags_are_never_closed_is_read_whole(tmp_path, caplog, enco
     assert read.text.startswith("# Report\n## Part 0\nParagraph 0.0:")
 
 
+def test_markdown_nested_deeper_than_its_parser_reads_is_read_as_it_is(tmp_path, caplog):
+    outline = "".join("  " * level + f"- point {level}\n" for level in range(30))  # markdown-it's default: 9 levels
+    path = tmp_path / "outline.md"
+    path.write_text(outline, encoding="utf-8")
+    assert read_file(path).text.split("\n") == [f"point {level}" for level in range(30)]
+    quotes = "> " * 500 + "the quoted budget line\n\nAfter the quote.\n"
+    path.write_text(quotes, encoding="utf-8")
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        read = read_file(path)
+    assert "deeper than the Markdown parser reads" in caplog.text and str(path) in caplog.text
+    assert "the quoted budget line" in read.text and "After the quote." in read.text
+
+
 def test_the_type_is_read_from_the_content_not_the_name(files, tmp_path):
     for kind, name in (("pdf", "report.txt"), ("docx", "notes.bin"), ("html", "page.txt")):
         copy = tmp_path / name

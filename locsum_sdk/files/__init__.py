@@ -153,7 +153,7 @@ def _extract(found: str, data: bytes, what: str, limits: FileLimits) -> str:
     text = _decode(data, what)
     if found == "markdown":
         require(MARKDOWN)
-        return markup.markdown_text(text)
+        return markup.markdown_text(text, what)
     return text
 
 

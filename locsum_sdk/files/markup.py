@@ -26,6 +26,8 @@ BLOCKS = frozenset({"address", "article", "aside", "blockquote", "br", "dd", "de
                     "figcaption", "figure", "footer", "form", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
                     "section", "summary", "table", "td", "th", "tr", "ul"})  # a new line before and after
 HEADINGS = {f"h{level}": level for level in range(1, 7)}
+MAX_NESTING = 100  # markdown-it's block nesting limit (its own default: 20, lists of 9 levels); it recurses a few
+# frames a level, and 1,000 levels ran out of Python's stack
 
 
 def html_text(data: bytes, what: str) -> str:
@@ -178,12 +180,18 @@ def _docx_blocks(document):
                 yield " | ".join(dict.fromkeys(c for c in cells if c))  # merged cells repeat their text
 
 
-def markdown_text(text: str) -> str:
+def markdown_text(text: str, what: str = "the Markdown") -> str:
     """Markdown as plain text: headings kept as `#` lines, paragraphs and list items a line each, a table's rows
-    as cells joined by ' | ', code kept; emphasis, link targets, images and HTML tags left out."""
+    as cells joined by ' | ', code kept; emphasis, link targets, images and HTML tags left out. markdown-it stops
+    reading blocks nested `MAX_NESTING` levels deep (49 levels of lists, 99 of quotes); a text that reaches it is
+    read as it is, markup and all, with a warning, rather than lose what lies deeper."""
     from markdown_it import MarkdownIt
 
-    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    tokens = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").parse(text)
+    if max((token.level for token in tokens), default=0) >= MAX_NESTING - 2:
+        logger.warning("%s nests its lists or quotes deeper than the Markdown parser reads: reading it as it is, "
+                       "markup included", what)
+        return text
     lines: list[str] = []
     heading, row = "", None
     for token in tokens:
