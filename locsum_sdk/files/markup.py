@@ -21,7 +21,7 @@ from ..errors import FileFormatError, FileTooLargeError
 logger = logging.getLogger("locsum_sdk")
 MAX_EXPANSION = 100  # a DOCX member may expand to at most this many times its compressed size
 HEADING_STYLES = re.compile(r"^(Heading|Title)\s*(\d*)$", re.IGNORECASE)
-UNREAD = frozenset({"head", "script", "style", "template", "noscript", "svg", "math"})  # no text of the page's
+UNREAD = frozenset({"script", "style", "template", "noscript", "svg", "math"})  # no text of the page's (nor the head)
 BLOCKS = frozenset({"address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
                     "figcaption", "figure", "footer", "form", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
                     "section", "summary", "table", "td", "th", "tr", "ul"})  # a new line before and after
@@ -78,18 +78,25 @@ def too_deep(page: str | bytes, what: str) -> str | None:
 
 
 class _FlatText(HTMLParser):
-    """The text of every element outside `UNREAD` ones, a line per block, headings as Markdown lines."""
+    """The text of every element outside the head and `UNREAD` ones, a line per block, headings as Markdown lines.
+    The head ends where HTML ends it: at its end tag, or where the body or a block of it starts."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.lines: list[str] = []
         self.line: list[str] = []
         self.unread = 0  # how deep inside unread elements the parser is
+        self.in_head = False
 
     def handle_starttag(self, tag: str, attrs) -> None:
         if tag in UNREAD:
             self.unread += 1
+        elif tag == "head":
+            self.in_head = True
+        elif tag == "body":
+            self.in_head = False
         elif tag in BLOCKS or tag in HEADINGS:
+            self.in_head = False
             self.end_line()
             if tag in HEADINGS:
                 self.line.append("#" * HEADINGS[tag] + " ")
@@ -101,11 +108,13 @@ class _FlatText(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag in UNREAD:
             self.unread = max(0, self.unread - 1)
+        elif tag == "head":
+            self.in_head = False
         elif tag in BLOCKS or tag in HEADINGS:
             self.end_line()
 
     def handle_data(self, data: str) -> None:
-        if not self.unread:
+        if not self.unread and not self.in_head:
             self.line.append(data)
 
     def end_line(self) -> None:
