@@ -122,6 +122,28 @@ def test_a_page_whose_tags_are_never_closed_is_read_whole(tmp_path, caplog, enco
     assert read.text.startswith("# Report\n## Part 0\nParagraph 0.0:")
 
 
+def test_a_word_table_nested_in_a_cell_is_read_in_order(tmp_path):
+    docx = pytest.importorskip("docx")
+
+    document = docx.Document()
+    document.add_paragraph("The form follows.")
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Item"
+    cell = table.cell(0, 1)
+    cell.text = "Costs:"
+    inner = cell.add_table(rows=2, cols=2)
+    for row, (name, cost) in enumerate((("Roof", "46,000"), ("Ramp", "12,500"))):
+        inner.cell(row, 0).text, inner.cell(row, 1).text = name, cost
+        inner.cell(row, 1).add_table(rows=1, cols=1).cell(0, 0).text = f"approved {row}"  # a third level
+    cell.add_paragraph("Total 58,500.")
+    document.add_paragraph("The end.")
+    path = tmp_path / "form.docx"
+    document.save(path)
+    assert read_file(path).text.split("\n") == [
+        "The form follows.", "Item | Costs: Roof | 46,000 approved 0 Ramp | 12,500 approved 1 Total 58,500.",
+        "The end."]
+
+
 def test_markdown_nested_deeper_than_its_parser_reads_is_read_as_it_is(tmp_path, caplog):
     outline = "".join("  " * level + f"- point {level}\n" for level in range(30))  # markdown-it's default: 9 levels
     path = tmp_path / "outline.md"

@@ -184,9 +184,28 @@ def _docx_blocks(document):
             else:
                 yield text
         elif isinstance(block, Table):
-            for row in block.rows:
-                cells = [" ".join(cell.text.split()) for cell in row.cells]
-                yield " | ".join(dict.fromkeys(c for c in cells if c))  # merged cells repeat their text
+            yield from (_row_text(row) for row in block.rows)
+
+
+def _row_text(row) -> str:
+    """A table row's cells joined by ' | ' (merged cells repeat their text: once)."""
+    cells = [_cell_text(cell) for cell in row.cells]
+    return " | ".join(dict.fromkeys(c for c in cells if c))
+
+
+def _cell_text(cell) -> str:
+    """A cell's paragraphs and the rows of any table nested in it, in order, on one line (python-docx's `cell.text`
+    holds the paragraphs alone: a form laid out in nested tables lost its inner text). Word's own nesting limits
+    the recursion (lxml refuses XML nested past 256 elements)."""
+    from docx.table import Table
+
+    parts: list[str] = []
+    for block in cell.iter_inner_content():
+        if isinstance(block, Table):
+            parts.extend(_row_text(row) for row in block.rows)
+        else:
+            parts.append(block.text)
+    return " ".join(" ".join(parts).split())
 
 
 def markdown_text(text: str, what: str = "the Markdown") -> str:
