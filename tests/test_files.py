@@ -144,6 +144,37 @@ def test_a_word_table_nested_in_a_cell_is_read_in_order(tmp_path):
         "The end."]
 
 
+def test_word_text_in_content_controls_and_text_boxes_is_read_once_in_order(tmp_path):
+    docx = pytest.importorskip("docx")
+    from docx.oxml import parse_xml
+
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    mc = 'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006"'
+    box = '<w:txbxContent><w:p><w:r><w:t>Box: the ramp costs more.</w:t></w:r></w:p></w:txbxContent>'
+    document = docx.Document()
+    document.add_paragraph("Before the controls.")
+    body = document.element.body
+    body.insert(len(body) - 1, parse_xml(  # a block content control, as a template's cover page or form field
+        f'<w:sdt {w}><w:sdtPr/><w:sdtContent><w:p><w:r><w:t>In a control: the roof budget.</w:t></w:r></w:p>'
+        '</w:sdtContent></w:sdt>'))
+    body.insert(len(body) - 1, parse_xml(  # an inline control, a tab, a break and a text box with its fallback copy
+        f'<w:p {w} {mc}><w:r><w:t xml:space="preserve">Signed by </w:t></w:r><w:sdt><w:sdtContent><w:r><w:t>Ann Lee'
+        '</w:t></w:r></w:sdtContent></w:sdt><w:r><w:tab/><w:t>on Monday</w:t><w:br/><w:t>in Oslo.</w:t></w:r>'
+        f'<w:r><mc:AlternateContent><mc:Choice Requires="wps">{box}</mc:Choice><mc:Fallback>{box}</mc:Fallback>'
+        '</mc:AlternateContent></w:r><w:del><w:r><w:delText>Struck out.</w:delText></w:r></w:del></w:p>'))
+    table = document.add_table(rows=1, cols=1)
+    row = table.rows[0]._tr
+    row.append(parse_xml(f'<w:sdt {w}><w:sdtContent><w:tc><w:p><w:r><w:t>A cell in a control</w:t></w:r></w:p>'
+                         '</w:tc></w:sdtContent></w:sdt>'))
+    table.cell(0, 0).text = "First cell"
+    document.add_paragraph("After the controls.")
+    path = tmp_path / "template.docx"
+    document.save(path)
+    assert read_file(path).text.split("\n") == [
+        "Before the controls.", "In a control: the roof budget.", "Signed by Ann Lee\ton Monday", "in Oslo.",
+        "Box: the ramp costs more.", "First cell | A cell in a control", "After the controls."]
+
+
 def test_markdown_nested_deeper_than_its_parser_reads_is_read_as_it_is(tmp_path, caplog):
     outline = "".join("  " * level + f"- point {level}\n" for level in range(30))  # markdown-it's default: 9 levels
     path = tmp_path / "outline.md"

@@ -26,6 +26,10 @@ BLOCKS = frozenset({"address", "article", "aside", "blockquote", "br", "dd", "de
                     "figcaption", "figure", "footer", "form", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
                     "section", "summary", "table", "td", "th", "tr", "ul"})  # a new line before and after
 HEADINGS = {f"h{level}": level for level in range(1, 7)}
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+WRAPPERS = frozenset({W + "sdt", W + "sdtContent", W + "customXml"})  # blocks inside them are the document's
+RUN_TEXT = {W + "t": "", W + "tab": "\t", W + "ptab": "\t", W + "br": "\n", W + "cr": "\n", W + "noBreakHyphen": "-"}
 MAX_NESTING = 100  # markdown-it's block nesting limit (its own default: 20, lists of 9 levels); it recurses a few
 # frames a level, and 1,000 levels ran out of Python's stack
 
@@ -171,41 +175,66 @@ def expanded_size(data: bytes, what: str, max_bytes: int) -> int:
 
 
 def _docx_blocks(document):
-    from docx.table import Table
+    """The body's lines: a paragraph a line (a heading as a Markdown heading line), a table's rows a line each."""
     from docx.text.paragraph import Paragraph
 
-    for block in document.iter_inner_content():
-        if isinstance(block, Paragraph):
-            text = block.text.strip()
-            style = HEADING_STYLES.match(block.style.name if block.style is not None else "")
-            if text and style:
-                level = int(style.group(2) or 1)
-                yield "#" * min(max(level, 1), 6) + " " + " ".join(text.split())
-            else:
-                yield text
-        elif isinstance(block, Table):
-            yield from (_row_text(row) for row in block.rows)
+    for element, kind in _block_elements(document.element.body):
+        if kind == "row":
+            yield _row_text(element)
+            continue
+        text = _paragraph_text(element).strip()
+        style = Paragraph(element, document).style
+        heading = HEADING_STYLES.match(style.name if style is not None else "")
+        if text and heading:
+            level = int(heading.group(2) or 1)
+            yield "#" * min(max(level, 1), 6) + " " + " ".join(text.split())
+        else:
+            yield text
+
+
+def _block_elements(container):
+    """(element, "paragraph" or "row") for each paragraph and table row of a body or cell, in order, inside content
+    controls and custom XML too (python-docx's `iter_inner_content` skips those: a template's form fields, a cover
+    page or a table of contents). Word's own nesting limits the recursion (lxml refuses XML nested past 256)."""
+    for child in container.iterchildren():
+        if child.tag == W + "p":
+            yield child, "paragraph"
+        elif child.tag == W + "tbl":
+            yield from ((row, "row") for row in _children(child, W + "tr"))
+        elif child.tag in WRAPPERS:
+            yield from _block_elements(child)
+
+
+def _children(element, tag: str):
+    """`element`'s children of `tag`, those inside content controls and custom XML included."""
+    for child in element.iterchildren():
+        if child.tag == tag:
+            yield child
+        elif child.tag in WRAPPERS:
+            yield from _children(child, tag)
 
 
 def _row_text(row) -> str:
-    """A table row's cells joined by ' | ' (merged cells repeat their text: once)."""
-    cells = [_cell_text(cell) for cell in row.cells]
+    """A table row's cells joined by ' | ' (merged cells repeat their text: once); a table nested in a cell is read
+    there, in order (python-docx's `cell.text` holds the cell's paragraphs alone)."""
+    cells = []
+    for cell in _children(row, W + "tc"):
+        lines = [_row_text(inner) if kind == "row" else _paragraph_text(inner)
+                 for inner, kind in _block_elements(cell)]
+        cells.append(" ".join(" ".join(lines).split()))
     return " | ".join(dict.fromkeys(c for c in cells if c))
 
 
-def _cell_text(cell) -> str:
-    """A cell's paragraphs and the rows of any table nested in it, in order, on one line (python-docx's `cell.text`
-    holds the paragraphs alone: a form laid out in nested tables lost its inner text). Word's own nesting limits
-    the recursion (lxml refuses XML nested past 256 elements)."""
-    from docx.table import Table
-
-    parts: list[str] = []
-    for block in cell.iter_inner_content():
-        if isinstance(block, Table):
-            parts.extend(_row_text(row) for row in block.rows)
-        else:
-            parts.append(block.text)
-    return " ".join(" ".join(parts).split())
+def _paragraph_text(paragraph) -> str:
+    """A paragraph's text as Word shows it: every run's, inside hyperlinks, fields and inline content controls too,
+    breaks as new lines and tabs as tabs; a text box's paragraphs where it is anchored, a line each, once (its VML
+    fallback copy left out); deleted text and field codes left out."""
+    parts = []
+    for node in paragraph.iter(W + "p", *RUN_TEXT):
+        if node is paragraph or any(ancestor.tag == FALLBACK for ancestor in node.iterancestors()):
+            continue
+        parts.append(node.text or "" if node.tag == W + "t" else RUN_TEXT.get(node.tag, "\n"))  # a box's paragraph
+    return "".join(parts)
 
 
 def markdown_text(text: str, what: str = "the Markdown") -> str:
