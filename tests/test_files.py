@@ -144,6 +144,22 @@ def test_a_word_table_nested_in_a_cell_is_read_in_order(tmp_path):
         "The end."]
 
 
+def test_a_word_tables_merged_cells_count_once_and_equal_cells_each(tmp_path):
+    docx = pytest.importorskip("docx")
+
+    document = docx.Document()
+    table = document.add_table(rows=3, cols=3)
+    table.cell(0, 0).merge(table.cell(0, 1)).text = "Budget"  # across two columns
+    table.cell(0, 2).text = "Total"
+    for column, value in enumerate(("Roof", "10", "10")):
+        table.cell(1, column).text = value
+    table.cell(1, 0).merge(table.cell(2, 0))  # down two rows: the second row's cell continues it
+    table.cell(2, 1).text, table.cell(2, 2).text = "5", "5"
+    path = tmp_path / "merged.docx"
+    document.save(path)
+    assert read_file(path).text.split("\n") == ["Budget | Total", "Roof | 10 | 10", "5 | 5"]
+
+
 def test_word_text_in_content_controls_and_text_boxes_is_read_once_in_order(tmp_path):
     docx = pytest.importorskip("docx")
     from docx.oxml import parse_xml

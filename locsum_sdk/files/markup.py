@@ -215,14 +215,14 @@ def _children(element, tag: str):
 
 
 def _row_text(row) -> str:
-    """A table row's cells joined by ' | ' (merged cells repeat their text: once); a table nested in a cell is read
-    there, in order (python-docx's `cell.text` holds the cell's paragraphs alone)."""
+    """A table row's cells joined by ' | ', empty ones (a merged cell's continuation) left out; a table nested in a
+    cell is read there, in order (python-docx's `cell.text` holds the cell's paragraphs alone)."""
     cells = []
     for cell in _children(row, W + "tc"):
         lines = [_row_text(inner) if kind == "row" else _paragraph_text(inner)
                  for inner, kind in _block_elements(cell)]
         cells.append(" ".join(" ".join(lines).split()))
-    return " | ".join(dict.fromkeys(c for c in cells if c))
+    return " | ".join(cell for cell in cells if cell)
 
 
 def _paragraph_text(paragraph) -> str:
@@ -233,7 +233,7 @@ def _paragraph_text(paragraph) -> str:
     for node in paragraph.iter(W + "p", *RUN_TEXT):
         if node is paragraph or any(ancestor.tag == FALLBACK for ancestor in node.iterancestors()):
             continue
-        parts.append(node.text or "" if node.tag == W + "t" else RUN_TEXT.get(node.tag, "\n"))  # a box's paragraph
+        parts.append((node.text or "") if node.tag == W + "t" else RUN_TEXT.get(node.tag, "\n"))  # a box's paragraph
     return "".join(parts)
 
 
