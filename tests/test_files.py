@@ -191,6 +191,15 @@ def test_word_text_in_content_controls_and_text_boxes_is_read_once_in_order(tmp_
         "Box: the ramp costs more.", "First cell | A cell in a control", "After the controls."]
 
 
+def test_the_text_of_html_blocks_in_markdown_is_read_and_their_tags_are_not(tmp_path):
+    path = tmp_path / "readme.md"
+    path.write_text("# Plan\n\nIntro.\n\n<div align=\"center\">\nThe roof costs <b>46,000</b>.\n</div>\n\n<details>\n"
+                    "<summary>Risks</summary>\n\nRain in March.\n\n</details>\n\n<!-- a note to editors -->\n\n"
+                    "<script>track();</script>\n\nEnd.\n", encoding="utf-8")
+    assert read_file(path).text.split("\n") == ["# Plan", "Intro.", "The roof costs 46,000.", "Risks",
+                                                "Rain in March.", "End."]
+
+
 def test_markdown_nested_deeper_than_its_parser_reads_is_read_as_it_is(tmp_path, caplog):
     outline = "".join("  " * level + f"- point {level}\n" for level in range(30))  # markdown-it's default: 9 levels
     path = tmp_path / "outline.md"

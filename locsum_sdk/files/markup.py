@@ -239,7 +239,8 @@ def _paragraph_text(paragraph) -> str:
 
 def markdown_text(text: str, what: str = "the Markdown") -> str:
     """Markdown as plain text: headings kept as `#` lines, paragraphs and list items a line each, a table's rows
-    as cells joined by ' | ', code kept; emphasis, link targets, images and HTML tags left out. markdown-it stops
+    as cells joined by ' | ', code kept, the text of HTML blocks kept; emphasis, link targets, images and HTML tags
+    left out. markdown-it stops
     reading blocks nested `MAX_NESTING` levels deep (49 levels of lists, 99 of quotes); a text that reaches it is
     read as it is, markup and all, with a warning, rather than lose what lies deeper."""
     from markdown_it import MarkdownIt
@@ -269,6 +270,8 @@ def markdown_text(text: str, what: str = "the Markdown") -> str:
             heading = ""
         elif token.type in ("fence", "code_block"):
             lines.append(token.content.rstrip("\n"))
+        elif token.type == "html_block":  # its text, as an HTML page's (`flat_text`): the tags left out
+            lines.append(flat_text(token.content))
     return "\n".join(line for line in lines if line.strip())
 
 
