@@ -26,23 +26,20 @@ def cpu_limit(root: Path | None = None) -> float | None:
     for read in (_v2_limit, _v1_limit):
         try:
             quota, period = read(root)
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # absent, unreadable, or not numbers: the other version, else no limit
             continue
-        if quota in ("max", "-1"):
-            return None
-        if int(period) > 0 and int(quota) > 0:
-            return int(quota) / int(period)
+        return quota / period if quota > 0 and period > 0 else None  # "max" / -1: none set
     return None
 
 
-def _v2_limit(root: Path) -> tuple[str, str]:
+def _v2_limit(root: Path) -> tuple[int, int]:
     quota, period = (root / "cpu.max").read_text(encoding="ascii").split()[:2]  # "max 100000", "200000 100000"
-    return quota, period
+    return -1 if quota == "max" else int(quota), int(period)
 
 
-def _v1_limit(root: Path) -> tuple[str, str]:
-    return ((root / "cpu" / "cpu.cfs_quota_us").read_text(encoding="ascii").strip(),
-            (root / "cpu" / "cpu.cfs_period_us").read_text(encoding="ascii").strip())
+def _v1_limit(root: Path) -> tuple[int, int]:
+    return (int((root / "cpu" / "cpu.cfs_quota_us").read_text(encoding="ascii")),
+            int((root / "cpu" / "cpu.cfs_period_us").read_text(encoding="ascii")))
 
 
 def usable_cpus() -> int:

@@ -23,6 +23,7 @@ def write(root, files: dict[str, str]):
     ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),  # cgroup v1
     ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
     ({"cpu.max": "garbage"}, None),
+    ({"cpu.max": "lots 100000\n"}, None),  # not a number: no limit read, not an error
     ({"cpu.max": "0 0"}, None),
     ({}, None),
 ])
