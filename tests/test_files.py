@@ -191,6 +191,50 @@ def test_word_text_in_content_controls_and_text_boxes_is_read_once_in_order(tmp_
         "Box: the ramp costs more.", "First cell | A cell in a control", "After the controls."]
 
 
+def test_word_footnotes_and_endnotes_are_marked_where_referred_to_and_listed_after_the_body(tmp_path):
+    docx = pytest.importorskip("docx")
+    from docx.opc.constants import CONTENT_TYPE as CT
+    from docx.opc.constants import RELATIONSHIP_TYPE as RT
+    from docx.opc.packuri import PackURI
+    from docx.opc.part import Part
+    from docx.oxml import parse_xml
+
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+    def notes(tag: str, items: dict[int, str]) -> bytes:
+        separator = f'<w:{tag} w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:{tag}>'
+        bodies = "".join(f'<w:{tag} w:id="{key}">{text}</w:{tag}>' for key, text in items.items())
+        return f'<w:{tag}s {w}>{separator}{bodies}</w:{tag}s>'.encode()
+
+    def paragraph(*texts: str) -> str:
+        return "".join(f'<w:p><w:r><w:footnoteRef/></w:r><w:r><w:t xml:space="preserve"> {text}</w:t></w:r></w:p>'
+                       for text in texts)
+
+    document = docx.Document()
+    body = document.element.body
+    body.insert(len(body) - 1, parse_xml(
+        f'<w:p {w}><w:r><w:t>The roof costs 46,000.</w:t></w:r><w:r><w:footnoteReference w:id="2"/></w:r>'
+        '<w:r><w:t xml:space="preserve"> The ramp is required.</w:t></w:r><w:r><w:footnoteReference w:id="1"/></w:r>'
+        '<w:del><w:r><w:footnoteReference w:id="3"/></w:r></w:del><w:r><w:endnoteReference w:id="1"/></w:r></w:p>'))
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Survey"
+    table.cell(0, 1)._tc.append(parse_xml(f'<w:p {w}><w:r><w:t>March</w:t></w:r><w:r><w:footnoteReference '
+                                          'w:id="2"/></w:r></w:p>'))
+    document.add_paragraph("The end.")
+    footnotes = notes("footnote", {1: paragraph("Building code, part 4.", "Checked in May."),
+                                   2: paragraph("Quote of 3 March."), 3: paragraph("A deleted note.")})
+    endnotes = notes("endnote", {1: paragraph("Minutes taken by Ann.")})
+    for name, content, reltype, blob in (("footnotes", CT.WML_FOOTNOTES, RT.FOOTNOTES, footnotes),
+                                         ("endnotes", CT.WML_ENDNOTES, RT.ENDNOTES, endnotes)):
+        part = Part(PackURI(f"/word/{name}.xml"), content, blob, document.part.package)
+        document.part.relate_to(part, reltype)
+    path = tmp_path / "notes.docx"
+    document.save(path)
+    assert read_file(path).text.split("\n") == [
+        "The roof costs 46,000.[1] The ramp is required.[2][i]", "Survey | March[1]", "The end.",
+        "[1] Quote of 3 March.", "[2] Building code, part 4. Checked in May.", "[i] Minutes taken by Ann."]
+
+
 def test_the_text_of_html_blocks_in_markdown_is_read_and_their_tags_are_not(tmp_path):
     path = tmp_path / "readme.md"
     path.write_text("# Plan\n\nIntro.\n\n<div align=\"center\">\nThe roof costs <b>46,000</b>.\n</div>\n\n<details>\n"

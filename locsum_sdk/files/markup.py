@@ -1,6 +1,7 @@
 """HTML, Word and Markdown files as text with their headings kept as Markdown heading lines (`# Title`), which
 `sections` cuts the text at: HTML's main text by trafilatura (not script, style, navigation or boilerplate), a
-DOCX's paragraphs and tables by python-docx, Markdown's text by markdown-it-py (markup left out).
+DOCX's paragraphs, tables, footnotes and endnotes from its XML (through python-docx), Markdown's text by
+markdown-it-py (markup left out).
 
 The HTML parser under trafilatura (libxml2's) stops reading elements nested deeper than 256 levels, and a page
 whose tags are never closed (`<font><p>` for every paragraph, as old pages have it) nests one level deeper at each
@@ -30,6 +31,7 @@ W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
 WRAPPERS = frozenset({W + "sdt", W + "sdtContent", W + "customXml"})  # blocks inside them are the document's
 RUN_TEXT = {W + "t": "", W + "tab": "\t", W + "ptab": "\t", W + "br": "\n", W + "cr": "\n", W + "noBreakHyphen": "-"}
+NOTE_REFERENCES = {W + "footnoteReference": "footnotes", W + "endnoteReference": "endnotes"}
 MAX_NESTING = 100  # markdown-it's block nesting limit (its own default: 20, lists of 9 levels); it recurses a few
 # frames a level, and 1,000 levels ran out of Python's stack
 
@@ -145,13 +147,16 @@ def _plain_markdown(text: str) -> str:
 
 def docx_text(data: bytes, what: str, max_bytes: int) -> str:
     """A Word document's paragraphs and tables in order, headings (Heading n, Title styles) as Markdown lines,
-    a table's rows as cells joined by ' | '. FileTooLargeError for an archive that would expand past `max_bytes`
-    or past MAX_EXPANSION times a member's compressed size (a zip bomb), before anything is expanded."""
+    a table's rows as cells joined by ' | ', then its footnotes and endnotes (`Notes`). FileTooLargeError for an
+    archive that would expand past `max_bytes` or past MAX_EXPANSION times a member's compressed size (a zip bomb),
+    before anything is expanded."""
     import docx
 
     expanded_size(data, what, max_bytes)
     try:
-        blocks = list(_docx_blocks(docx.Document(io.BytesIO(data))))
+        document = docx.Document(io.BytesIO(data))
+        notes = Notes(document)
+        blocks = [*_docx_blocks(document, notes), *notes.lines()]
     except MemoryError:
         raise
     except Exception as err:  # a damaged archive fails in zipfile, zlib, lxml or python-docx, each its own way
@@ -174,15 +179,68 @@ def expanded_size(data: bytes, what: str, max_bytes: int) -> int:
     return expanded
 
 
-def _docx_blocks(document):
+class Notes:
+    """A Word document's footnotes and endnotes (python-docx does not read them): each is marked where the text
+    refers to it, numbered in the order of reference as Word numbers them (footnotes [1], [2]...; endnotes [i],
+    [ii]...), and listed after the body, a line each ("[1] the note's text"). A note the text never refers to (a
+    separator, or one whose reference was deleted) is not listed."""
+
+    def __init__(self, document):
+        from docx.opc.constants import RELATIONSHIP_TYPE as RT
+        from docx.oxml import parse_xml
+
+        self.texts: dict[str, dict[str, str]] = {"footnotes": {}, "endnotes": {}}
+        self.marked: list[tuple[str, str]] = []  # (mark, text) in the order of reference
+        self.seen: dict[tuple[str, str], str] = {}
+        self.counts = {"footnotes": 0, "endnotes": 0}
+        for rel in document.part.rels.values():
+            kind = {RT.FOOTNOTES: "footnotes", RT.ENDNOTES: "endnotes"}.get(rel.reltype)
+            if kind is None or rel.is_external:
+                continue
+            for note in parse_xml(rel.target_part.blob).iterchildren(W + kind[:-1]):
+                lines = [_row_text(element, self) if what == "row" else _paragraph_text(element, self)
+                         for element, what in _block_elements(note)]
+                self.texts[kind][note.get(W + "id")] = " ".join(" ".join(lines).split())
+
+    def mark(self, reference) -> str:
+        """The mark of the note a footnoteReference or endnoteReference element refers to ("" for none)."""
+        kind, key = NOTE_REFERENCES[reference.tag], reference.get(W + "id")
+        if (kind, key) not in self.seen:
+            text = self.texts[kind].get(key)
+            if not text:
+                return ""
+            self.counts[kind] += 1
+            count = self.counts[kind]
+            self.seen[kind, key] = f"[{count if kind == 'footnotes' else _roman(count)}]"
+            self.marked.append((self.seen[kind, key], text))
+        return self.seen[kind, key]
+
+    def lines(self) -> list[str]:
+        """The notes referred to, footnotes first, each "[mark] text"."""
+        footnotes = [f"{mark} {text}" for mark, text in self.marked if mark[1:-1].isdigit()]
+        return footnotes + [f"{mark} {text}" for mark, text in self.marked if not mark[1:-1].isdigit()]
+
+
+def _roman(number: int) -> str:
+    """Lower-case Roman numerals, as Word numbers endnotes (1 -> i, 14 -> xiv)."""
+    digits = ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"), (40, "xl"),
+              (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i"))
+    out = []
+    for value, letters in digits:
+        times, number = divmod(number, value)
+        out.append(letters * times)
+    return "".join(out)
+
+
+def _docx_blocks(document, notes: Notes | None = None):
     """The body's lines: a paragraph a line (a heading as a Markdown heading line), a table's rows a line each."""
     from docx.text.paragraph import Paragraph
 
     for element, kind in _block_elements(document.element.body):
         if kind == "row":
-            yield _row_text(element)
+            yield _row_text(element, notes)
             continue
-        text = _paragraph_text(element).strip()
+        text = _paragraph_text(element, notes).strip()
         style = Paragraph(element, document).style
         heading = HEADING_STYLES.match(style.name if style is not None else "")
         if text and heading:
@@ -214,26 +272,32 @@ def _children(element, tag: str):
             yield from _children(child, tag)
 
 
-def _row_text(row) -> str:
+def _row_text(row, notes: Notes | None = None) -> str:
     """A table row's cells joined by ' | ', empty ones (a merged cell's continuation) left out; a table nested in a
     cell is read there, in order (python-docx's `cell.text` holds the cell's paragraphs alone)."""
     cells = []
     for cell in _children(row, W + "tc"):
-        lines = [_row_text(inner) if kind == "row" else _paragraph_text(inner)
+        lines = [_row_text(inner, notes) if kind == "row" else _paragraph_text(inner, notes)
                  for inner, kind in _block_elements(cell)]
         cells.append(" ".join(" ".join(lines).split()))
     return " | ".join(cell for cell in cells if cell)
 
 
-def _paragraph_text(paragraph) -> str:
+def _paragraph_text(paragraph, notes: Notes | None = None) -> str:
     """A paragraph's text as Word shows it: every run's, inside hyperlinks, fields and inline content controls too,
     breaks as new lines and tabs as tabs; a text box's paragraphs where it is anchored, a line each, once (its VML
-    fallback copy left out); deleted text and field codes left out."""
+    fallback copy left out); a footnote's or endnote's mark where it is referred to (`Notes`); deleted text and field
+    codes left out."""
     parts = []
-    for node in paragraph.iter(W + "p", *RUN_TEXT):
-        if node is paragraph or any(ancestor.tag == FALLBACK for ancestor in node.iterancestors()):
+    for node in paragraph.iter(W + "p", *RUN_TEXT, *NOTE_REFERENCES):
+        if node is paragraph or any(ancestor.tag in (FALLBACK, W + "del") for ancestor in node.iterancestors()):
             continue
-        parts.append((node.text or "") if node.tag == W + "t" else RUN_TEXT.get(node.tag, "\n"))  # a box's paragraph
+        if node.tag in NOTE_REFERENCES:
+            parts.append(notes.mark(node) if notes is not None else "")
+        elif node.tag == W + "t":
+            parts.append(node.text or "")
+        else:
+            parts.append(RUN_TEXT.get(node.tag, "\n"))  # a text box's paragraph starts a line
     return "".join(parts)
 
 
