@@ -4,15 +4,21 @@ A bundle that stores files packed, or whose pretrained weights are assembled fro
 from a directory in the user's cache (`cached_directory`, `$XDG_CACHE_HOME/locsum/bundles/<fingerprint>`): its
 packed files unpacked there, beside its graphs and the weights they read, once per bundle. Graphs and their
 weights must sit in one directory (ONNX external data), so the graphs that are not packed are copied there too.
+
+A file found there is checked against its sha256 once: its size, modification and change times and inode are kept
+beside it (`Stamps`), and a later load hashes it again only where those changed (any write moves the change time,
+which no program can set back), as git trusts its index.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import lzma
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +26,8 @@ from .base_weights import BASE_FILE, BaseRecord, file_sha256, write_base
 from .errors import BundleError, BundleIntegrityError
 
 PACKED_SUFFIX = ".xz"  # a packed file as the bundle stores it: `<name>.xz`, the file compressed with xz (lzma)
+STAMPS_FILE = ".checked.json"  # in a bundle's cache directory: the files found intact there (`Stamps`)
+RACY_NS = 2_000_000_000  # a file changed this close before its check may change again unseen (coarse clocks)
 
 
 def pack_directory(directory: Path) -> dict[str, str]:
@@ -88,20 +96,62 @@ def cache_directory(fingerprint: str) -> Path:
     return cache_root() / fingerprint[:24]
 
 
+class Stamps:
+    """What a cache directory's files were when last found intact: name -> [sha256, size, mtime_ns, ctime_ns, inode,
+    when checked (ns)]. A file whose stat is unchanged since and that had not changed in the RACY_NS before its
+    check is taken as intact without hashing it again. A missing, damaged or unwritable record only means hashing."""
+
+    def __init__(self, root: Path):
+        self.path = root / STAMPS_FILE
+        try:
+            record = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = {}
+        self.record: dict[str, list] = record if isinstance(record, dict) else {}
+        self.changed = False
+
+    def intact(self, path: Path, digest: str) -> bool:
+        """Whether `path` is a file whose sha256 is `digest` (hashed only where its stamp does not say so)."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        seen = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+        kept = self.record.get(path.name)
+        if (isinstance(kept, list) and len(kept) == 6 and kept[0] == digest and kept[1:5] == seen
+                and isinstance(kept[5], int) and stat.st_ctime_ns < kept[5] - RACY_NS):
+            return True
+        checked = time.time_ns()
+        if not path.is_file() or file_sha256(path) != digest:
+            return False
+        self.record[path.name] = [digest, *seen, checked]
+        self.changed = True
+        return True
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        with contextlib.suppress(OSError):  # a cache filled read-only is checked by hashing at every load
+            _replace(self.path, lambda partial: partial.write_text(json.dumps(self.record), encoding="utf-8"))
+
+
 def _fill(root: Path, bundle: Path, copies: dict[str, str], packed: dict[str, str], base: BaseRecord | None,
           verify: bool) -> None:
     """Write into `root` what `cached_directory` says is read there and is missing or altered."""
     root.mkdir(parents=True, exist_ok=True)
+    stamps = Stamps(root)
+
+    def missing(target: Path, digest: str) -> bool:
+        return not target.is_file() or (verify and not stamps.intact(target, digest))
+
     if base is not None:
         target = root / BASE_FILE
-        if not target.is_file() or target.stat().st_size != base.size or (
-                verify and file_sha256(target) != base.sha256):
+        if (target.is_file() and target.stat().st_size != base.size) or missing(target, base.sha256):
             write_base(base, target, near=bundle)
     for name, digest in copies.items():
-        copy = root / name
-        if not copy.is_file() or (verify and file_sha256(copy) != digest):
-            _replace(copy, lambda partial, name=name: shutil.copyfile(bundle / name, partial))
+        if missing(root / name, digest):
+            _replace(root / name, lambda partial, name=name: shutil.copyfile(bundle / name, partial))
     for name, digest in packed.items():
-        target = root / name
-        if not target.is_file() or (verify and file_sha256(target) != digest):
-            unpack(bundle / (name + PACKED_SUFFIX), target, digest)
+        if missing(root / name, digest):
+            unpack(bundle / (name + PACKED_SUFFIX), root / name, digest)
+    stamps.save()

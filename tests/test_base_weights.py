@@ -5,6 +5,7 @@ assembled from a wheel installed in a temporary site directory)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,12 +15,13 @@ from gguf_files import install_wheel, write_gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locsum_sdk import Summarizer
+from locsum_sdk import Summarizer, packed
 from locsum_sdk.base_weights import BASE_FILE, BaseRecord, BaseSource, BaseTensor, quantize, read_safetensors
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleError, BundleIntegrityError, BundleNotFoundError, BundleVersionError
 from locsum_sdk.evaluation import content_words, read_examples, set_words
 from locsum_sdk.gguf_file import GGUFFile
+from locsum_sdk.model_files import file_sha256
 
 gguf = pytest.importorskip("gguf")
 
@@ -180,6 +182,36 @@ def test_unpacked_files_altered_in_the_cache_are_unpacked_again(installed):
     first.file("decoder.onnx").write_bytes(b"altered")
     assert Bundle.load(small.path, verify=False).file("decoder.onnx").read_bytes() == b"altered"  # trusted as is
     assert Bundle.load(small.path).file("decoder.onnx").read_bytes() != b"altered"
+
+
+def test_cached_files_found_intact_are_hashed_again_only_when_they_change(installed, monkeypatch):
+    small = installed[3]
+    hashed = []
+    monkeypatch.setattr(packed, "file_sha256", lambda path: hashed.append(path.name) or file_sha256(path))
+    first = Bundle.load(small.path)  # assembled and unpacked: checked as written
+    hashed.clear()
+    Bundle.load(small.path)
+    assert BASE_FILE in hashed  # no stamp yet: hashed, then stamped
+    hashed.clear()
+    monkeypatch.setattr(packed, "RACY_NS", 10**18)
+    Bundle.load(small.path)
+    assert BASE_FILE in hashed  # changed within RACY_NS before its check: a coarse clock could hide a change
+    monkeypatch.setattr(packed, "RACY_NS", 0)
+    hashed.clear()
+    Bundle.load(small.path)
+    assert hashed == []  # every file's stamp unchanged since it was found intact
+    base = first.graph_path / BASE_FILE
+    before = base.stat()
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(base, "r+b") as handle:  # same size, its modification time set back: the change time still moves
+        handle.write(bytes(data))
+    os.utime(base, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert Bundle.load(small.path).file(BASE_FILE).read_bytes() != bytes(data) and hashed == [BASE_FILE]
+    (first.graph_path / packed.STAMPS_FILE).write_text("{not json", encoding="utf-8")  # a damaged record: hashing
+    hashed.clear()
+    Bundle.load(small.path)
+    assert BASE_FILE in hashed
 
 
 @pytest.mark.parametrize("damage", ["cut", "other"])
