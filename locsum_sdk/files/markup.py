@@ -190,7 +190,7 @@ class Notes:
         from docx.oxml import parse_xml
 
         self.texts: dict[str, dict[str, str]] = {"footnotes": {}, "endnotes": {}}
-        self.marked: list[tuple[str, str]] = []  # (mark, text) in the order of reference
+        self.marked: list[tuple[str, str, str]] = []  # (kind, mark, text) in the order of reference
         self.seen: dict[tuple[str, str], str] = {}
         self.counts = {"footnotes": 0, "endnotes": 0}
         for rel in document.part.rels.values():
@@ -212,13 +212,12 @@ class Notes:
             self.counts[kind] += 1
             count = self.counts[kind]
             self.seen[kind, key] = f"[{count if kind == 'footnotes' else _roman(count)}]"
-            self.marked.append((self.seen[kind, key], text))
+            self.marked.append((kind, self.seen[kind, key], text))
         return self.seen[kind, key]
 
     def lines(self) -> list[str]:
         """The notes referred to, footnotes first, each "[mark] text"."""
-        footnotes = [f"{mark} {text}" for mark, text in self.marked if mark[1:-1].isdigit()]
-        return footnotes + [f"{mark} {text}" for mark, text in self.marked if not mark[1:-1].isdigit()]
+        return [f"{mark} {text}" for kind in ("footnotes", "endnotes") for of, mark, text in self.marked if of == kind]
 
 
 def _roman(number: int) -> str:
