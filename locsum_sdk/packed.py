@@ -111,7 +111,8 @@ class Stamps:
         self.changed = False
 
     def intact(self, path: Path, digest: str) -> bool:
-        """Whether `path` is a file whose sha256 is `digest` (hashed only where its stamp does not say so)."""
+        """Whether the file at `path` (`_fill` checks it is one) has sha256 `digest`, hashed only where its stamp
+        does not say so."""
         try:
             stat = path.stat()
         except OSError:
@@ -122,7 +123,7 @@ class Stamps:
                 and isinstance(kept[5], int) and stat.st_ctime_ns < kept[5] - RACY_NS):
             return True
         checked = time.time_ns()
-        if not path.is_file() or file_sha256(path) != digest:
+        if file_sha256(path) != digest:
             return False
         self.record[path.name] = [digest, *seen, checked]
         self.changed = True
