@@ -7,8 +7,9 @@ of each output, and, where a block is not centred on zero, a float32 offset:
 
 `MatMulNBits` without zero points computes x @ (scale * (code - 2^(bits-1)))^T, its fastest form on the CPU (a float
 zero point per block is 40x slower there, and an 8-bit one is refused). The offsets are then a term of their own,
-x @ offset-per-block^T = (x summed over each block) @ offset^T, which `modeling.fused_llama.linear` adds with one small
-MatMul of the block sums (shared with a LoRA adapter's).
+x @ offset-per-block^T = (x summed over each block) @ offset^T: `modeling.fused_llama.linear` takes the block sums
+from an 8-bit `MatMulNBits` of exact rows (shared with a LoRA adapter's A) and adds their product with the offsets
+in one Gemm.
 
 Blocks come straight from a GGUF file's bytes where its type has one step and at most one minimum per 32 values
 (Q4_0, Q4_1, Q4_K as 4-bit codes; Q5_0, Q5_1, Q5_K and Q8_0 as 8-bit ones: the model that runs is the file's, code
@@ -79,6 +80,16 @@ class BlockWeight:
             return np.ascontiguousarray(self.offsets.T)
         raise ExportError(f"a block weight has no form {name!r} (its forms: {', '.join(FORMS)}, offsets where it has "
                           "them)")
+
+
+def from_forms(packed: np.ndarray, scales: np.ndarray, bits: int, columns: int) -> BlockWeight:
+    """A weight of `columns` inputs back from what a graph holds of it, `MatMulNBits`'s B (N, blocks, 32 * bits / 8)
+    and scales (N * blocks,); without offsets."""
+    rows = packed.shape[0]
+    if bits == 4:
+        packed = np.stack([packed & np.uint8(15), packed >> np.uint8(4)], axis=-1)
+    codes = np.ascontiguousarray(packed.reshape(rows, -1)[:, :columns])
+    return BlockWeight(codes, scales.reshape(rows, -1).astype(np.float32), None, bits)
 
 
 def _padded(codes: np.ndarray, centre: int) -> np.ndarray:

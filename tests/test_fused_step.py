@@ -55,7 +55,8 @@ def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
 @pytest.mark.parametrize("widths", [(4, 8, 4), (4, 4, 4)])
 def test_a_projection_of_mixed_parts_is_their_products_side_by_side(widths):
     """Parts of one input in 4 bits with offsets and in 8 bits (a file mixing Q4_1 and Q8_0), or of one width, a bias
-    and a LoRA update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part."""
+    and a LoRA update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part, A as the step holds it
+    (8-bit blocks)."""
     rng = np.random.default_rng(2)
     parts = [blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), bits) for n, bits in
              zip((16, 8, 8), widths)]
@@ -67,7 +68,8 @@ def test_a_projection_of_mixed_parts_is_their_products_side_by_side(widths):
     x = rng.standard_normal((3, 64)).astype(np.float32)
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     weight = np.concatenate([part.values() for part in parts])
-    assert np.allclose(got, x @ weight.T + bias + (x @ lora_a.T) @ lora_b.T, atol=1e-3)
+    held = blockwise.quantize(lora_a, 8).values()
+    assert np.allclose(got, x @ weight.T + bias + (x @ held.T) @ lora_b.T, atol=1e-3)
 
 
 def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):
@@ -124,12 +126,14 @@ def test_each_type_of_one_step_per_32_values_runs_its_own_codes(kind):
 
 
 def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEncDec:
-    """`net` with nonzero adapters and every projection and the embedding on block weights' values, so that the
-    fused graph's blocks hold exactly the torch module's weights."""
+    """`net` with nonzero adapters and every projection, the adapters' A and the embedding on block weights' values,
+    so that the fused graph's blocks hold exactly the torch module's weights."""
     with torch.no_grad():
         for name, parameter in net.named_parameters():
             if "lora_b" in name:
                 parameter.copy_(torch.randn_like(parameter) * lora_scale)
+            if "lora_a" in name:
+                parameter.copy_(torch.from_numpy(blockwise.quantize(parameter.numpy(), 8).values()))
         for module in net.model.layers.modules():
             if isinstance(module, torch.nn.Linear):
                 module.weight.copy_(torch.from_numpy(blockwise.quantize(module.weight.numpy(), 4).values()))
@@ -202,13 +206,20 @@ def test_the_fused_step_at_int8_compute_stays_close():
         assert np.abs(got_weights - expected_weights).max() < 0.02
 
 
+def projections(graph: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The step's `MatMulNBits` of the projections' own weights (not those of x with the block sums and adapters'
+    A, whose product is a Gemm's first input)."""
+    beside = {node.input[0] for node in graph.graph.node if node.op_type == "Gemm"}
+    return [node for node in graph.graph.node if node.op_type == "MatMulNBits" and node.output[0] not in beside]
+
+
 def test_the_fused_step_of_a_gguf_model_runs_the_files_blocks(tokenizer_file, tmp_path):
     path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file)
     net = load_llm(path).model.eval()
     graph, from_file = fused_step(net, GGUFFile(path), accuracy=0)
     layers = net.config.layers
     assert len(from_file) == 7 * layers + 1  # every projection of every layer, and the embedding (the tied head)
-    assert sum(node.op_type == "MatMulNBits" for node in graph.graph.node) == 4 * layers + 1
+    assert len(projections(graph)) == 4 * layers + 1
     with torch.no_grad():  # a fine-tuned projection is no longer the file's: its blocks are quantized from it
         net.model.layers[0].self_attn.q_proj.weight.add_(0.01)
     assert len(fused_step(net, GGUFFile(path), accuracy=0)[1]) == 7 * layers
@@ -245,8 +256,7 @@ def test_a_k_quant_files_blocks_run_code_for_code_and_its_sixteens_in_8_bits(tok
     net = load_llm(path).model.eval()
     graph, from_file = fused_step(net, GGUFFile(path), accuracy=0)
     assert len(from_file) == 6 * layers + 1 and not [name for name in from_file if "down_proj" in name]
-    bits = [next(a.i for a in node.attribute if a.name == "bits") for node in graph.graph.node
-            if node.op_type == "MatMulNBits"]
+    bits = [next(a.i for a in node.attribute if a.name == "bits") for node in projections(graph)]
     assert bits.count(8) == 2 * layers + 1, bits  # each layer's value (Q5_K) and down (Q6_K), the Q8_0 head
 
 

