@@ -144,7 +144,8 @@ def test_only_an_int8_or_blocks_hierencdec_bundle_is_rebuilt(tuned):
 def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, short_qmsum):
     """An earlier release's record (as train.release writes it) beside the int8 bundle; released again with
     --quantize blocks: the fused step ships, set side by side with the int8 graphs on QMSum test, and the int8
-    graphs' rows are carried beside its own."""
+    graphs' rows are carried beside its own; that blocks bundle released again so: its step as this version writes
+    it, set beside its earlier step ("earlier blocks"), every earlier row carried."""
     from train.release import EARLIER_MARK
     from train.release import main as release
 
@@ -170,5 +171,13 @@ def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, sho
     assert np.isfinite(weights["rouge1_blocks"]) and evaluation["released_from"]["dtype"] == "int8"
     release([*args, "--output", str(tmp_path / "again")])  # stopped and run again: the export and summaries kept
     assert Bundle.load(tmp_path / "again").manifest.files == released.manifest.files
+    release(["--bundle", str(tmp_path / "released"), "--output", str(tmp_path / "reformed"), *args[4:]])
+    card = (tmp_path / "reformed" / "README.md").read_text()  # a blocks bundle's step, as this version writes it
+    assert "Released again from the earlier release's blocks bundle" in card and "A held in 8-bit blocks" in card
+    assert f"| locsum (earlier blocks graphs) {EARLIER_MARK} |" in card
+    assert f"| locsum (int8 graphs) {EARLIER_MARK} | 20.00 [18.00, 22.00] |" in card
+    assert "vs the earlier blocks graphs it was exported again from, on QMSum test" in card
+    weights = json.loads((tmp_path / "reformed" / "evaluation.json").read_text())["weights"]
+    assert weights["before"] == "earlier blocks" and weights["after"] == "blocks"
     with pytest.raises(SystemExit):
         release(["--checkpoint", str(tmp_path), "--output", str(tmp_path / "x"), "--quantize", "blocks"])

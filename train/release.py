@@ -25,7 +25,8 @@ evaluation.json, as are the rows of the systems it was compared with (each marke
 release); the card says which figures are which. With `--quantize blocks` an int8 HierEncDec bundle on a pretrained
 GGUF is exported again with its decoder as the fused step over the file's own blocks (`exporters.rebuild`), set side
 by side with the int8 graphs on QMSum test (summaries and time), and its earlier rows are carried beside the new ones
-on every test set.
+on every test set; a blocks bundle likewise gets the fused step as this version writes it, set beside its earlier
+step ("earlier blocks").
 """
 
 from __future__ import annotations
@@ -470,7 +471,7 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
     `weights` (`weight_check`) sets its weight form against the graphs it was exported again from."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     then = f"At its earlier release (decoding {earlier['generation']}): " if earlier else ""
-    reformed = bool(earlier) and earlier.get("dtype", manifest["dtype"]) != manifest["dtype"]
+    reformed = bool(earlier) and bool(weights) and not weights_carried  # its decoder exported again at this release
     model, kind = manifest["model"], kinds.get(manifest["kind"])
     lines = [
         *card_head(name, kind, model, manifest.get("base") or {}),
@@ -482,9 +483,9 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         + (f"; set at release over the checkpoint's own: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}."
            if defaults else ".")
         + (f" Released again from the earlier release's {earlier['dtype']} bundle with these defaults, its decoder "
-           "exported again as the fused step over the base file's own blocks (its adapters as the earlier graphs "
-           "held them), every test set measured again; the checks that need the checkpoint and the training budget "
-           "are the earlier release's." if reformed else
+           "exported again as the fused step over the base file's own blocks (its adapters read back from the "
+           "earlier graphs, A held in 8-bit blocks), every test set measured again; the checks that need the "
+           "checkpoint and the training budget are the earlier release's." if reformed else
            " Released again from the earlier release's bundle with these defaults: the same graphs and files, every "
            "test set measured again; the checks that need the checkpoint and the training budget are the earlier "
            "release's." if earlier else ""),
@@ -652,14 +653,16 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
         defaults.setdefault("known_words", True)
     ship = set_defaults(source, work / "bundle", defaults, force=True, common_words=args.common_words).path
     weights = earlier.get("weights")
+    # the graphs it is exported again from, by their form (a blocks bundle's own step: "earlier blocks")
+    before = f"earlier {manifest['dtype']}" if manifest["dtype"] == args.quantize else manifest["dtype"]
     if args.quantize:
         graphs = ship
         ship = reexported(graphs, work)
         both = content_key(bundle_content(graphs), bundle_content(ship))
         side = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
-                      lambda: side_by_side({manifest["dtype"]: graphs, args.quantize: ship}, qmsum))
+                      lambda: side_by_side({before: graphs, args.quantize: ship}, qmsum))
         texts = side[0][args.quantize]
-        weights = weight_check(side, qmsum, manifest["dtype"], args.quantize, ship)
+        weights = weight_check(side, qmsum, before, args.quantize, ship)
     else:
         texts = cached(work, ship, "qmsum", qmsum, {})
     distinct(texts, args.min_distinct)
@@ -670,7 +673,7 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
                for dataset, report in earlier["rouge"].items()}
     if args.quantize:  # the earlier graphs' own rows, beside the new form's
         for dataset, report in earlier["rouge"].items():
-            carried[dataset][f"locsum ({manifest['dtype']} graphs)"] = report["locsum (this bundle)"]
+            carried[dataset][f"locsum ({before} graphs)"] = report["locsum (this bundle)"]
     # the decoding the carried checks were measured at: the first release's, however often it was released again
     released_from = {"generation": earlier.get("released_from", {}).get("generation", manifest["generation"]),
                      "files": manifest["files"], "dtype": manifest["dtype"]}
@@ -730,9 +733,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("auto", "int8", "float32"), default="auto",
                         help="the graphs it ships; auto: float32 unless over --max-mb (a bundle on pretrained weights "
                         "is small either way, but its int8 graphs decode faster); the card sets both side by side")
-    parser.add_argument("--quantize", choices=("blocks",), help="with --bundle (an int8 HierEncDec bundle on a "
-                        "pretrained GGUF): export it again with its decoder as the fused step over the file's own "
-                        "blocks, set side by side with its int8 graphs on QMSum test")
+    parser.add_argument("--quantize", choices=("blocks",), help="with --bundle (an int8 or blocks HierEncDec bundle "
+                        "on a pretrained GGUF): export it again with its decoder as the fused step over the file's "
+                        "own blocks as this version writes it, set side by side with its earlier graphs on QMSum "
+                        "test")
     parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
                         "release's; for a checkpoint, pretraining and fine-tuning on the train splits)")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
