@@ -82,14 +82,12 @@ class BlockWeight:
                           "them)")
 
 
-def from_forms(packed: np.ndarray, scales: np.ndarray, bits: int, columns: int) -> BlockWeight:
-    """A weight of `columns` inputs back from what a graph holds of it, `MatMulNBits`'s B (N, blocks, 32 * bits / 8)
-    and scales (N * blocks,); without offsets."""
-    rows = packed.shape[0]
-    if bits == 4:
-        packed = np.stack([packed & np.uint8(15), packed >> np.uint8(4)], axis=-1)
-    codes = np.ascontiguousarray(packed.reshape(rows, -1)[:, :columns])
-    return BlockWeight(codes, scales.reshape(rows, -1).astype(np.float32), None, bits)
+def from_8_bit_forms(codes: np.ndarray, scales: np.ndarray, columns: int) -> BlockWeight:
+    """An 8-bit weight of `columns` inputs back from what a graph holds of it: `MatMulNBits`'s B (N, blocks, 32) and
+    scales (N * blocks,)."""
+    rows = codes.shape[0]
+    return BlockWeight(np.ascontiguousarray(codes.reshape(rows, -1)[:, :columns]),
+                       scales.reshape(rows, -1).astype(np.float32), None, 8)
 
 
 def _padded(codes: np.ndarray, centre: int) -> np.ndarray:

@@ -72,8 +72,8 @@ def fused_adapters(graph: onnx.ModelProto, rank: int, shapes: dict[str, tuple[in
         down = numpy_helper.to_array(values[record["lora_a"]])
         if "lora_a_scales" in record:
             columns = shapes[record["modules"][0]][1]
-            down = blockwise.from_forms(down, numpy_helper.to_array(values[record["lora_a_scales"]]), 8,
-                                        columns).values().T
+            down = blockwise.from_8_bit_forms(down, numpy_helper.to_array(values[record["lora_a_scales"]]),
+                                              columns).values().T
         up = numpy_helper.to_array(values[record["lora_b"]])
         column = 0
         for i, module in enumerate(record["modules"]):
