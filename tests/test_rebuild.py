@@ -9,18 +9,21 @@ import dataclasses
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from conftest import SHARED_DATA
 from gguf_files import adapted_llm, write_gguf
+from onnx import numpy_helper
 
-from locsum_sdk import Summarizer
+from locsum_sdk import Summarizer, blockwise
 from locsum_sdk import constants as C
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleError
 from locsum_sdk.exporters.onnx import export_onnx
-from locsum_sdk.exporters.rebuild import PROJECTIONS, bundle_module, export_again
+from locsum_sdk.exporters.rebuild import PROJECTIONS, bundle_module, export_again, fused_adapters
 from locsum_sdk.modeling.checkpoint import save_checkpoint
+from locsum_sdk.modeling.fused_llama import ADAPTERS, adapter_record
 
 TEXT = "The roof leaks. The budget is short. The board meets on Monday. " * 12
 OPTIONS = {"page_tokens": 200, "max_tokens": 800, "truncate": True, "max_length": 10, "min_length": 10,
@@ -94,6 +97,34 @@ def test_a_fused_step_gives_back_the_adapters_it_was_written_with(tuned, tmp_pat
     assert plain.manifest.dtype == "float32" and plain.manifest.generation == blocks.manifest.generation
     summary = Summarizer.from_pretrained(plain.path, threads=1).summarize(TEXT)
     assert 0 < len(summary.token_ids) <= 10
+
+
+def test_a_fused_step_written_before_a_was_held_in_8_bits_gives_back_the_same_adapters(tuned, tmp_path):
+    """A step written before A was held in 8-bit blocks names only `lora_a`, its A^T in float32: read back as those
+    values, the same adapters as the 8-bit record they were written from."""
+    net, bundle = tuned
+    graph = onnx.load(str(export_again(bundle, tmp_path / "blocks", "blocks").file(C.DECODER_FILE)))
+    modules = [f"layers.{i}.{name}" for i in range(len(net.model.layers)) for name in PROJECTIONS]
+    shapes = {module: (linear.out_features, linear.in_features)
+              for module in modules for linear in [net.model.get_submodule(module)]}
+    rank = net.model.get_submodule(modules[0]).lora_a.shape[0]
+    written = fused_adapters(graph, rank, shapes)
+    values = {tensor.name: tensor for tensor in graph.graph.initializer}
+    earlier = []
+    for record in adapter_record(graph):
+        columns = shapes[record["modules"][0]][1]
+        a = blockwise.from_8_bit_forms(numpy_helper.to_array(values[record["lora_a"]]),
+                                       numpy_helper.to_array(values[record["lora_a_scales"]]), columns).values()
+        name = f"{record['lora_a']}_float"
+        graph.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(a.T), name))
+        earlier.append({"modules": record["modules"], "lora_a": name, "lora_b": record["lora_b"]})
+    props = {prop.key: prop for prop in graph.metadata_props}
+    props[ADAPTERS].value = json.dumps(earlier)
+    read = fused_adapters(graph, rank, shapes)
+    assert read.keys() == written.keys() == set(modules)
+    for module, (down, up) in written.items():
+        np.testing.assert_array_equal(read[module][0], down)
+        np.testing.assert_array_equal(read[module][1], up)
 
 
 def test_tensorrt_engines_of_a_fused_bundle_come_from_float32_graphs_of_its_weights(tuned, tmp_path):
