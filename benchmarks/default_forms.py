@@ -20,8 +20,10 @@ from locsum_sdk.exporters.rebuild import export_again
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
-CODE = [ROOT / "locsum_sdk" / "blockwise.py", *(ROOT / "locsum_sdk" / "modeling" / name
-        for name in ("fused_llama.py", "fused_hierencdec.py", "unit_attention.py", "llama.py"))]
+CODE = [ROOT / "locsum_sdk" / "blockwise.py",
+        *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "low_rank.py")),
+        *(ROOT / "locsum_sdk" / "modeling" / name
+          for name in ("fused_llama.py", "fused_hierencdec.py", "unit_attention.py", "llama.py"))]
 
 
 def other_form() -> str:

@@ -75,6 +75,28 @@ def test_packing_computes_what_the_graphs_computed(tmp_path):
     assert packing.pack(tmp_path, ["a.onnx"]) == []  # nothing two graphs share: nothing written
 
 
+def test_a_graph_with_onnx_runtimes_own_norm_is_packed_and_its_moved_weights_checked(tmp_path):
+    """The fused step's SimplifiedLayerNormalization (default domain, no onnx schema): packed beside a graph sharing
+    its weight, it computes as before; a moved weight pointing past the end of weights.bin is refused."""
+    import onnxruntime as ort
+
+    weight = numpy_helper.from_array(np.linspace(0.5, 1.5, 2048, dtype=np.float32), "weight")
+    norm = helper.make_node("SimplifiedLayerNormalization", ["x", "weight"], ["out"], axis=-1, epsilon=1e-5)
+    scale = helper.make_node("Mul", ["x", "weight"], ["out"])
+    for name, node in (("norm.onnx", norm), ("scale.onnx", scale)):
+        graph = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2048])],
+                                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 2048])], [weight])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / name))
+    x = {"x": np.random.default_rng(0).normal(size=(2, 2048)).astype(np.float32)}
+    before = ort.InferenceSession(str(tmp_path / "norm.onnx")).run(None, x)[0]
+    assert packing.pack(tmp_path, ["norm.onnx", "scale.onnx"]) == ["norm.onnx", "scale.onnx"]
+    np.testing.assert_array_equal(ort.InferenceSession(str(tmp_path / "norm.onnx")).run(None, x)[0], before)
+    with open(tmp_path / C.WEIGHTS_FILE, "r+b") as stored:
+        stored.truncate(1024)
+    with pytest.raises(ExportError, match="points outside"):
+        packing.check_packed(tmp_path / "norm.onnx")
+
+
 def test_the_int8_lm_head_reads_the_embedding_table(tmp_path, checkpoint_dir, monkeypatch):
     tied = exporter.export_onnx(checkpoint_dir, tmp_path / "tied", quantize="int8")
     decoder = onnx.load(str(tied.path / C.DECODER_FILE))

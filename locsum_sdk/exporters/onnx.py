@@ -32,6 +32,7 @@ from ..options import checkpoint_defaults
 from ..packed import pack_directory
 from ..words import WordList
 from . import base_derived, streamed
+from .low_rank import sum_as_gemm, up_projections
 from .packing import pack, tie_lm_head
 from .staging import staged
 
@@ -42,9 +43,12 @@ ATOL = 1e-4  # largest |torch - onnxruntime| accepted on the example inputs (flo
 QUANTIZATIONS = ("int8", "blocks")
 
 
-def quantize_int8(path: Path) -> None:
+def quantize_int8(path: Path, float_adapters: bool = False) -> None:
     """ONNX Runtime dynamic quantization of the linear layers and the embedding tables: int8 weights, activations
     quantized per run; an embedding lookup (Gather of a constant table) reads 8-bit rows and dequantizes them.
+    With `float_adapters`, each LoRA adapter's up-projection stays float32, one `Gemm` that adds it to its layer's
+    output (`low_rank`: for a graph of many rows a run, where the int8 path's extra passes over the layer's output
+    cost more than reading the r-row matrix in float32).
 
     Only MatMul/Gemm with a constant weight and Gather of a constant table are touched; attention, LayerNorm, softmax
     and the combine op stay float32. The LM head shares its weight with the embedding lookup; it gets its own copy
@@ -66,12 +70,13 @@ def quantize_int8(path: Path) -> None:
             copy.name = node.input[1] + ".lm_head"
             model.graph.initializer.append(copy)
             node.input[1] = copy.name
+    kept = up_projections(model) if float_adapters else []
     onnx.save(model, str(path))
     target = path.with_name(path.stem + ".int8.onnx")
     quantize_dynamic(path, target, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"],
-                     extra_options={"MatMulConstBOnly": True})
+                     nodes_to_exclude=kept, extra_options={"MatMulConstBOnly": True})
     quantized = onnx.load(str(target))
-    if tie_lm_head(quantized):
+    if sum_as_gemm(quantized, kept) | tie_lm_head(quantized):
         onnx.save(quantized, str(target))
     os.replace(target, path)
 
@@ -164,7 +169,7 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
             write_fused_step(work / file, model, sources)
         matches = base_derived.match_graph(work / file, index) if index else {}
         if quantize in QUANTIZATIONS and not fused:
-            quantize_int8(work / file)
+            quantize_int8(work / file, float_adapters=name == "encoder")  # a step's adapters are read back as int8
         if index:
             recipes[file] = base_derived.rewrite(work / file, matches, index)
         if quantize in QUANTIZATIONS:
