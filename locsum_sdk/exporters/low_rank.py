@@ -24,12 +24,13 @@ def _constant_dims(initializers: dict[str, Any], producer: dict[str, Any], name:
     return tuple(initializers[name].dims) if name in initializers else None
 
 
-def _users(graph: Any) -> dict[str, int]:
-    users = {output.name: 1 for output in graph.output}
+def _readers(graph: Any) -> dict[str, list[str]]:
+    """Each value's readers: the op types of the nodes that take it, "output" for the graph's outputs."""
+    readers: dict[str, list[str]] = {output.name: ["output"] for output in graph.output}
     for node in graph.node:
         for name in node.input:
-            users[name] = users.get(name, 0) + 1
-    return users
+            readers.setdefault(name, []).append(node.op_type)
+    return readers
 
 
 def up_projections(model: Any) -> list[str]:
@@ -39,10 +40,10 @@ def up_projections(model: Any) -> list[str]:
     graph = model.graph
     producer = {output: node for node in graph.node for output in node.output}
     initializers = {init.name: init for init in graph.initializer}
-    users = _users(graph)
+    readers = _readers(graph)
     found = []
     for node in graph.node:
-        if node.op_type != "MatMul" or users.get(node.output[0]) != 1:
+        if node.op_type != "MatMul" or readers.get(node.output[0]) != ["Add"]:
             continue
         down = producer.get(node.input[0])
         if down is None or down.op_type != "MatMul":
@@ -53,8 +54,6 @@ def up_projections(model: Any) -> list[str]:
             continue
         rank = up_dims[0]
         if down_dims[1] != rank or rank >= min(down_dims[0], up_dims[1]):
-            continue
-        if not any(user.op_type == "Add" for user in graph.node if node.output[0] in user.input):
             continue
         node.name = node.name or f"{node.output[0]}/up_projection"
         found.append(node.name)
