@@ -205,6 +205,7 @@ def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, sho
     release(["--bundle", str(tmp_path / "released"), "--output", str(tmp_path / "reformed"), *args[4:]])
     card = (tmp_path / "reformed" / "README.md").read_text()  # a blocks bundle's step, as this version writes it
     assert "Released again from the earlier release's blocks bundle" in card and "A held in 8-bit blocks" in card
+    assert "int8 encoder's adapters' up-projections kept in float32" in card
     assert f"| locsum (earlier blocks graphs) {EARLIER_MARK} |" in card
     assert f"| locsum (int8 graphs) {EARLIER_MARK} | 20.00 [18.00, 22.00] |" in card
     assert "vs the earlier blocks graphs it was exported again from, on QMSum test" in card

@@ -483,9 +483,11 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
         + (f"; set at release over the checkpoint's own: {', '.join(f'{k}={v!r}' for k, v in defaults.items())}."
            if defaults else ".")
         + (f" Released again from the earlier release's {earlier['dtype']} bundle with these defaults, its decoder "
-           "exported again as the fused step over the base file's own blocks (its adapters read back from the "
-           "earlier graphs, A held in 8-bit blocks), every test set measured again; the checks that need the "
-           "checkpoint and the training budget are the earlier release's." if reformed else
+           "exported again as the fused step over the base file's own blocks"
+           + (" (its adapters read back from the earlier graphs, A held in 8-bit blocks) and its int8 encoder's "
+              "adapters' up-projections kept in float32" if manifest["model"].get("lora_rank") else "")
+           + ", every test set measured again; the checks that need the checkpoint and the training budget are the "
+           "earlier release's." if reformed else
            " Released again from the earlier release's bundle with these defaults: the same graphs and files, every "
            "test set measured again; the checks that need the checkpoint and the training budget are the earlier "
            "release's." if earlier else ""),
