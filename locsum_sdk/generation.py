@@ -110,11 +110,17 @@ class Partial:
     """Where one input's decoding stands after a step: greedy, its tokens so far; beam search, the best finished
     hypothesis once one exists (`finished`), else the leading beam (which a later step may overtake)."""
 
-    token_ids: list[int]  # without the start token; a finished one ends in eos
+    # the tokens and the step weights are gathered only when asked for: a greedy partial reported at every step
+    # copies none of its history (beam search copies the leading beam's tokens: beams are reordered in place)
+    read_tokens: Callable[[], list[int]] = field(repr=False, compare=False)
     finished: bool
-    read_weights: Callable[[], np.ndarray] = field(repr=False, compare=False)  # the step weights, gathered only
-    # when asked for: reporting a partial at every step costs no copy of its history
+    read_weights: Callable[[], np.ndarray] = field(repr=False, compare=False)
     units: tuple[Unit, ...] = ()  # the input's units, filled in where the summarizer reports the partial
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens so far, without the start token; a finished partial's end in eos."""
+        return self.read_tokens()
 
     @property
     def unit_weights(self) -> np.ndarray:
@@ -272,8 +278,12 @@ class GreedySearch:
         return bool(self.done.all())
 
     def partial(self, b: int) -> Partial:
-        tokens, steps = _until_eos(self.sequences[b, 0, 1:].tolist(), self.eos), self.weights
-        return Partial(tokens, bool(self.done[b]), lambda: np.stack([step[b] for step in steps[: len(tokens)]]))
+        rows, steps, length, eos = self.rows, self.weights, len(self.weights), self.eos  # greedy rows only grow
+
+        def tokens() -> list[int]:
+            return _until_eos(rows.array[b, 0, 1: length + 1].tolist(), eos)
+
+        return Partial(tokens, bool(self.done[b]), lambda: np.stack([step[b] for step in steps[: len(tokens())]]))
 
     def finalize(self) -> list[Hypothesis]:
         weights = np.stack(self.weights, axis=1)  # (B, T, U)
@@ -375,9 +385,10 @@ class BeamSearch:
     def partial(self, b: int) -> Partial:
         if self.hypotheses[b]:
             _, tokens, last = self.hypotheses[b][0]
-            return Partial(list(tokens), True, lambda: self._weights(b, *last))
+            return Partial(lambda: list(tokens), True, lambda: self._weights(b, *last))
         leading = self._current(b, 0)  # beams are kept best first
-        return Partial(self.sequences[b, 0, 1:].tolist(), False, lambda: self._weights(b, *leading))
+        row = self.sequences[b, 0, 1:].copy()  # the beams' rows are reordered in place as they go on
+        return Partial(row.tolist, False, lambda: self._weights(b, *leading))
 
     def finalize(self) -> list[Hypothesis]:
         for b in np.flatnonzero(~self.done):

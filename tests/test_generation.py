@@ -176,12 +176,19 @@ def history_hash(fed: np.ndarray) -> np.ndarray:
        seed=st.integers(0, 99), early=st.booleans())
 def test_each_hypothesis_carries_the_step_weights_of_its_own_beams(vocab, beams, max_length, batch, seed, early):
     """Every hypothesis, finished early or at the last step, holds the weights each step gave the beam it grew from
-    (read back along the beams it continued), and a step's report gives the leading beam's so far."""
+    (read back along the beams it continued), and a step's report gives the leading beam's so far, read then or
+    later."""
     options = GenerationOptions(num_beams=beams, max_length=max_length, early_stopping=early)
-    reported = []
-    hypotheses = generate(HistorySession(vocab, seed), batch, options, 0, 2, 1,
-                          on_step=lambda step, partials: reported.append([(p.token_ids, p.unit_weights)
-                                                                          for p in partials]))
+    reported, kept = [], []
+
+    def report(step, partials):
+        reported.append([(p.token_ids, p.unit_weights) for p in partials])
+        kept.append(partials)
+
+    hypotheses = generate(HistorySession(vocab, seed), batch, options, 0, 2, 1, on_step=report)
+    # a partial read after decoding went on (its tokens and weights gathered when asked) is as it was at its step
+    assert [[(p.token_ids, p.unit_weights.tolist()) for p in partials] for partials in kept] == \
+        [[(tokens, weights.tolist()) for tokens, weights in step] for step in reported]
     for tokens, weights in [(h.token_ids, h.unit_weights) for h in hypotheses] + [r for step in reported for r in step]:
         fed = np.array([0, *tokens[:-1]])  # the start token, then each token written but the last
         assert weights.shape == (len(tokens), 2)
