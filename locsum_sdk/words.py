@@ -375,10 +375,16 @@ class WordGuard:
 
 
 def _best_first(row: np.ndarray, first: int = 64, growth: int = 8) -> Iterable[int]:
-    """The indices of `row`'s finite entries, highest first (equal entries by index): the best `first` by a partial
-    sort, then the best `growth` times as many of the rest, and so on, so that a caller who stops early sorts little
-    of a wide row."""
+    """The indices of `row`'s finite entries, highest first (equal entries by index): the best one by argmax, then
+    the best `first` of the rest by a partial sort, then the best `growth` times as many of the rest, and so on, so
+    that a caller who stops early sorts little of a wide row (one who takes the best alone, none of it)."""
+    top = int(row.argmax()) if len(row) else 0
+    ahead = bool(len(row)) and bool(np.isfinite(row[top]))  # argmax: the first highest, or a NaN (then no shortcut)
+    if ahead:
+        yield top
     rest = np.flatnonzero(np.isfinite(row))
+    if ahead:
+        rest = rest[rest != top]
     size = first
     while len(rest):
         values = row[rest]
