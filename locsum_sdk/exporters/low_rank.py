@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from . import graph_index
+
 
 def _constant_dims(initializers: dict[str, Any], producer: dict[str, Any], name: str) -> tuple[int, ...] | None:
     """The dims of the initializer `name` is (or is an `Identity` of, as the exporter writes repeated weights)."""
@@ -24,26 +26,18 @@ def _constant_dims(initializers: dict[str, Any], producer: dict[str, Any], name:
     return tuple(initializers[name].dims) if name in initializers else None
 
 
-def _readers(graph: Any) -> dict[str, list[str]]:
-    """Each value's readers: the op types of the nodes that take it, "output" for the graph's outputs."""
-    readers: dict[str, list[str]] = {output.name: ["output"] for output in graph.output}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node.op_type)
-    return readers
-
-
 def up_projections(model: Any) -> list[str]:
     """The names of `model`'s adapter up-projections: `MatMul(MatMul(x, A^T), (B s)^T)` read by one `Add` alone,
     A^T and (B s)^T constant, of one rank r smaller than both their other sides (a node without a name is given
     one)."""
     graph = model.graph
-    producer = {output: node for node in graph.node for output in node.output}
-    initializers = {init.name: init for init in graph.initializer}
-    readers = _readers(graph)
+    producer, readers = graph_index.producers(graph), graph_index.consumers(graph)
+    initializers = graph_index.initializers(graph)
+    outputs = {output.name for output in graph.output}
     found = []
     for node in graph.node:
-        if node.op_type != "MatMul" or readers.get(node.output[0]) != ["Add"]:
+        if (node.op_type != "MatMul" or node.output[0] in outputs
+                or [reader.op_type for reader in readers.get(node.output[0], [])] != ["Add"]):
             continue
         down = producer.get(node.input[0])
         if down is None or down.op_type != "MatMul":
@@ -66,8 +60,7 @@ def sum_as_gemm(model: Any, names: list[str]) -> int:
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    producer = {output: node for node in graph.node for output in node.output}
-    initializers = {init.name: init for init in graph.initializer}
+    producer, initializers = graph_index.producers(graph), graph_index.initializers(graph)
     wanted = set(names)
     rewritten: dict[int, list[Any]] = {}
     dropped: set[int] = set()

@@ -31,7 +31,7 @@ from ..ops import page_combine
 from ..options import checkpoint_defaults
 from ..packed import pack_directory
 from ..words import WordList
-from . import base_derived, streamed
+from . import base_derived, graph_index, streamed
 from .low_rank import sum_as_gemm, up_projections
 from .packing import pack, tie_lm_head
 from .staging import staged
@@ -58,13 +58,9 @@ def quantize_int8(path: Path, float_adapters: bool = False) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = onnx.load(str(path))
-    initializers = {init.name: init for init in model.graph.initializer}
-    users: dict[str, int] = {}
+    initializers, readers = graph_index.initializers(model.graph), graph_index.consumers(model.graph)
     for node in model.graph.node:
-        for name in node.input:
-            users[name] = users.get(name, 0) + 1
-    for node in model.graph.node:
-        if node.op_type == "Gemm" and users.get(node.input[1], 0) > 1 and node.input[1] in initializers:
+        if node.op_type == "Gemm" and len(readers.get(node.input[1], [])) > 1 and node.input[1] in initializers:
             copy = onnx.TensorProto()
             copy.CopyFrom(initializers[node.input[1]])
             copy.name = node.input[1] + ".lm_head"

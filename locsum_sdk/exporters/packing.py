@@ -21,13 +21,10 @@ import numpy as np
 
 from .. import constants as C
 from ..errors import ExportError
+from . import graph_index
 
 SHARED_MIN_BYTES = 4096  # smaller shared initializers stay inside each graph (the file's alignment is 4 KiB)
 ALIGNMENT = 4096  # offsets in weights.bin: page-aligned, so ONNX Runtime can map the file instead of copying it
-
-
-def _initializers(graph: Any) -> dict[str, Any]:
-    return {init.name: init for init in graph.initializer}
 
 
 def _array(initializers: dict[str, Any], name: str) -> np.ndarray | None:
@@ -38,7 +35,7 @@ def _array(initializers: dict[str, Any], name: str) -> np.ndarray | None:
 
 def _tables(graph: Any, initializers: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """The 8-bit embedding tables a graph looks up: table name -> (scale, zero point) of its DequantizeLinear."""
-    producer = {out: node for node in graph.node for out in node.output}
+    producer = graph_index.producers(graph)
     tables: dict[str, tuple[str, str]] = {}
     for node in graph.node:
         gather = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
@@ -54,13 +51,9 @@ def tie_lm_head(model: Any) -> int:
     from onnx import helper
 
     graph = model.graph
-    initializers = _initializers(graph)
+    initializers = graph_index.initializers(graph)
     tables = _tables(graph, initializers)
-    producer = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    producer, consumers = graph_index.producers(graph), graph_index.consumers(graph)
     tied = 0
     for node in list(graph.node):
         if node.op_type != "MatMulInteger" or len(node.input) != 4 or node.input[1] not in initializers:

@@ -45,6 +45,7 @@ from ..bundle import Bundle, write_manifest
 from ..errors import BackendUnavailableError, ExportError, OptionError
 from ..modeling.config import step_shape
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
+from . import graph_index
 from .staging import staged
 
 logger = logging.getLogger("locsum_sdk")
@@ -208,11 +209,7 @@ def weight_only(model: Any) -> int:
     graph = model.graph
     fold_transposed_weights(graph)
     initializers = {init.name: init for init in graph.initializer}
-    producer = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    producer, consumers = graph_index.producers(graph), graph_index.consumers(graph)
     dropped, added, tables, rewritten = set(), [], set(), 0
     for node in graph.node:
         if node.op_type == "MatMulInteger":
