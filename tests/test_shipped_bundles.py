@@ -72,6 +72,14 @@ def pairs(text: str) -> list[tuple[float, float]]:
 
 
 @pytest.mark.parametrize("bundle", EVERY, ids=[p.name for p in EVERY])
+def test_a_card_is_titled_by_the_name_its_bundle_is_loaded_by(bundle):
+    """`train.release` titles a card by its output directory: a bundle released elsewhere and copied under engines/
+    must not carry that other name."""
+    title = (bundle / "README.md").read_text(encoding="utf-8").splitlines()[0]
+    assert title.startswith(f"# {bundle.name}: "), title
+
+
+@pytest.mark.parametrize("bundle", EVERY, ids=[p.name for p in EVERY])
 def test_the_figures_readme_and_the_bundle_guide_quote_are_the_cards(bundle):
     """README's table and docs/bundles.md quote each bundle's QMSum test ROUGE-1 / ROUGE-2 and, in their header, lead's
     and random's on the same examples: all of them the figures in the bundle's evaluation.json."""
