@@ -484,6 +484,7 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
              "--min-distinct", "0", "--default", "min_length=3", "--default", "max_length=7", "--read", str(notes)])
     # (--min-distinct 0: two steps may write one summary for both inputs)
     card = (tmp_path / "default" / "README.md").read_text()
+    assert card.startswith("# default: ")  # titled by the output directory
     assert "## Summaries read\n\nRead 2 summaries: \"The board met.\" (good)\n" in card
     assert "It is tiny and trained on about 1,600 examples" in card  # trained from scratch
     assert "### qmsum" in card and "| lead |" in card and "| as sections |" in card
@@ -513,8 +514,10 @@ def test_release_writes_a_bundle_with_a_measured_model_card(tmp_path, jsonl, tok
     assert "common_words.txt" in Bundle.load(tmp_path / "default").manifest.files  # for keywords, beside it too
     release(["--checkpoint", str(trainer.latest()), "--output", str(tmp_path / "int8"), "--sets", "qmsum",
              "--limit", "2", "--work", str(tmp_path / "work"), "--min-distinct", "0", "--default", "min_length=3",
-             "--default", "max_length=7", "--dtype", "int8"])  # the side-by-side and parity kept from the first
+             "--default", "max_length=7", "--dtype", "int8", "--name", "default"])  # the side-by-side and parity
+    # kept from the first; --name titles the card where the output directory is named otherwise
     assert Bundle.load(tmp_path / "int8").manifest.dtype == "int8"
+    assert (tmp_path / "int8" / "README.md").read_text().startswith("# default: ")
     assert "the int8 graphs it ships" in (tmp_path / "int8" / "README.md").read_text()
 
     again = ["--bundle", str(tmp_path / "default"), "--output", str(tmp_path / "again"), "--sets", "qmsum",

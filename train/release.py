@@ -2,7 +2,8 @@
 
     python -m train.release --checkpoint RUN/checkpoints/step-N --output engines/default \
         [--compare "NAME=CHECKPOINT_OR_BUNDLE[;option=value...]" ...] [--runs pretrain-small,pagesum-small] \
-        [--about TEXT] [--limit 40] [--default min_length=60 ...] [--dtype int8] [--read NOTES.md] [--jobs 2]
+        [--about TEXT] [--limit 40] [--default min_length=60 ...] [--dtype int8] [--read NOTES.md] [--jobs 2] \
+        [--name default]
 
 Every figure in the card is measured here: ROUGE with 95% intervals on the test splits of ../shared/data next
 to the lead / random / oracle baselines and every --compare system (another checkpoint, exported here, or a
@@ -739,6 +740,8 @@ def main(argv: list[str] | None = None) -> None:
                         "on a pretrained GGUF): export it again with its decoder as the fused step over the file's "
                         "own blocks as this version writes it, set side by side with its earlier graphs on QMSum "
                         "test")
+    parser.add_argument("--name", help="the bundle's name, the card's title (default: the --output directory's "
+                        "name, which is what a bundle copied under engines/ is loaded by)")
     parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
                         "release's; for a checkpoint, pretraining and fine-tuning on the train splits)")
     parser.add_argument("--runs", default="", help="comma-separated run directories (for the training budget); "
@@ -801,7 +804,7 @@ def main(argv: list[str] | None = None) -> None:
     staging = output.with_name(output.name + ".partial")  # the release replaces `output` only when complete
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(ship, staging)
-    (staging / "README.md").write_text(card(output.name, staging, reports, measured.int8, measured.parity,
+    (staging / "README.md").write_text(card(args.name or output.name, staging, reports, measured.int8, measured.parity,
                                             measured.training, args.limit, measured.about, selection,
                                             distinct_summaries, distinct_inputs, measured.defaults, measured.earlier,
                                             args.read, measured.weights, measured.weights_carried))
