@@ -27,6 +27,7 @@ from ..blockwise import FORMS, BlockWeight, file_blocks
 from ..errors import ExportError
 from ..gguf_file import GGUFFile
 from ..model_files import UserFile
+from . import graph_index
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -172,7 +173,7 @@ def rewrite(path: Path, matches: dict[str, Match], index: SourceIndex) -> dict[s
     from onnx import numpy_helper
 
     model = onnx.load(str(path))
-    initializers = {init.name: init for init in model.graph.initializer}
+    initializers = graph_index.initializers(model.graph)
     recipes: dict[str, BaseTensor] = {}
     changed = differing = 0
     for name, match in matches.items():

@@ -208,7 +208,7 @@ def weight_only(model: Any) -> int:
 
     graph = model.graph
     fold_transposed_weights(graph)
-    initializers = {init.name: init for init in graph.initializer}
+    initializers = graph_index.initializers(graph)
     producer, consumers = graph_index.producers(graph), graph_index.consumers(graph)
     dropped, added, tables, rewritten = set(), [], set(), 0
     for node in graph.node:
@@ -271,7 +271,7 @@ def fold_transposed_weights(graph: Any) -> None:
     with the transposed initializer, so the rewrites below see a constant weight."""
     from onnx import numpy_helper
 
-    initializers = {init.name: init for init in graph.initializer}
+    initializers = graph_index.initializers(graph)
     for node in [n for n in graph.node if n.op_type == "Transpose" and n.input[0] in initializers]:
         perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
         values = numpy_helper.to_array(initializers[node.input[0]])
