@@ -5,16 +5,20 @@ of each output, and, where a block is not centred on zero, a float32 offset:
 
     W[n, k] = scale[n, b] * (code[n, k] - 2^(bits-1)) + offset[n, b]        b = k // 32
 
-`MatMulNBits` without zero points computes x @ (scale * (code - 2^(bits-1)))^T, its fastest form on the CPU (a float
-zero point per block is 40x slower there, and an 8-bit one is refused). The offsets are then a term of their own,
+or, in place of the centre 2^(bits-1), a whole code per block (`zero_points`):
+
+    W[n, k] = scale[n, b] * (code[n, k] - zero_point[n, b])
+
+`MatMulNBits` computes x @ (scale * (code - centre or zero point))^T in its fastest form on the CPU (a float zero
+point per block is 40x slower there, and an 8-bit one is refused). The offsets are then a term of their own,
 x @ offset-per-block^T = (x summed over each block) @ offset^T: `modeling.fused_llama.linear` takes the block sums
 from an 8-bit `MatMulNBits` of exact rows (shared with a LoRA adapter's A) and adds their product with the offsets
 in one Gemm.
 
 Blocks come straight from a GGUF file's bytes where its type has one step and at most one minimum per 32 values
 (Q4_0, Q4_1, Q4_K as 4-bit codes; Q5_0, Q5_1, Q5_K and Q8_0 as 8-bit ones: the model that runs is the file's, code
-for code, `ggml_blocks.affine`), or from float32 values (`quantize`), 4-bit (per-block minimum and step, as
-llama.cpp's Q4_1) or 8-bit (symmetric, as Q8_0).
+for code, `ggml_blocks.affine`), or from float32 values (`quantize`), 4-bit (a step and a whole zero point per block,
+nothing beside the product) or 8-bit (symmetric, as Q8_0).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class BlockWeight:
     scales: np.ndarray  # (N, ceil(K/32)) float32
     offsets: np.ndarray | None  # (N, ceil(K/32)) float32; None where every block is centred
     bits: int
+    zero_points: np.ndarray | None = None  # (N, ceil(K/32)) uint8 codes standing for zero; None: the centre
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -53,8 +58,9 @@ class BlockWeight:
     def values(self) -> np.ndarray:
         """The weight (N, K) in float32, block by block as `MatMulNBits` dequantizes it, offsets added."""
         rows, columns = self.shape
-        codes = _padded(self.codes, self.centre).astype(np.float32) - np.float32(self.centre)
-        blocks = codes.reshape(rows, -1, BLOCK) * self.scales[:, :, None]
+        zeros = np.float32(self.centre) if self.zero_points is None else self.zero_points[:, :, None].astype(np.float32)
+        codes = _padded(self.codes, self.centre).astype(np.float32).reshape(rows, -1, BLOCK)
+        blocks = (codes - zeros) * self.scales[:, :, None]
         if self.offsets is not None:
             blocks = blocks + self.offsets[:, :, None]
         return blocks.reshape(rows, -1)[:, :columns].astype(np.float32)
@@ -70,24 +76,41 @@ class BlockWeight:
         return (pairs[..., 0] | (pairs[..., 1] << np.uint8(4))).astype(np.uint8)
 
     def form(self, name: str) -> np.ndarray:
-        """What a graph holds of this weight, C-contiguous: `codes` (`packed`), `scales` (N * blocks,), or `offsets`
-        transposed (blocks, N), the right factor of the offsets' product (`fused_llama.linear`)."""
+        """What a graph holds of this weight, C-contiguous: `codes` (`packed`), `scales` (N * blocks,), `offsets`
+        transposed (blocks, N), the right factor of the offsets' product (`fused_llama.linear`), or `zero_points` as
+        `MatMulNBits` reads them (N * ceil(blocks * bits / 8),: two 4-bit ones a byte, the first in the low nibble)."""
         if name == "codes":
             return np.ascontiguousarray(self.packed())
         if name == "scales":
             return np.ascontiguousarray(self.scales.reshape(-1))
         if name == "offsets" and self.offsets is not None:
             return np.ascontiguousarray(self.offsets.T)
+        if name == "zero_points":
+            zeros = (np.full(self.scales.shape, self.centre, np.uint8) if self.zero_points is None
+                     else self.zero_points)
+            if self.bits == 4:
+                zeros = np.pad(zeros, ((0, 0), (0, zeros.shape[1] % 2)), constant_values=self.centre)
+                zeros = (zeros[:, 0::2] | (zeros[:, 1::2] << np.uint8(4))).astype(np.uint8)
+            return np.ascontiguousarray(zeros.reshape(-1))
         raise ExportError(f"a block weight has no form {name!r} (its forms: {', '.join(FORMS)}, offsets where it has "
-                          "them)")
+                          "them, zero_points)")
 
 
-def from_8_bit_forms(codes: np.ndarray, scales: np.ndarray, columns: int) -> BlockWeight:
-    """An 8-bit weight of `columns` inputs back from what a graph holds of it: `MatMulNBits`'s B (N, blocks, 32) and
-    scales (N * blocks,)."""
+def from_forms(codes: np.ndarray, scales: np.ndarray, columns: int, bits: int,
+               zero_points: np.ndarray | None = None) -> BlockWeight:
+    """A weight of `columns` inputs back from what a graph holds of it: `MatMulNBits`'s B (N, blocks, 32 * bits / 8),
+    scales (N * blocks,) and, where it has them, zero points (`BlockWeight.form`)."""
     rows = codes.shape[0]
-    return BlockWeight(np.ascontiguousarray(codes.reshape(rows, -1)[:, :columns]),
-                       scales.reshape(rows, -1).astype(np.float32), None, 8)
+    codes = codes.reshape(rows, -1)
+    if bits == 4:
+        codes = np.stack([codes & np.uint8(15), codes >> np.uint8(4)], axis=-1).reshape(rows, -1)
+    scales = scales.reshape(rows, -1).astype(np.float32)
+    if zero_points is not None:
+        zero_points = zero_points.reshape(rows, -1)
+        if bits == 4:
+            zero_points = np.stack([zero_points & np.uint8(15), zero_points >> np.uint8(4)], axis=-1).reshape(rows, -1)
+        zero_points = np.ascontiguousarray(zero_points[:, :scales.shape[1]])
+    return BlockWeight(np.ascontiguousarray(codes[:, :columns]), scales, None, bits, zero_points)
 
 
 def _padded(codes: np.ndarray, centre: int) -> np.ndarray:
@@ -99,8 +122,8 @@ def _padded(codes: np.ndarray, centre: int) -> np.ndarray:
 
 
 def quantize(weight: np.ndarray, bits: int) -> BlockWeight:
-    """Float32 (N, K) -> blocks: 4-bit with each block's minimum and step (code 0 at the minimum, 15 at the
-    maximum), or 8-bit symmetric (step max|w| / 127)."""
+    """Float32 (N, K) -> blocks: 4-bit with a step and a whole code standing for zero each (`zero_point_blocks`), or
+    8-bit symmetric (step max|w| / 127)."""
     if bits not in BITS:
         raise ExportError(f"block weights are 4- or 8-bit, not {bits}-bit")
     weight = np.asarray(weight, np.float32)
@@ -108,18 +131,43 @@ def quantize(weight: np.ndarray, bits: int) -> BlockWeight:
     extra = -columns % BLOCK
     padded = np.concatenate([weight, np.zeros((rows, extra), np.float32)], axis=1) if extra else weight
     blocks = padded.reshape(rows, -1, BLOCK)
-    if bits == 8:
-        scales = np.abs(blocks).max(-1) / np.float32(127)
-        safe = np.where(scales > 0, scales, np.float32(1))
-        codes = np.clip(np.rint(blocks / safe[..., None]), -127, 127) + 128
-        return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], scales.astype(np.float32), None, 8)
-    low, high = blocks.min(-1), blocks.max(-1)
-    scales = (high - low) / np.float32(15)
+    if bits == 4:
+        return zero_point_blocks(blocks, columns)
+    scales = np.abs(blocks).max(-1) / np.float32(127)
     safe = np.where(scales > 0, scales, np.float32(1))
-    codes = np.clip(np.rint((blocks - low[..., None]) / safe[..., None]), 0, 15)
-    offsets = low + np.float32(8) * scales  # scale * (code - 8) + offset = low + scale * code
-    return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], scales.astype(np.float32),
-                       offsets.astype(np.float32), 4)
+    codes = np.clip(np.rint(blocks / safe[..., None]), -127, 127) + 128
+    return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], scales.astype(np.float32), None, 8)
+
+
+STRETCHES = (1.0, 0.96, 0.92, 0.88, 1.04)  # steps tried a block, as fractions of its range over 15
+
+
+def zero_point_blocks(blocks: np.ndarray, columns: int) -> BlockWeight:
+    """4-bit blocks of float32 values (rows, blocks, 32) with a step and a whole code standing for zero each, as
+    `MatMulNBits` takes them with no term of their own: value = step * (code - zero point). Each block keeps, of a
+    few steps near its range over 15 (`STRETCHES`), the one whose codes are nearest its values (least squares,
+    summed in float64 one position at a time, so that every machine chooses alike)."""
+    rows = blocks.shape[0]
+    low, high = blocks.min(-1), blocks.max(-1)
+    best_error = best_scales = best_zeros = None
+    for stretch in STRETCHES:
+        scales = (high - low) / np.float32(15) * np.float32(stretch)
+        safe = np.where(scales > 0, scales, np.float32(1))
+        zeros = np.clip(np.rint(-low / safe), 0, 15)
+        codes = np.clip(np.rint(blocks / safe[..., None]) + zeros[..., None], 0, 15)
+        misses = ((codes - zeros[..., None]) * safe[..., None] - blocks).astype(np.float64)
+        error = np.zeros(misses.shape[:-1])
+        for position in range(BLOCK):
+            error += np.square(misses[..., position])
+        if best_error is None:
+            best_error, best_scales, best_zeros = error, safe, zeros
+        else:
+            better = error < best_error
+            best_error = np.where(better, error, best_error)
+            best_scales, best_zeros = np.where(better, safe, best_scales), np.where(better, zeros, best_zeros)
+    codes = np.clip(np.rint(blocks / best_scales[..., None]) + best_zeros[..., None], 0, 15)
+    return BlockWeight(codes.astype(np.uint8).reshape(rows, -1)[:, :columns], best_scales.astype(np.float32), None, 4,
+                       best_zeros.astype(np.uint8))
 
 
 def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight:

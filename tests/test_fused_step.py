@@ -24,42 +24,70 @@ from locsum_sdk.gguf_file import GGUFFile
 from locsum_sdk.modeling.fused_llama import Projection, fused_step, linear
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llm_checkpoint import load_llm
+from locsum_sdk.modeling.lora import LoRALinear
 
 VOCAB = 400
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def matmul_nbits(weight: blockwise.BlockWeight, x: np.ndarray, accuracy: int = 0) -> np.ndarray:
-    """x @ W^T through ONNX Runtime's MatMulNBits on the packed blocks (offsets not applied)."""
+    """x @ W^T through ONNX Runtime's MatMulNBits on the packed blocks and their zero points, where they have them
+    (offsets not applied)."""
     n, k = weight.shape
     g = GraphBuilder("one")
-    g.op("MatMulNBits", "x", g.const(weight.packed()), g.const(weight.scales.reshape(-1)), domain=MS, K=k, N=n,
-         bits=weight.bits, block_size=blockwise.BLOCK, accuracy_level=accuracy, name="y")
+    zero_points = [] if weight.zero_points is None else [g.const(weight.form("zero_points"))]
+    g.op("MatMulNBits", "x", g.const(weight.packed()), g.const(weight.scales.reshape(-1)), *zero_points, domain=MS,
+         K=k, N=n, bits=weight.bits, block_size=blockwise.BLOCK, accuracy_level=accuracy, name="y")
     model = g.model([("x", "float32", ["rows", k])], [("y", "float32", ["rows", n])])
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("columns", [64, 48])
+@pytest.mark.parametrize("columns", [64, 48, 96])
 def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
+    """Quantized here, 8-bit symmetric within half a step; 4-bit with a zero point per block (an odd number of
+    blocks too: two zero points a byte) within what its shortest step clips, and as near as a float minimum per
+    block would be (root mean square, within a tenth on these few blocks); ONNX Runtime's product reads them as
+    `values` does."""
     rng = np.random.default_rng(bits + columns)
     weight = rng.standard_normal((24, columns)).astype(np.float32)
     blocks = blockwise.quantize(weight, bits)
-    step = (np.abs(weight).max() / 127) if bits == 8 else (np.ptp(weight) / 15)
-    assert np.abs(blocks.values() - weight).max() <= step / 2 + 1e-6
+    error = blocks.values() - weight
+    if bits == 8:
+        assert np.abs(error).max() <= np.abs(weight).max() / 127 / 2 + 1e-6
+    else:
+        padded = np.pad(weight, ((0, 0), (0, -columns % 32))).reshape(24, -1, 32)  # as `quantize` pads
+        low, step = padded.min(-1, keepdims=True), np.ptp(padded, -1, keepdims=True) / 15
+        widest = 15 * (1 - min(blockwise.STRETCHES)) + 0.5  # a step shorter than the range's clips its ends
+        assert np.all(np.abs(error) <= widest * np.repeat(step[..., 0], 32, 1)[:, :columns] + 1e-6)
+        assert blocks.zero_points.max() <= 15
+        with_minimum = (np.rint((padded - low) / step) * step + low).reshape(24, -1)[:, :columns] - weight
+        assert np.sqrt(np.mean(error ** 2)) <= 1.1 * np.sqrt(np.mean(with_minimum ** 2))
     x = rng.standard_normal((5, columns)).astype(np.float32)
-    centred = blocks.values() - (0 if blocks.offsets is None else np.repeat(blocks.offsets, 32, 1)[:, :columns])
-    assert np.allclose(matmul_nbits(blocks, x), x @ centred.T, atol=1e-4)
+    assert blocks.offsets is None and np.allclose(matmul_nbits(blocks, x), x @ blocks.values().T, atol=1e-4)
 
 
-@pytest.mark.parametrize("widths", [(4, 8, 4), (4, 4, 4)])
-def test_a_projection_of_mixed_parts_is_their_products_side_by_side(widths):
-    """Parts of one input in 4 bits with offsets and in 8 bits (a file mixing Q4_1 and Q8_0), or of one width, a bias
-    and a LoRA update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part, A as the step holds it
-    (8-bit blocks)."""
+def with_minimum(weight: np.ndarray) -> blockwise.BlockWeight:
+    """4-bit blocks with a float minimum each, as a Q4_1 file's: code 0 at the block's minimum, 15 at its maximum."""
+    rows, columns = weight.shape
+    blocks = weight.reshape(rows, -1, 32)
+    low, step = blocks.min(-1), np.ptp(blocks, -1) / np.float32(15)
+    codes = np.clip(np.rint((blocks - low[..., None]) / step[..., None]), 0, 15).astype(np.uint8)
+    return blockwise.BlockWeight(codes.reshape(rows, columns), step.astype(np.float32),
+                                 (low + 8 * step).astype(np.float32), 4)
+
+
+@pytest.mark.parametrize("forms", [("minimum", 8, "minimum"), ("minimum", "minimum", "minimum"), ("minimum", 4, 8),
+                                   (4, 4, 4)])
+def test_a_projection_of_mixed_parts_is_their_products_side_by_side(forms):
+    """Parts of one input in 4 bits with a float minimum (a Q4_1 file's, offsets beside the product), in 8 bits (its
+    Q8_0 tensors) and in 4 bits with a zero point each (quantized here), mixed or of one form, with a bias and a LoRA
+    update: the graph's projection is x @ W^T + bias + x A^T (B s)^T, part by part, A as the step holds it (8-bit
+    blocks)."""
     rng = np.random.default_rng(2)
-    parts = [blockwise.quantize(rng.standard_normal((n, 64)).astype(np.float32), bits) for n, bits in
-             zip((16, 8, 8), widths)]
+    weights = [rng.standard_normal((n, 64)).astype(np.float32) for n in (16, 8, 8)]
+    parts = [with_minimum(weight) if form == "minimum" else blockwise.quantize(weight, form)
+             for weight, form in zip(weights, forms)]
     bias = rng.standard_normal(32).astype(np.float32)
     lora_a, lora_b = rng.standard_normal((6, 64)).astype(np.float32), rng.standard_normal((32, 6)).astype(np.float32)
     g = GraphBuilder("projection")
@@ -125,9 +153,23 @@ def test_each_type_of_one_step_per_32_values_runs_its_own_codes(kind):
                                atol=1e-5 * max(1.0, float(np.abs(wanted).max())))
 
 
-def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEncDec:
-    """`net` with nonzero adapters and every projection, the adapters' A and the embedding on block weights' values,
-    so that the fused graph's blocks hold exactly the torch module's weights."""
+def on_grid(shape: tuple[int, int], magnitude: float, rng: np.random.Generator) -> np.ndarray:
+    """Float32 weights that 4-bit blocks with zero points hold exactly: step * (code - zero point), each block's
+    codes running from 0 to 15, so that quantizing them again finds the same codes."""
+    rows, columns = shape
+    blocks = -(-columns // 32)  # a last block of fewer columns is padded with zeros, code `zeros`, when quantized
+    codes = rng.integers(0, 16, (rows, blocks, 32))
+    codes[..., 0], codes[..., 1] = 0, 15
+    zeros = rng.integers(0, 16, (rows, blocks, 1))
+    steps = (magnitude / 8 * rng.uniform(0.5, 1.5, (rows, blocks, 1))).astype(np.float32)
+    return ((codes - zeros).astype(np.float32) * steps).reshape(rows, -1)[:, :columns]
+
+
+def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3, merge: bool = True) -> LlamaHierEncDec:
+    """`net` with nonzero adapters, the adapters' A and the embedding on 8-bit block weights' values, and every
+    projection such that the fused graph's blocks hold exactly the torch module's weights: on the 4-bit grid, or,
+    where `merge` (the step adds each adapter into its weight before quantizing it), its weight plus adapter on it."""
+    rng = np.random.default_rng(0)
     with torch.no_grad():
         for name, parameter in net.named_parameters():
             if "lora_b" in name:
@@ -136,17 +178,21 @@ def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3) -> LlamaHierEnc
                 parameter.copy_(torch.from_numpy(blockwise.quantize(parameter.numpy(), 8).values()))
         for module in net.model.layers.modules():
             if isinstance(module, torch.nn.Linear):
-                module.weight.copy_(torch.from_numpy(blockwise.quantize(module.weight.numpy(), 4).values()))
+                weight = on_grid(tuple(module.weight.shape), float(module.weight.abs().max()), rng)
+                if merge and isinstance(module, LoRALinear):
+                    weight = weight - (module.lora_b * module.scaling @ module.lora_a).numpy()
+                module.weight.copy_(torch.from_numpy(weight))
         embedding = net.model.embed_tokens.weight
         embedding.copy_(torch.from_numpy(blockwise.quantize(embedding.numpy(), 8).values()))
     return net
 
 
-def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2, gguf: GGUFFile | None = None):
+def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2, gguf: GGUFFile | None = None,
+              merge: bool = True):
     """Decode `steps` positions of 2 items of up to 3 documents (one padding document, padded tails) with beams
     whose histories cross, in torch and in the fused graph -> per step (torch log-probs, graph log-probs, torch
     weights, graph weights), and the largest cache difference."""
-    graph, _ = fused_step(net, gguf, accuracy=accuracy)
+    graph, _ = fused_step(net, gguf, accuracy=accuracy, merge=merge)
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     cfg = net.config
@@ -185,13 +231,19 @@ def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 
     return results, worst
 
 
-def tiny(std: float = 0.3) -> LlamaHierEncDec:
+def tiny(std: float = 0.3, merge: bool = True) -> LlamaHierEncDec:
     config = tiny_llama_config(VOCAB, lora_rank=4, lora_alpha=8.0, **LLAMA_FRAME)
-    return block_rounded(random_model(lambda: LlamaHierEncDec(config), std=std))
+    return block_rounded(random_model(lambda: LlamaHierEncDec(config), std=std), merge=merge)
 
 
-def test_the_fused_step_is_the_torch_step():
-    results, cache_difference = run_steps(tiny(), accuracy=0)
+@pytest.mark.parametrize("merge", [True, False])
+def test_the_fused_step_is_the_torch_step(merge):
+    """Adapters merged into the weights quantized here (each projection one product), or kept beside them (an
+    8-bit product of A and a Gemm): the step is the torch step either way."""
+    graph, _ = fused_step(tiny(merge=merge), accuracy=0, merge=merge)
+    beside = sum(node.op_type == "Gemm" for node in graph.graph.node)
+    assert beside == (0 if merge else 4 * tiny().config.layers)
+    results, cache_difference = run_steps(tiny(merge=merge), accuracy=0, merge=merge)
     for expected, got, expected_weights, got_weights in results:
         assert np.abs(got - expected).max() < 1e-4
         assert np.array_equal(got.argmax(-1), expected.argmax(-1))

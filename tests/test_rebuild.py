@@ -113,8 +113,8 @@ def test_a_fused_step_written_before_a_was_held_in_8_bits_gives_back_the_same_ad
     earlier = []
     for record in adapter_record(graph):
         columns = shapes[record["modules"][0]][1]
-        a = blockwise.from_8_bit_forms(numpy_helper.to_array(values[record["lora_a"]]),
-                                       numpy_helper.to_array(values[record["lora_a_scales"]]), columns).values()
+        a = blockwise.from_forms(numpy_helper.to_array(values[record["lora_a"]]),
+                                 numpy_helper.to_array(values[record["lora_a_scales"]]), columns, 8).values()
         name = f"{record['lora_a']}_float"
         graph.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(a.T), name))
         earlier.append({"modules": record["modules"], "lora_a": name, "lora_b": record["lora_b"]})
@@ -125,6 +125,43 @@ def test_a_fused_step_written_before_a_was_held_in_8_bits_gives_back_the_same_ad
     for module, (down, up) in written.items():
         np.testing.assert_array_equal(read[module][0], down)
         np.testing.assert_array_equal(read[module][1], up)
+
+
+@pytest.mark.parametrize(("kind", "bits"), [("F32", 4), ("Q6_K", 8)])
+def test_a_fused_step_gives_back_the_weights_its_merged_adapters_run_on(kind, bits, tokenizer_file, tmp_path,
+                                                                         monkeypatch):
+    """A file whose down projections have no block form (float32: 4-bit blocks quantized at export; Q6_K: 8-bit
+    ones, nearer its codes): their adapters are merged into those blocks (no product beside them), the file's Q4_1
+    projections keep theirs beside; rebuilt, each down projection is the merged blocks' values with a zero adapter
+    (what the step runs), every other module as exported."""
+    from locsum_sdk.modeling.fused_llama import merged_weight
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, _, _ = write_gguf(tmp_path / "base.gguf", tokenizer_file, d_model=256, ffn_dim=512, max_positions=512,
+                            projections={"ffn_down": kind})
+    loaded, net = adapted_llm(path, std=0.05)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    bundle = export_onnx(saved, tmp_path / "blocks", quantize="blocks", model_files=[path], options=OPTIONS)
+    graph = onnx.load(str(bundle.file(C.DECODER_FILE)))
+    layers = len(net.model.layers)
+    merged = [record for record in adapter_record(graph) if "merged" in record]
+    assert [record["modules"] for record in merged] == [[f"layers.{i}.mlp.down_proj"] for i in range(layers)]
+    assert {part["bits"] for record in merged for part in record["merged"]} == {bits}
+    assert sum(node.op_type == "Gemm" for node in graph.graph.node) == 3 * layers  # q/k/v, o and gate/up beside
+    rebuilt = bundle_module(bundle)
+    for name, module in net.model.named_modules():
+        if not name.endswith("_proj"):
+            continue
+        again = rebuilt.model.get_submodule(name)
+        if name.endswith("down_proj"):
+            want = torch.from_numpy(merged_weight(module))
+            step = (want.reshape(want.shape[0], -1, 32).amax(-1) - want.reshape(want.shape[0], -1, 32).amin(-1)) / 15
+            assert ((again.weight - want).reshape(step.shape[0], -1, 32).abs() <= 2.5 * step[..., None]).all()
+            assert not again.lora_b.any(), name
+        else:
+            assert torch.equal(again.weight, module.weight) and torch.equal(again.lora_b, module.lora_b), name
+    summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize(TEXT)
+    assert 0 < len(summary.token_ids) <= 10
 
 
 def test_tensorrt_engines_of_a_fused_bundle_come_from_float32_graphs_of_its_weights(tuned, tmp_path):

