@@ -37,6 +37,9 @@ class UserFile:
     location: Path
 
     def path(self) -> Path:
+        if self.location.is_dir():
+            raise BundleNotFoundError(f"{self.location} is a directory; name the model file in it (its .safetensors "
+                                      "or .gguf file)")
         if not self.location.is_file():
             raise BundleNotFoundError(f"{self.location} does not exist")
         return self.location

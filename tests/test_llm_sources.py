@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from llm_files import FAMILIES, write_gguf, write_hf
 
 from locsum_sdk import Summarizer
-from locsum_sdk.errors import BundleError
+from locsum_sdk.errors import BundleError, BundleNotFoundError
 from locsum_sdk.llm import ForeignModelError, framed_config, read_llm
 
 transformers = pytest.importorskip("transformers")
@@ -382,6 +382,48 @@ def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(one_family
     bundle = export_onnx(saved, tmp_path / "bundle", model_files=[gguf])
     assert [s["file"] for s in bundle.manifest.base["sources"]] == [gguf.name]
     check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} with zero adapters")
+
+
+def test_a_fine_tune_of_an_hf_directory_exports_the_fused_step_with_its_adapters_merged(one_family, tmp_path,
+                                                                                         monkeypatch):
+    """An HF directory's float weights have no block form: `--quantize blocks` quantizes them at export (4-bit
+    blocks with a zero point each) with each adapter added in first, so no projection has a product beside it
+    (Qwen2's query/key/value biases inside its product); the bundle summarizes, and its step is the torch step of
+    the weights it holds."""
+    import dataclasses
+
+    import onnx
+    import onnxruntime as ort
+
+    from locsum_sdk import constants as C
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+    from locsum_sdk.modeling.fused_llama import adapter_record
+    from locsum_sdk.modeling.lora import add_adapters
+
+    tiny, directory, _, _ = one_family
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    loaded = load_checkpoint(directory, kind="hierencdec")
+    backbone = loaded.model.model
+    add_adapters(backbone.layers, 4, 8.0)
+    loaded.model.config = backbone.config = dataclasses.replace(backbone.config, lora_rank=4, lora_alpha=8.0)
+    with torch.no_grad():
+        for name, parameter in backbone.named_parameters():
+            if "lora_b" in name:
+                parameter.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
+    saved = save_checkpoint(loaded.model, tmp_path / "tuned", loaded.tokenizer_file)
+    with pytest.raises(BundleNotFoundError, match="is a directory; name the model file in it"):
+        export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[directory])
+    bundle = export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[directory / "model.safetensors"])
+    graph = onnx.load(str(bundle.file(C.DECODER_FILE)))
+    products = [node for node in graph.graph.node if node.op_type == "MatMulNBits"]
+    assert not [node for node in graph.graph.node if node.op_type == "Gemm"]
+    assert len([record for record in adapter_record(graph) if "merged" in record]) == 4 * len(backbone.layers)
+    assert sum(len(node.input) > 3 and node.input[3] != "" for node in products) == 4 * len(backbone.layers)
+    assert sum(len(node.input) > 5 and node.input[5] != "" for node in products) == len(backbone.layers)  # q/k/v
+    ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize(TEXT, **GREEDY)
+    assert 0 < len(summary.token_ids) <= NEW_TOKENS, tiny.name
 
 
 def read_everything(path) -> None:

@@ -29,7 +29,8 @@ OTHER_NAMES = {"estimate_memory", "summarize_batch", "unit_scores", "page_conf",
                "inter_heads", "d_model", "locsum_sdk",
                # the keys of a user's LLM files (config.json, the safetensors index, tokenizer_config.json), its LM
                # head's tensor, and transformers' method that writes such a directory
-               "chat_template", "rope_scaling", "hidden_act", "weight_map", "lm_head", "save_pretrained"}
+               "chat_template", "rope_scaling", "hidden_act", "weight_map", "lm_head", "save_pretrained",
+               "zero_points"}  # a block weight's form, as `MatMulNBits` names that input
 
 
 def option_names() -> set[str]:
