@@ -13,16 +13,13 @@ holds them, the int8 one its base re-quantized to int8 per tensor, so they are n
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import pytest
 
 from benchmarks.common import write_result
 from benchmarks.default_forms import DEFAULT, block_recipes, default_as
+from benchmarks.graph_turns import GraphTimer
 from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
 from locsum_sdk import Summarizer
-from locsum_sdk.backends import onnxruntime as ort_backend
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleNotFoundError
 
@@ -36,38 +33,14 @@ def test_fused_step_against_the_int8_step(quick, monkeypatch):
             bundles["fused-again"] = default_as("blocks", again=True)
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
-    runs: list[float] = []
-    encoder_runs: list[float] = []
-    run = ort_backend._run
-
-    def timed(session, binding, graph: str) -> None:
-        start = time.perf_counter()
-        run(session, binding, graph)
-        {"decoder": runs, "encoder": encoder_runs}.get(graph, []).append(time.perf_counter() - start)
-
-    monkeypatch.setattr(ort_backend, "_run", timed)
+    timer = GraphTimer(monkeypatch)
     systems = {key: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for key, path in bundles.items()}
     points = []
     for name, text, options in inputs(quick):
-        graph_ms = {key: [] for key in systems}
-        token_ms = {key: [] for key in systems}
-        encoder_ms = {key: [] for key in systems}
-        tokens = {}
-        for index in range(ROUNDS):
-            for key in list(systems) if index % 2 == 0 else list(systems)[::-1]:
-                summarizer = systems[key]
-                runs.clear()
-                encoder_runs.clear()
-                summary = summarizer.summarize(text, **{**options, **LOCSUM_OPTIONS})
-                graph_ms[key].append(1000 * float(np.median(runs)))
-                encoder_ms[key].append(1000 * sum(encoder_runs))
-                token_ms[key].append(1000 * summary.timings["decode"] / len(runs))
-                tokens[key] = summary.token_ids
+        turns = timer.in_turns(systems, text, {**options, **LOCSUM_OPTIONS}, ROUNDS)
+        tokens = turns.tokens
         same = agreement(tokens["int8"], tokens["fused"])
-        point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same,
-                 **{f"{key}_graph_ms": float(np.median(v)) for key, v in graph_ms.items()},
-                 **{f"{key}_step_ms": float(np.median(v)) for key, v in token_ms.items()},
-                 **{f"{key}_encoder_ms": float(np.median(v)) for key, v in encoder_ms.items()}}
+        point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same, **turns.medians()}
         point["graph_speedup"] = point["int8_graph_ms"] / point["fused_graph_ms"]
         point["encoder_speedup"] = point["int8_encoder_ms"] / point["fused_encoder_ms"]
         point["step_speedup"] = point["int8_step_ms"] / point["fused_step_ms"]

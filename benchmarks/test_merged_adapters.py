@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
-import numpy as np
 import pytest
 
 from benchmarks.common import CACHE, write_result
 from benchmarks.default_forms import CODE, DEFAULT
+from benchmarks.graph_turns import GraphTimer
 from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
 from locsum_sdk import Summarizer
-from locsum_sdk.backends import onnxruntime as ort_backend
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleNotFoundError
 from locsum_sdk.exporters.rebuild import export_again
@@ -55,33 +53,13 @@ def test_merged_adapters_against_adapters_beside(quick, monkeypatch):
         bundles = {form: float_base_bundle(merge, monkeypatch) for form, merge in FORMS.items()}
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
-    runs: list[float] = []
-    run = ort_backend._run
-
-    def timed(session, binding, graph: str) -> None:
-        start = time.perf_counter()
-        run(session, binding, graph)
-        if graph == "decoder":
-            runs.append(time.perf_counter() - start)
-
-    monkeypatch.setattr(ort_backend, "_run", timed)
+    timer = GraphTimer(monkeypatch)
     systems = {form: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for form, path in bundles.items()}
     points = []
     for name, text, options in inputs(quick):
-        graph_ms = {form: [] for form in systems}
-        token_ms = {form: [] for form in systems}
-        tokens = {}
-        for index in range(ROUNDS):
-            for form in list(systems) if index % 2 == 0 else list(systems)[::-1]:
-                runs.clear()
-                summary = systems[form].summarize(text, **{**options, **LOCSUM_OPTIONS})
-                graph_ms[form].append(1000 * float(np.median(runs)))
-                token_ms[form].append(1000 * summary.timings["decode"] / len(runs))
-                tokens[form] = summary.token_ids
+        turns = timer.in_turns(systems, text, {**options, **LOCSUM_OPTIONS}, ROUNDS)
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference":
-                 agreement(tokens["merged"], tokens["beside"]),
-                 **{f"{form}_graph_ms": float(np.median(v)) for form, v in graph_ms.items()},
-                 **{f"{form}_step_ms": float(np.median(v)) for form, v in token_ms.items()}}
+                 agreement(turns.tokens["merged"], turns.tokens["beside"]), **turns.medians()}
         point["graph_speedup"] = point["beside_graph_ms"] / point["merged_graph_ms"]
         point["step_speedup"] = point["beside_step_ms"] / point["merged_step_ms"]
         points.append(point)
