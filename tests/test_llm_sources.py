@@ -363,22 +363,34 @@ def test_int8_agrees_with_float32_as_stated(family_files, tmp_path, monkeypatch)
     assert firsts >= 6 and np.mean(shares) >= 0.4, (tiny.name, firsts, shares)
 
 
+def adapted_checkpoint(model_file, kind: str, directory, lora_std: float = 0.0):
+    """A checkpoint of `kind` started from the user's LLM (as `train/` starts one with `init_from`), rank-4
+    adapters added to its backbone (B random at `lora_std`; zero: the model unchanged), saved at `directory`."""
+    import dataclasses
+
+    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
+    from locsum_sdk.modeling.lora import add_adapters
+
+    loaded = load_checkpoint(model_file, kind=kind)
+    backbone = loaded.model.model
+    add_adapters(backbone.layers, 4, 8.0)
+    loaded.model.config = backbone.config = dataclasses.replace(backbone.config, lora_rank=4, lora_alpha=8.0)
+    if lora_std:
+        with torch.no_grad():
+            for name, parameter in backbone.named_parameters():
+                if "lora_b" in name:
+                    parameter.normal_(0, lora_std, generator=torch.Generator().manual_seed(0))
+    return save_checkpoint(loaded.model, directory, loaded.tokenizer_file)
+
+
 def test_a_checkpoint_fine_tuned_from_an_llm_exports_against_its_file(one_family, tmp_path, monkeypatch):
     """A checkpoint started from the user's LLM (as `train/` starts one with `init_from`), its adapters added,
     exports against the model file (`--model-file`): the bundle carries the adapters, not the model."""
     from locsum_sdk.exporters.onnx import export_onnx
-    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
-    from locsum_sdk.modeling.lora import add_adapters
 
     tiny, directory, gguf, model = one_family
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    loaded = load_checkpoint(gguf, kind="pagesum")
-    backbone = loaded.model.model
-    add_adapters(backbone.layers, 4, 8.0)
-    import dataclasses
-
-    loaded.model.config = backbone.config = dataclasses.replace(backbone.config, lora_rank=4, lora_alpha=8.0)
-    saved = save_checkpoint(loaded.model, tmp_path / "tuned", loaded.tokenizer_file)
+    saved = adapted_checkpoint(gguf, "pagesum", tmp_path / "tuned")
     bundle = export_onnx(saved, tmp_path / "bundle", model_files=[gguf])
     assert [s["file"] for s in bundle.manifest.base["sources"]] == [gguf.name]
     check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} with zero adapters")
@@ -388,40 +400,27 @@ def test_a_fine_tune_of_an_hf_directory_exports_the_fused_step_with_its_adapters
                                                                                          monkeypatch):
     """An HF directory's float weights have no block form: `--quantize blocks` quantizes them at export (4-bit
     blocks with a zero point each) with each adapter added in first, so no projection has a product beside it
-    (Qwen2's query/key/value biases inside its product); the bundle summarizes, and its step is the torch step of
-    the weights it holds."""
-    import dataclasses
-
+    (Qwen2's query/key/value biases inside its product); the bundle summarizes. A directory given as the model file
+    is refused by saying so."""
     import onnx
-    import onnxruntime as ort
 
     from locsum_sdk import constants as C
     from locsum_sdk.exporters.onnx import export_onnx
-    from locsum_sdk.modeling.checkpoint import load_checkpoint, save_checkpoint
     from locsum_sdk.modeling.fused_llama import adapter_record
-    from locsum_sdk.modeling.lora import add_adapters
 
     tiny, directory, _, _ = one_family
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    loaded = load_checkpoint(directory, kind="hierencdec")
-    backbone = loaded.model.model
-    add_adapters(backbone.layers, 4, 8.0)
-    loaded.model.config = backbone.config = dataclasses.replace(backbone.config, lora_rank=4, lora_alpha=8.0)
-    with torch.no_grad():
-        for name, parameter in backbone.named_parameters():
-            if "lora_b" in name:
-                parameter.normal_(0, 0.05, generator=torch.Generator().manual_seed(0))
-    saved = save_checkpoint(loaded.model, tmp_path / "tuned", loaded.tokenizer_file)
+    saved = adapted_checkpoint(directory, "hierencdec", tmp_path / "tuned", lora_std=0.05)
     with pytest.raises(BundleNotFoundError, match="is a directory; name the model file in it"):
         export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[directory])
     bundle = export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[directory / "model.safetensors"])
     graph = onnx.load(str(bundle.file(C.DECODER_FILE)))
+    layers = bundle.manifest.model["layers"]
     products = [node for node in graph.graph.node if node.op_type == "MatMulNBits"]
     assert not [node for node in graph.graph.node if node.op_type == "Gemm"]
-    assert len([record for record in adapter_record(graph) if "merged" in record]) == 4 * len(backbone.layers)
-    assert sum(len(node.input) > 3 and node.input[3] != "" for node in products) == 4 * len(backbone.layers)
-    assert sum(len(node.input) > 5 and node.input[5] != "" for node in products) == len(backbone.layers)  # q/k/v
-    ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert len([record for record in adapter_record(graph) if "merged" in record]) == 4 * layers
+    assert sum(len(node.input) > 3 and node.input[3] != "" for node in products) == 4 * layers
+    assert sum(len(node.input) > 5 and node.input[5] != "" for node in products) == layers  # q/k/v
     summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize(TEXT, **GREEDY)
     assert 0 < len(summary.token_ids) <= NEW_TOKENS, tiny.name
 
