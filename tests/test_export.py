@@ -202,6 +202,22 @@ def test_export_refuses_bad_option_values(tmp_path, checkpoint_dir):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_checkpoint_with_a_weight_that_is_not_finite_is_refused_by_name(tmp_path, checkpoint_dir, value):
+    import torch
+
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    loaded = load_checkpoint(checkpoint_dir)
+    name, parameter = next(iter(loaded.model.named_parameters()))
+    with torch.no_grad():
+        parameter.view(-1)[0] = value
+    saved = save_checkpoint(loaded.model, tmp_path / "diverged", loaded.tokenizer_file)
+    with pytest.raises(ExportError, match=f"the checkpoint's {name} holds NaN or infinite values"):
+        exporter.export_onnx(saved, tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("object", "class pathlib"),
     ("text", "not a torch file of tensors"),

@@ -94,6 +94,18 @@ def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | User
     onnx.save(graph, str(path))
 
 
+def check_finite(model: Any) -> None:
+    """ExportError naming the first weight that holds NaN or an infinity (a damaged checkpoint, or a training run
+    that diverged), before any graph is written; weights not loaded yet (a streamed export's) are checked as they
+    are read."""
+    import torch
+
+    for name, value in model.named_parameters():
+        if value.device.type != "meta" and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ExportError(f"the checkpoint's {name} holds NaN or infinite values (damaged, or its training "
+                              "diverged); export an earlier checkpoint")
+
+
 def check_graph(path: Path, expect_function: str | None) -> None:
     """onnx.checker (full) and, where the kind expects one, its locsum-domain op kept as nodes calling one
     function body (not inlined). Weights stored outside the graph (base.bin) are not read."""
@@ -272,6 +284,7 @@ def export_onnx(
         raise OptionError(f"keywords={defaults.generation.keywords} needs a {C.COMMON_WORDS_FILE}: put the run's "
                           "beside the checkpoint or pass one (--common-words FILE), or set keywords=0")
     model = loaded.model.float().eval()
+    check_finite(model)
     fold_query_scaling(model)
     from tokenizers import Tokenizer
 
