@@ -96,8 +96,8 @@ def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | User
 
 def check_finite(model: Any) -> None:
     """ExportError naming the first weight that holds NaN or an infinity (a damaged checkpoint, or a training run
-    that diverged), before any graph is written; weights not loaded yet (a streamed export's) are checked as they
-    are read."""
+    that diverged), before any graph is written. A streamed export's pretrained weights, not loaded yet (on the
+    meta device), are not looked at here."""
     import torch
 
     for name, value in model.named_parameters():
