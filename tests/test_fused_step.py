@@ -47,8 +47,8 @@ def matmul_nbits(weight: blockwise.BlockWeight, x: np.ndarray, accuracy: int = 0
 def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
     """Quantized here, 8-bit symmetric within half a step; 4-bit with a zero point per block (an odd number of
     blocks too: two zero points a byte) within what its shortest step clips, and as near as a float minimum per
-    block would be (root mean square, within a tenth on these few blocks); ONNX Runtime's product reads them as
-    `values` does."""
+    block would be (root mean square, within a tenth on these few blocks), and found again as they are when their
+    values are quantized again; ONNX Runtime's product reads them as `values` does."""
     rng = np.random.default_rng(bits + columns)
     weight = rng.standard_normal((24, columns)).astype(np.float32)
     blocks = blockwise.quantize(weight, bits)
@@ -63,6 +63,8 @@ def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
         assert blocks.zero_points.max() <= 15
         with_minimum = (np.rint((padded - low) / step) * step + low).reshape(24, -1)[:, :columns] - weight
         assert np.sqrt(np.mean(error ** 2)) <= 1.1 * np.sqrt(np.mean(with_minimum ** 2))
+        again = blockwise.quantize(blocks.values(), 4)  # what a rebuilt module's merged weight is exported as
+        np.testing.assert_allclose(again.values(), blocks.values(), rtol=0, atol=1e-6 * np.abs(weight).max())
     x = rng.standard_normal((5, columns)).astype(np.float32)
     assert blocks.offsets is None and np.allclose(matmul_nbits(blocks, x), x @ blocks.values().T, atol=1e-4)
 

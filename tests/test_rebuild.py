@@ -160,6 +160,9 @@ def test_a_fused_step_gives_back_the_weights_its_merged_adapters_run_on(kind, bi
             assert not again.lora_b.any(), name
         else:
             assert torch.equal(again.weight, module.weight) and torch.equal(again.lora_b, module.lora_b), name
+    twice = bundle_module(export_again(bundle, tmp_path / "again", "blocks"))  # its merged blocks found again
+    for name, value in rebuilt.state_dict().items():
+        assert torch.allclose(twice.state_dict()[name], value, rtol=0, atol=1e-6), name
     summary = Summarizer.from_pretrained(bundle.path, threads=1).summarize(TEXT)
     assert 0 < len(summary.token_ids) <= 10
 

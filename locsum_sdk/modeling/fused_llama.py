@@ -61,20 +61,24 @@ class BlockSource:
 
     def locate(self, name: str, weight: np.ndarray) -> tuple[BlockWeight | None, int | None]:
         """The file's blocks where `weight` is one of its tensors, value for value, of a type with a block form (else
-        None), and the bits a weight quantized here must take where the file says: 8 for one of its tensors of a
-        quantized type with no block form (its values, nearer those codes), else None."""
-        gguf_name = self._file_name(name, weight)
-        if gguf_name is None:
+        None), and the bits a weight quantized here must take where the file says: 8 where the file holds this
+        tensor in a quantized type with no block form (its values, or a fine-tune of them, nearer those codes in 8),
+        else None."""
+        gguf_name = self._file_name(name, weight.shape)
+        kind = None if gguf_name is None else self.gguf.tensors[gguf_name].type
+        if kind is None or kind in PLAIN_TYPES:
             return None, None
-        found = blockwise.file_blocks(self.gguf, gguf_name)
+        if kind not in blockwise.GGUF_TYPES:
+            return None, 8
+        _, values = next(oriented_tensors(self.gguf, [gguf_name]))
+        found = blockwise.file_blocks(self.gguf, gguf_name) if np.array_equal(values, weight) else None
         if found is not None:
             self.from_file.append(name)
-            return found, None
-        return None, 8 if self.gguf.tensors[gguf_name].type not in PLAIN_TYPES else None
+        return found, None
 
-    def _file_name(self, name: str, weight: np.ndarray) -> str | None:
-        """The GGUF name of the file's tensor that `weight` is, value for value; None where the module's weight is not
-        the file's (fine-tuned, or another file) or there is no file."""
+    def _file_name(self, name: str, shape: tuple[int, ...]) -> str | None:
+        """The GGUF name of the file's tensor in the place of `name`, of this shape; None where it has none or there
+        is no file."""
         if self.gguf is None:
             return None
         parts = name.split(".")
@@ -83,10 +87,7 @@ class BlockSource:
         else:
             gguf_name = f"{HF_TO_GGUF.get(parts[0], '?')}.{parts[-1]}"
         info = self.gguf.tensors.get(gguf_name)
-        if info is None or tuple(info.shape) != weight.shape:
-            return None
-        _, values = next(oriented_tensors(self.gguf, [gguf_name]))
-        return gguf_name if np.array_equal(values, weight) else None
+        return gguf_name if info is not None and tuple(info.shape) == tuple(shape) else None
 
 
 ADAPTERS = "locsum.adapters"  # the step graph's metadata key: where each projection's adapter is (`adapter_record`)
