@@ -34,7 +34,7 @@ from .gguf_file import GGUFFile
 BLOCK = 32
 BITS = (4, 8)
 GGUF_TYPES = {kind: TYPES[kind].name for kind in AFFINE}  # ggml types whose blocks are taken as they are
-FORMS = ("codes", "scales", "offsets")  # what a graph holds of a block weight (`BlockWeight.form`)
+FORMS = ("codes", "scales", "offsets")  # the forms of a file's blocks a base recipe takes (`BlockWeight.form`)
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,8 @@ class BlockWeight:
                 zeros = np.pad(zeros, ((0, 0), (0, zeros.shape[1] % 2)), constant_values=self.centre)
                 zeros = (zeros[:, 0::2] | (zeros[:, 1::2] << np.uint8(4))).astype(np.uint8)
             return np.ascontiguousarray(zeros.reshape(-1))
-        raise ExportError(f"a block weight has no form {name!r} (its forms: {', '.join(FORMS)}, offsets where it has "
-                          "them, zero_points)")
+        raise ExportError(f"a block weight has no form {name!r} (its forms: codes, scales, zero_points, and offsets "
+                          "where it has them)")
 
 
 def from_forms(codes: np.ndarray, scales: np.ndarray, columns: int, bits: int,
