@@ -146,11 +146,12 @@ STRETCHES = (1.0, 0.96, 0.92, 0.88, 1.04, 15 / 14)  # steps tried a block, as fr
 def zero_point_blocks(blocks: np.ndarray, columns: int) -> BlockWeight:
     """4-bit blocks of float32 values (rows, blocks, 32) with a step and a whole code standing for zero each, as
     `MatMulNBits` takes them with no term of their own: value = step * (code - zero point). Each block keeps, of a
-    few steps near its range over 15 (`STRETCHES`), the one whose codes are nearest its values (least squares,
-    summed in float64 one position at a time, so that every machine chooses alike). Blocks it wrote come back
-    unchanged when their values are quantized again."""
+    few steps near its range (zero included) over 15 (`STRETCHES`), the one whose codes are nearest its values
+    (least squares, summed in float64 one position at a time, so that every machine chooses alike). Blocks it wrote
+    come back unchanged when their values are quantized again."""
     rows = blocks.shape[0]
-    low, high = blocks.min(-1), blocks.max(-1)
+    low, high = np.minimum(blocks.min(-1), 0), np.maximum(blocks.max(-1), 0)  # whole zero points: the codes must
+    # reach zero, so a block of one sign (or one value) spans from zero to its farthest value
     best_error = best_scales = best_zeros = None
     for stretch in STRETCHES:
         scales = (high - low) / np.float32(15) * np.float32(stretch)

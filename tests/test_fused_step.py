@@ -51,18 +51,23 @@ def test_block_weights_run_in_matmul_nbits_as_numpy_reads_them(bits, columns):
     values are quantized again; ONNX Runtime's product reads them as `values` does."""
     rng = np.random.default_rng(bits + columns)
     weight = rng.standard_normal((24, columns)).astype(np.float32)
+    weight[0] = 0.3  # blocks of one value, and of one sign far from zero
+    weight[1] = np.linspace(1.0, 1.1, columns)
     blocks = blockwise.quantize(weight, bits)
     error = blocks.values() - weight
     if bits == 8:
         assert np.abs(error).max() <= np.abs(weight).max() / 127 / 2 + 1e-6
     else:
         padded = np.pad(weight, ((0, 0), (0, -columns % 32))).reshape(24, -1, 32)  # as `quantize` pads
-        low, step = padded.min(-1, keepdims=True), np.ptp(padded, -1, keepdims=True) / 15
+        reach = np.maximum(padded.max(-1), 0) - np.minimum(padded.min(-1), 0)  # the codes reach zero
         widest = 15 * (1 - min(blockwise.STRETCHES)) + 0.5  # a step shorter than the range's clips its ends
-        assert np.all(np.abs(error) <= widest * np.repeat(step[..., 0], 32, 1)[:, :columns] + 1e-6)
+        assert np.all(np.abs(error) <= widest * np.repeat(reach / 15, 32, 1)[:, :columns] + 1e-6)
+        assert np.abs(error[:2]).max() <= 1.1 / 15  # one-signed blocks: within a step of their largest value / 15
         assert blocks.zero_points.max() <= 15
-        with_minimum = (np.rint((padded - low) / step) * step + low).reshape(24, -1)[:, :columns] - weight
-        assert np.sqrt(np.mean(error ** 2)) <= 1.1 * np.sqrt(np.mean(with_minimum ** 2))
+        mixed = padded[2:]  # the random rows, each block of both signs
+        low, step = mixed.min(-1, keepdims=True), np.ptp(mixed, -1, keepdims=True) / 15
+        with_minimum = (np.rint((mixed - low) / step) * step + low).reshape(22, -1)[:, :columns] - weight[2:]
+        assert np.sqrt(np.mean(error[2:] ** 2)) <= 1.1 * np.sqrt(np.mean(with_minimum ** 2))
         again = blockwise.quantize(blocks.values(), 4)  # what a rebuilt module's merged weight is exported as
         np.testing.assert_allclose(again.values(), blocks.values(), rtol=0, atol=1e-6 * np.abs(weight).max())
     x = rng.standard_normal((5, columns)).astype(np.float32)
