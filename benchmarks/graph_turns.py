@@ -4,11 +4,14 @@ ONNX Runtime backend: what `test_fused_step.py` and `test_merged_adapters.py` pr
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.test_peers import LOCSUM_OPTIONS, THREADS, inputs
 from locsum_sdk import Summarizer
 from locsum_sdk.backends import onnxruntime as ort_backend
 
@@ -31,9 +34,10 @@ class Turns:
 
 
 class GraphTimer:
-    """Every graph run of every Summarizer in the process timed, by graph name, while the monkeypatch holds."""
+    """Every graph run of every Summarizer in the process timed, by graph name, while the monkeypatch holds; the
+    bundles compared loaded at `threads`."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, bundles: dict[str, str | Path], threads: int = THREADS):
         self.runs: dict[str, list[float]] = {"decoder": [], "encoder": []}
         run = ort_backend._run
 
@@ -43,10 +47,19 @@ class GraphTimer:
             self.runs.setdefault(graph, []).append(time.perf_counter() - start)
 
         monkeypatch.setattr(ort_backend, "_run", timed)
+        self.systems = {key: Summarizer.from_pretrained(path, threads=threads, verify=False)
+                        for key, path in bundles.items()}
 
-    def in_turns(self, systems: dict[str, Summarizer], text: str, options: dict, rounds: int) -> Turns:
-        """Each of `systems` summarizes `text` with `options` `rounds` times, in turns (the order reversed every
-        other round)."""
+    def each_input(self, quick: bool, rounds: int) -> Iterator[tuple[str, Turns]]:
+        """The peers benchmark's inputs (`test_peers.inputs`) at its options (greedy, exactly its new tokens), each
+        summarized in turns: (the input's name, its turns)."""
+        for name, text, options in inputs(quick):
+            yield name, self.in_turns(text, {**options, **LOCSUM_OPTIONS}, rounds)
+
+    def in_turns(self, text: str, options: dict, rounds: int) -> Turns:
+        """Each bundle summarizes `text` with `options` `rounds` times, in turns (the order reversed every other
+        round)."""
+        systems = self.systems
         turns = Turns({key: [] for key in systems}, {key: [] for key in systems}, {key: [] for key in systems})
         for index in range(rounds):
             for key in list(systems) if index % 2 == 0 else list(systems)[::-1]:

@@ -18,8 +18,7 @@ import pytest
 from benchmarks.common import write_result
 from benchmarks.default_forms import DEFAULT, block_recipes, default_as
 from benchmarks.graph_turns import GraphTimer
-from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
-from locsum_sdk import Summarizer
+from benchmarks.test_peers import NEW, THREADS, agreement
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleNotFoundError
 
@@ -33,11 +32,8 @@ def test_fused_step_against_the_int8_step(quick, monkeypatch):
             bundles["fused-again"] = default_as("blocks", again=True)
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
-    timer = GraphTimer(monkeypatch)
-    systems = {key: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for key, path in bundles.items()}
     points = []
-    for name, text, options in inputs(quick):
-        turns = timer.in_turns(systems, text, {**options, **LOCSUM_OPTIONS}, ROUNDS)
+    for name, turns in GraphTimer(monkeypatch, bundles).each_input(quick, ROUNDS):
         tokens = turns.tokens
         same = agreement(tokens["int8"], tokens["fused"])
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference": same, **turns.medians()}
@@ -51,7 +47,7 @@ def test_fused_step_against_the_int8_step(quick, monkeypatch):
               f"({point['step_speedup']:.2f}x); encoder graph {point['int8_encoder_ms']:.0f} vs "
               f"{point['fused_encoder_ms']:.0f} ms ({point['encoder_speedup']:.2f}x); {same} tokens alike before the "
               "first difference")
-        if "fused-again" in systems:
+        if "fused-again" in bundles:
             point["again_graph_speedup"] = point["fused_graph_ms"] / point["fused-again_graph_ms"]
             point["again_step_speedup"] = point["fused_step_ms"] / point["fused-again_step_ms"]
             point["again_encoder_speedup"] = point["fused_encoder_ms"] / point["fused-again_encoder_ms"]

@@ -20,8 +20,7 @@ import pytest
 from benchmarks.common import CACHE, write_result
 from benchmarks.default_forms import CODE, DEFAULT
 from benchmarks.graph_turns import GraphTimer
-from benchmarks.test_peers import LOCSUM_OPTIONS, NEW, THREADS, agreement, inputs
-from locsum_sdk import Summarizer
+from benchmarks.test_peers import NEW, THREADS, agreement
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleNotFoundError
 from locsum_sdk.exporters.rebuild import export_again
@@ -53,11 +52,8 @@ def test_merged_adapters_against_adapters_beside(quick, monkeypatch):
         bundles = {form: float_base_bundle(merge, monkeypatch) for form, merge in FORMS.items()}
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
-    timer = GraphTimer(monkeypatch)
-    systems = {form: Summarizer.from_pretrained(path, threads=THREADS, verify=False) for form, path in bundles.items()}
     points = []
-    for name, text, options in inputs(quick):
-        turns = timer.in_turns(systems, text, {**options, **LOCSUM_OPTIONS}, ROUNDS)
+    for name, turns in GraphTimer(monkeypatch, bundles).each_input(quick, ROUNDS):
         point = {"input": name, "new_tokens": NEW, "tokens_alike_before_first_difference":
                  agreement(turns.tokens["merged"], turns.tokens["beside"]), **turns.medians()}
         point["graph_speedup"] = point["beside_graph_ms"] / point["merged_graph_ms"]
