@@ -72,8 +72,7 @@ class BlockWeight:
         rows = codes.shape[0]
         if self.bits == 8:
             return codes.reshape(rows, -1, BLOCK)
-        pairs = codes.reshape(rows, -1, BLOCK // 2, 2)
-        return (pairs[..., 0] | (pairs[..., 1] << np.uint8(4))).astype(np.uint8)
+        return _nibbles(codes).reshape(rows, -1, BLOCK // 2)
 
     def form(self, name: str) -> np.ndarray:
         """What a graph holds of this weight, C-contiguous: `codes` (`packed`), `scales` (N * blocks,), `offsets`
@@ -89,8 +88,7 @@ class BlockWeight:
             zeros = (np.full(self.scales.shape, self.centre, np.uint8) if self.zero_points is None
                      else self.zero_points)
             if self.bits == 4:
-                zeros = np.pad(zeros, ((0, 0), (0, zeros.shape[1] % 2)), constant_values=self.centre)
-                zeros = (zeros[:, 0::2] | (zeros[:, 1::2] << np.uint8(4))).astype(np.uint8)
+                zeros = _nibbles(np.pad(zeros, ((0, 0), (0, zeros.shape[1] % 2)), constant_values=self.centre))
             return np.ascontiguousarray(zeros.reshape(-1))
         raise ExportError(f"a block weight has no form {name!r} (its forms: codes, scales, zero_points, and offsets "
                           "where it has them)")
@@ -103,14 +101,24 @@ def from_forms(codes: np.ndarray, scales: np.ndarray, columns: int, bits: int,
     rows = codes.shape[0]
     codes = codes.reshape(rows, -1)
     if bits == 4:
-        codes = np.stack([codes & np.uint8(15), codes >> np.uint8(4)], axis=-1).reshape(rows, -1)
+        codes = _from_nibbles(codes)
     scales = scales.reshape(rows, -1).astype(np.float32)
     if zero_points is not None:
         zero_points = zero_points.reshape(rows, -1)
         if bits == 4:
-            zero_points = np.stack([zero_points & np.uint8(15), zero_points >> np.uint8(4)], axis=-1).reshape(rows, -1)
+            zero_points = _from_nibbles(zero_points)
         zero_points = np.ascontiguousarray(zero_points[:, :scales.shape[1]])
     return BlockWeight(np.ascontiguousarray(codes[:, :columns]), scales, None, bits, zero_points)
+
+
+def _nibbles(values: np.ndarray) -> np.ndarray:
+    """4-bit values (rows, even count) two a byte, the first in the low nibble: (rows, count / 2) uint8."""
+    return (values[:, 0::2] | (values[:, 1::2] << np.uint8(4))).astype(np.uint8)
+
+
+def _from_nibbles(packed: np.ndarray) -> np.ndarray:
+    """`_nibbles` undone: (rows, bytes) uint8 -> (rows, 2 * bytes) values."""
+    return np.stack([packed & np.uint8(15), packed >> np.uint8(4)], axis=-1).reshape(packed.shape[0], -1)
 
 
 def _padded(codes: np.ndarray, centre: int) -> np.ndarray:

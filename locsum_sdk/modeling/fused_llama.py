@@ -50,8 +50,8 @@ class BlockSource:
     other quantized tensors (Q2_K, Q3_K, Q6_K: sub-blocks of 16), the closest form to the file's codes; else the
     float weight quantized to `bits`."""
 
-    def __init__(self, gguf: GGUFFile | None = None, bits: int = 4):
-        self.gguf, self.bits = gguf, bits
+    def __init__(self, gguf: GGUFFile | None = None, bits: int = 4, merge: bool = True):
+        self.gguf, self.bits, self.merge = gguf, bits, merge  # merge: see `projection`
         self.from_file: list[str] = []  # the projections taken from the file, for the exporter's report
 
     def blocks(self, name: str, weight: np.ndarray, bits: int | None = None) -> BlockWeight:
@@ -108,18 +108,19 @@ class Projection:
     merged: bool = False
 
 
-def projection(linears: list[nn.Linear], names: list[str], source: BlockSource, merge: bool = True) -> Projection:
+def projection(linears: list[nn.Linear], names: list[str], source: BlockSource) -> Projection:
     """Several nn.Linear (or LoRALinear) of one input, as one projection (biases and adapters stacked). Where none of
-    their weights is the file's, so that each is quantized here anyway, and `merge`: each adapter is added into its
-    weight before quantizing (W + B s A, `merged_weight`), one rounding as the weight alone would have had, and the
-    projection is one `MatMulNBits` with nothing beside it. A file's blocks keep their adapter beside them: the
-    model that runs stays the file's (rounding the sum again would move every weight by up to half a step)."""
+    their weights is the file's, so that each is quantized here anyway, and the source's `merge`: each adapter is
+    added into its weight before quantizing (W + B s A, `merged_weight`), one rounding as the weight alone would have
+    had, and the projection is one `MatMulNBits` with nothing beside it. A file's blocks keep their adapter beside
+    them: the model that runs stays the file's (rounding the sum again would move every weight by up to half a
+    step)."""
     adapted = [lin for lin in linears if isinstance(lin, LoRALinear)]
     if adapted and len(adapted) != len(linears):
         raise ExportError("projections sharing an input must all have adapters or none")
     weights = [linear.weight.detach().float().numpy() for linear in linears]
     located = [source.locate(name, weight) for name, weight in zip(names, weights)]
-    merged = bool(adapted) and merge and all(found is None for found, _ in located)
+    merged = bool(adapted) and source.merge and all(found is None for found, _ in located)
     if merged:
         weights = [merged_weight(linear) for linear in linears]
     parts = [found if found is not None else blockwise.quantize(weight, wanted or source.bits)
@@ -260,7 +261,7 @@ class LayerWeights:
     down: Projection
 
 
-def layer_weights(model: Llama, source: BlockSource, merge: bool = True) -> list[LayerWeights]:
+def layer_weights(model: Llama, source: BlockSource) -> list[LayerWeights]:
     layers = []
     for i, layer in enumerate(model.layers):
         attn, mlp = layer.self_attn, layer.mlp
@@ -271,11 +272,11 @@ def layer_weights(model: Llama, source: BlockSource, merge: bool = True) -> list
         layers.append(LayerWeights(
             layer.input_layernorm.weight.detach().float().numpy(),
             projection([attn.q_proj, attn.k_proj, attn.v_proj],
-                       names("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), source, merge),
-            projection([attn.o_proj], names("self_attn.o_proj"), source, merge),
+                       names("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), source),
+            projection([attn.o_proj], names("self_attn.o_proj"), source),
             layer.post_attention_layernorm.weight.detach().float().numpy(),
-            projection([mlp.gate_proj, mlp.up_proj], names("mlp.gate_proj", "mlp.up_proj"), source, merge),
-            projection([mlp.down_proj], names("mlp.down_proj"), source, merge)))
+            projection([mlp.gate_proj, mlp.up_proj], names("mlp.gate_proj", "mlp.up_proj"), source),
+            projection([mlp.down_proj], names("mlp.down_proj"), source)))
     return layers
 
 
@@ -283,12 +284,11 @@ class Backbone:
     """The pieces of a Llama step every kind shares, written into `g`: embedding, norms, projections, rotary,
     cache writes, the LM head."""
 
-    def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY,
-                 merge: bool = True):
+    def __init__(self, g: GraphBuilder, model: Llama, source: BlockSource, accuracy: int = ACCURACY):
         config = model.config
         self.g, self.config, self.accuracy = g, config, accuracy
         self.adapters: list[dict] = []  # `linear`'s records, for the graph's metadata (`adapter_record`)
-        self.layers = layer_weights(model, source, merge)
+        self.layers = layer_weights(model, source)
         self.final_norm = model.norm.weight.detach().float().numpy()
         embedding = model.embed_tokens.weight.detach().float().numpy()
         self.embedding = source.blocks("embed_tokens.weight", embedding, bits=8)
@@ -402,9 +402,9 @@ def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4, ac
     `modeling.fused_<kind>`, which registers it (`register_step`). `merge`: adapters merged into the weights that
     are quantized here (`projection`); False keeps every adapter beside its projection."""
     check_fusable(model)
-    source = BlockSource(gguf, bits)
+    source = BlockSource(gguf, bits, merge)
     g = GraphBuilder(f"{model.kind}_step")
-    backbone = Backbone(g, model.model, source, accuracy, merge)
+    backbone = Backbone(g, model.model, source, accuracy)
     graph = STEPS[model.kind](backbone, model)
     check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
     if backbone.adapters:
