@@ -30,6 +30,7 @@ from ..llm import is_gguf
 from ..llm.gguf_model import LAYER_TENSORS, read_gguf
 from ..model_files import is_record
 from ..modeling.config import on_base_model
+from . import graph_index
 
 if TYPE_CHECKING:
     from torch import nn
@@ -43,7 +44,7 @@ Adapters = dict[str, tuple[np.ndarray, np.ndarray]]  # module (layers.i.self_att
 def int8_adapters(graph: onnx.ModelProto, rank: int, modules: list[str]) -> Adapters:
     """An int8 graph's LoRA matrices, dequantized: the quantized initializers whose shorter side is the adapters'
     rank, in the exporter's numbering (each projection's A^T then (B s)^T, layer by layer: `modules`' order)."""
-    values = {t.name: t for t in graph.graph.initializer}
+    values = graph_index.initializers(graph.graph)
     names = sorted((n for n in values if n.startswith("onnx::MatMul_") and n.endswith("_quantized")),
                    key=lambda n: int(n.split("_")[1]))
 
@@ -67,7 +68,7 @@ def fused_adapters(graph: onnx.ModelProto, rank: int, shapes: dict[str, tuple[in
     `fused_llama.linear`)."""
     from ..modeling.fused_llama import adapter_record
 
-    values = {t.name: t for t in graph.graph.initializer}
+    values = graph_index.initializers(graph.graph)
     found: Adapters = {}
     for record in adapter_record(graph):
         if "merged" in record:
@@ -91,7 +92,7 @@ def merged_weights(graph: onnx.ModelProto, shapes: dict[str, tuple[int, int]]) -
     module's weight as the step runs it (its blocks' values, adapter included)."""
     from ..modeling.fused_llama import adapter_record
 
-    values = {t.name: t for t in graph.graph.initializer}
+    values = graph_index.initializers(graph.graph)
     found = {}
     for record in adapter_record(graph):
         for module, part in zip(record["modules"], record.get("merged", [])):
