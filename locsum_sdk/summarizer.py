@@ -214,7 +214,8 @@ class Summarizer:
             backend: "auto" (a bundle runs on its TensorRT engines where it has them and they can run here, else on
                 onnxruntime; a checkpoint on torch), "onnxruntime", "tensorrt" or "torch".
             threads: intra-op threads; None: $LOCSUM_THREADS, else every CPU this process may use.
-            unit_batch_size: units encoded together; bounds the encoder's peak memory.
+            unit_batch_size: units encoded together at most; bounds the encoder's peak memory (on the CPU, ONNX
+                Runtime takes fewer where they are long: about a thousand token rows a run, or one unit).
             verify: check the sha256 of every bundle file.
             device: "auto" (the GPU where the backend can use one: TensorRT engines, onnxruntime-gpu), "cpu" or
                 "cuda".

@@ -14,6 +14,7 @@ from test_export import compare_steps, random_units
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
 from locsum_sdk.backends import base
+from locsum_sdk.backends import onnxruntime as ort_backend
 from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 from locsum_sdk.backends.torch import TorchBackend
@@ -53,6 +54,31 @@ def test_onnxruntime_matches_torch_token_for_token(llama_bundle_dir, llama_check
     for a, b in zip(ort, ref):
         assert a.token_ids == b.token_ids and a.kind == "pagesum"
         np.testing.assert_allclose(a.unit_weights, b.unit_weights, atol=1e-4)
+
+
+def test_a_cpu_encoder_run_holds_at_most_cpu_run_rows(llama_bundle_dir, monkeypatch):
+    """On the CPU the encoder takes as many units a run as fill CPU_RUN_ROWS token rows (at least one, at most
+    unit_batch_size); the summary is the same whatever the runs."""
+    assert [ort_backend.units_per_run(4, n) for n in (512, 400, 128, 2000)] == [2, 2, 4, 1]
+    runs = []
+    real_run = ort_backend._run
+    monkeypatch.setattr(ort_backend, "_run", lambda session, binding, graph: (runs.append(graph),
+                                                                               real_run(session, binding, graph)))
+    text = document(random.Random(5), 40)
+    summarizer = Summarizer.from_pretrained(llama_bundle_dir, threads=1, unit_batch_size=8)
+
+    def encoder_runs(rows: int) -> tuple[int, list[int]]:
+        monkeypatch.setattr(ort_backend, "CPU_RUN_ROWS", rows)
+        runs.clear()
+        summary = summarizer.summarize(text, max_length=6)
+        return runs.count("encoder"), summary.token_ids
+
+    units = summarizer.summarize(text, max_length=2).units
+    pages, length = len(units), max(len(unit.token_ids) for unit in units)  # the runs' rows are this long
+    assert pages >= 5
+    wide, one, two = encoder_runs(1 << 20), encoder_runs(1), encoder_runs(2 * length + 1)
+    assert wide[0] == -(-pages // 8) and one[0] == pages and two[0] == -(-pages // 2)
+    assert wide[1] == one[1] == two[1]
 
 
 def test_int8_export_runs(llama_checkpoint_dir, tmp_path):
