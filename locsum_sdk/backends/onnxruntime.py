@@ -43,9 +43,9 @@ from .base import (
 logger = logging.getLogger("locsum_sdk")
 CUDA = "CUDAExecutionProvider"
 # Token rows an encoder run holds on the CPU at most (unless one unit is longer): past about a thousand rows its
-# activations leave the caches and every unit is slower (a 2-core EPYC, per page of 512 tokens: the default's int8
-# encoder 1.08x faster one or two pages a run than four; the 128-token units of a Hierarchical Transformer 1.09x
-# faster eight a run than four, 2.0x than one).
+# activations leave the caches and every unit takes longer (benchmarks/test_encoder_runs.py, 2-core EPYC: the default's
+# 512-token pages 196-202 ms each two a run, 209-213 four, 238-258 eight; 128-token units 4.3 ms each eight a run,
+# 4.7 four, 7.9 one).
 CPU_RUN_ROWS = 1024
 
 
