@@ -4,9 +4,10 @@ llama.cpp (`llama-cpp-python`) or ONNX Runtime GenAI on the same GGUF, greedy, e
     python -m benchmarks.peers_child SYSTEM SPEC.json
 
 SPEC holds `text` and `options` (locsum's input and options), `prompt_ids` (the same pages as one prompt, for the
-peers), `new`, `threads`, and `gguf` / `genai` (the peers' model files). Prints one JSON line: load, prefill and
-decoding seconds, decoding ms a token, the whole job (prefill and decoding), peak RSS in MiB and the tokens written
-(locsum: as many as its length limits let it, at most `new`; a short input caps a summary's length)."""
+peers), `new`, `threads`, `gguf` / `genai` (the peers' model files) and `bundle` (locsum's, where not the default).
+Prints one JSON line: load, prefill and decoding seconds, decoding ms a token, the whole job (prefill and decoding),
+peak RSS in MiB and the tokens written (locsum: as many as its length limits let it, at most `new`; a short input caps
+a summary's length)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def run_locsum(spec: dict, bundle: str | None = None) -> dict:
     from locsum_sdk import Summarizer
 
     started = time.perf_counter()
-    summarizer = Summarizer.from_pretrained(bundle, threads=spec["threads"])
+    summarizer = Summarizer.from_pretrained(bundle or spec.get("bundle"), threads=spec["threads"])
     loaded = time.perf_counter() - started
     with counted_steps(summarizer) as steps:  # known_words may cut an unfinished last word from the tokens kept
         summary = summarizer.summarize(spec["text"], **spec["options"])
