@@ -14,6 +14,7 @@ import pytest
 from locsum_sdk import Summarizer
 from locsum_sdk.backends import optimized_graphs
 from locsum_sdk.backends.optimized_graphs import GRAPHS_DIR, STAMP_FILE
+from locsum_sdk.errors import OptionError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "engines" / "pagesum"  # packed: read from the cache
@@ -111,3 +112,23 @@ def test_a_bundle_read_from_where_it_lies_is_not_copied(cache, bundle_dir):
     assert summarizer.backend.bundle.graph_path is None
     assert optimized_graphs.directory(ort, summarizer.backend.bundle, "decoder") is None
     assert not (cache / "cache").exists()
+
+
+def test_locsum_keep_graphs_0_optimizes_at_every_load_and_keeps_nothing(cache, built, monkeypatch):
+    want = Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids
+    graphs = Summarizer.from_pretrained(SHIPPED, threads=1).backend.bundle.graph_path / GRAPHS_DIR
+    shutil.rmtree(graphs)
+    built.clear()
+    monkeypatch.setenv("LOCSUM_KEEP_GRAPHS", "0")
+    for _ in range(2):
+        assert Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids == want
+    assert not graphs.exists()
+    assert len(built) == 4 and all(level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL for _, level in built)
+    assert all(path.parent != graphs and GRAPHS_DIR not in path.parts for path, _ in built)  # the bundle's own graphs
+
+
+@pytest.mark.parametrize("value", ["no", "2", "true"])
+def test_locsum_keep_graphs_takes_0_or_1_only(cache, monkeypatch, value):
+    monkeypatch.setenv("LOCSUM_KEEP_GRAPHS", value)
+    with pytest.raises(OptionError, match=r"LOCSUM_KEEP_GRAPHS='.*' is not accepted; set it to 0"):
+        Summarizer.from_pretrained(SHIPPED, threads=1)

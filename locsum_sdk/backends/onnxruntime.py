@@ -169,6 +169,8 @@ class OnnxRuntimeBackend:
             options.profile_file_prefix = str(Path(self.profile_dir) / graph)
         try:
             session = optimized_graphs.session(self.ort, self.bundle, graph, options, self.providers)
+        except OptionError:  # $LOCSUM_KEEP_GRAPHS set to what it does not take
+            raise
         except Exception as err:  # ORT raises its own exception types for unreadable graphs
             raise BundleError(f"onnxruntime cannot load {spec['file']} of {self.bundle.path}: {err}") from None
         io = self.graphs[graph]

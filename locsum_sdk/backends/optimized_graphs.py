@@ -8,7 +8,9 @@ the optimizers off: the same nodes, so the same kernels and results. The key nam
 version and this processor (its model and instruction sets: an optimized graph may hold kernels chosen for them);
 a directory is written whole under another name and then renamed, so concurrent loads never read half of one, and
 one that no longer matches its bundle's files or does not load is written again. The graphs are pruned with their
-bundle's directory (`bundle_cache`). On CUDA, or for a bundle read from where it lies, sessions are built as before.
+bundle's directory (`bundle_cache`). On CUDA, for a bundle read from where it lies, or with `$LOCSUM_KEEP_GRAPHS` set to
+0 (a read-only or shared cache, a look at what ONNX Runtime's optimizers do at each load), sessions are built as
+before: optimized at every load, nothing kept or read.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import Bundle
+from ..errors import OptionError
 
 logger = logging.getLogger("locsum_sdk")
 GRAPHS_DIR = "graphs"  # under a bundle's cache directory
 STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
+KEEP_ENV = "LOCSUM_KEEP_GRAPHS"
 
 
 @functools.cache
@@ -47,11 +51,21 @@ def processor() -> str:
 
 def directory(ort: Any, bundle: Bundle, graph: str) -> Path | None:
     """Where `graph`'s optimized form is kept for `bundle` on this machine; None where the bundle is read from where
-    it lies (its graphs are not copied into the cache, nor are their optimized forms)."""
-    if bundle.graph_path is None:
+    it lies (its graphs are not copied into the cache, nor are their optimized forms) or none are kept (`keeping`)."""
+    if bundle.graph_path is None or not keeping():
         return None
     key = hashlib.sha256("\n".join((graph, ort.__version__, processor())).encode()).hexdigest()[:16]
     return bundle.graph_path / GRAPHS_DIR / f"{graph}-{key}"
+
+
+def keeping() -> bool:
+    """Whether optimized graphs are kept and read: `$LOCSUM_KEEP_GRAPHS` (read at each load) 1 or unset, not 0."""
+    value = os.environ.get(KEEP_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise OptionError(f"{KEEP_ENV}={value!r} is not accepted; set it to 0 (ONNX Runtime optimizes the graphs at "
+                          "every load, nothing kept) or 1 (kept in the bundle's cache directory, the default), or "
+                          "unset it")
+    return value != "0"
 
 
 def stamp(bundle: Bundle) -> list[list]:
