@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,7 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
     random weights, projections in `projections`, the token embedding in Q8_0, norms in float32."""
     import gguf
     from gguf import GGMLQuantizationType as Q
+    from gguf_files import add_shape, random_blocks  # the test suite's writers (on the path through test_peers)
 
     from locsum_sdk.gguf_file import GGUFFile
 
@@ -67,15 +69,10 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
     vocab = len(source["tokenizer.ggml.tokens"])
     partial = path.with_suffix(".partial")
     writer = gguf.GGUFWriter(str(partial), "llama")
-    writer.add_block_count(SHAPE["layers"])
-    writer.add_context_length(source["llama.context_length"])
-    writer.add_embedding_length(d)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv)
+    add_shape(writer, {**SHAPE, "max_positions": source["llama.context_length"],
+                       "rope_base": source["llama.rope.freq_base"],
+                       "rms_eps": source["llama.attention.layer_norm_rms_epsilon"]})
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(source["llama.rope.freq_base"])
-    writer.add_layer_norm_rms_eps(source["llama.attention.layer_norm_rms_epsilon"])
     writer.add_tokenizer_model(source["tokenizer.ggml.model"])
     writer.add_tokenizer_pre(source["tokenizer.ggml.pre"])
     writer.add_token_list(source["tokenizer.ggml.tokens"])
@@ -92,9 +89,6 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
 
     def blocks(array: np.ndarray, kind) -> None:
         if kind == Q.Q4_K:  # gguf-py cannot quantize K-quants: valid random bytes, scales of a real model's order
-            sys.path.insert(0, str(ROOT / "tests"))
-            from gguf_files import random_blocks
-
             return random_blocks("Q4_K", *array.shape, rng)
         return gguf.quants.quantize(array, kind)
 
@@ -123,6 +117,7 @@ def bigger_bundle(projections: str, base: Path) -> tuple[Path, Path]:
     bundle = BIGGER / f"bundle-{projections}"
     if not model.is_file():
         write_big_gguf(model, projections, base)
+        shutil.rmtree(bundle, ignore_errors=True)  # a bundle records its file's sha256: export it again
     if not (bundle / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "locsum_sdk.cli", "export", "--checkpoint", str(model), "--quantize",
                         "blocks", "--no-validate", "--output", str(bundle), "--force"], cwd=ROOT, check=True,

@@ -79,6 +79,18 @@ def random_blocks(kind: str, rows: int, columns: int, rng: np.random.Generator) 
     return raw.reshape(rows, -1)
 
 
+def add_shape(writer, config: dict) -> None:
+    """The `llama.*` hyperparameters of `config` (`TINY`'s keys) on a `gguf.GGUFWriter`."""
+    writer.add_block_count(config["layers"])
+    writer.add_context_length(config["max_positions"])
+    writer.add_embedding_length(config["d_model"])
+    writer.add_feed_forward_length(config["ffn_dim"])
+    writer.add_head_count(config["heads"])
+    writer.add_head_count_kv(config["kv_heads"])
+    writer.add_rope_freq_base(config["rope_base"])
+    writer.add_layer_norm_rms_eps(config["rms_eps"])
+
+
 def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: str | None = CHAT_TEMPLATE,
                embedding: str = "Q8_0", projections: str | dict[str, str] = "Q4_1",
                **changes) -> tuple[Path, dict, dict]:
@@ -94,14 +106,7 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
     config = {**TINY, "vocab_size": len(tokens), **changes}
     weights = random_weights(config, seed)
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(config["layers"])
-    writer.add_context_length(config["max_positions"])
-    writer.add_embedding_length(config["d_model"])
-    writer.add_feed_forward_length(config["ffn_dim"])
-    writer.add_head_count(config["heads"])
-    writer.add_head_count_kv(config["kv_heads"])
-    writer.add_rope_freq_base(config["rope_base"])
-    writer.add_layer_norm_rms_eps(config["rms_eps"])
+    add_shape(writer, config)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokens)
     writer.add_token_merges(merges)
