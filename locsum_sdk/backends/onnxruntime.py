@@ -43,9 +43,8 @@ from .base import (
 logger = logging.getLogger("locsum_sdk")
 CUDA = "CUDAExecutionProvider"
 # Token rows an encoder run holds on the CPU at most (unless one unit is longer): past about a thousand rows every
-# unit takes longer (benchmarks/test_encoder_runs.py, 2-core EPYC: the default's
-# 512-token pages 196-202 ms each two a run, 209-213 four, 238-258 eight; 128-token units 4.3 ms each eight a run,
-# 4.7 four, 7.9 one).
+# unit takes longer (benchmarks/test_encoder_runs.py, 2-core EPYC: the default's 512-token pages 196-202 ms each two
+# a run, 209-213 four, 238-258 eight; 128-token units 4.3 ms each eight a run, 4.7 four, 7.9 one).
 CPU_RUN_ROWS = 1024
 
 
