@@ -1,9 +1,10 @@
 """ONNX Runtime backend: IO binding with OrtValues reused across steps, explicit thread counts.
 
 Cross keys/values are written by the encoder straight into one preallocated buffer per layer (micro-batch by
-micro-batch) and bound, unchanged, at every step. Each layer's self-attention cache is one buffer bound as both
-its past input and its present output, so every step writes its new position in place; the buffers are
-replaced only when the cache's capacity grows (every 32 positions).
+micro-batch: on the CPU each at most about a thousand token rows, `units_per_run`) and bound, unchanged, at every
+step. Each layer's self-attention cache is one buffer bound as both its past input and its present output, so every
+step writes its new position in place; the buffers are replaced only when the cache's capacity grows (every 32
+positions).
 
 With `onnxruntime-gpu` installed (`pip install 'locsum[gpu]'`) and `device` "cuda" (or "auto"), the graphs run on
 the CUDA execution provider and those buffers live in GPU memory: the cross keys/values and the caches never
