@@ -3,18 +3,19 @@ decoding step where the projections, not the step's other work, are most of a to
 
 The model: a Llama of 320M parameters (d_model 1024, 24 layers, 16 query and 4 key/value heads of 64, FFN 2816: rows
 of whole 256s, as K-quants need; SmolLM2's vocabulary, tokenizer and chat template, its embedding tied) with random
-weights, written as a GGUF file the way
-llama.cpp writes one (`write_big_gguf`): projections in Q4_0 (the common 4-bit type with no minimum, so its blocks run
-as `MatMulNBits` codes with nothing beside them) or Q4_K (a `_K_M` file's: a minimum per 32 values, which runs beside
-each projection as one small product), the token embedding in Q8_0. locsum exports it as a user would
-(`locsum export --checkpoint FILE --quantize blocks`: HierEncDec, zero-shot, the fused step over the file's own
-blocks). Both systems run the same pages (the example meeting's first page, about 150 tokens, and the demo's four,
-about 2,000) in fresh processes, in turn, greedy, exactly NEW new tokens, 2 threads (`peers_child.py`). Random
-weights make no sense of the text: the figures are speeds only. Prints, per file type and point, prefill and
-decoding ms a token of each and their ratios to llama.cpp's, each a median over the rounds with its range. Skips
-without llama.cpp (`pip install llama-cpp-python`: a source build, 15-22 CPU-minutes) or the default's base model
-(its tokenizer). The files and bundles are built once in `~/.cache/locsum/bench/bigger` (about 1 GB; an export
-holds the model in float32 five times over: about 7 GB of memory)."""
+weights, written as a GGUF file the way llama.cpp writes one (`write_big_gguf`): projections in Q4_0 (the common
+4-bit type with no minimum, so its blocks run as `MatMulNBits` codes with nothing beside them) or in Q4_K (most of a
+`_K_M` file's tensors: a minimum per 32 values, which runs beside each projection as one small product), the token
+embedding in Q8_0. locsum exports it as a user would (`locsum export --checkpoint FILE --quantize blocks
+--no-validate`: HierEncDec, zero-shot, 1,024-token pages, the fused step over the file's own blocks). Both systems
+run the same pages (the example meeting's first lines, about 150 tokens, and the meeting cut to 2,048 tokens by
+tf-idf as the default reads it: two of this bundle's pages) in fresh processes, in turn, greedy, exactly NEW new
+tokens, 2 threads (`peers_child.py`). Random weights make no sense of the text: the figures are speeds only. Prints,
+per file type and point, prefill and decoding ms a token of each and their ratios to llama.cpp's, each a median over
+the rounds with its range. Skips without llama.cpp (`pip install llama-cpp-python`: a source build, 15-22
+CPU-minutes) or the default's base model (its tokenizer). The files and bundles are built once in
+`~/.cache/locsum/bench/bigger` (about 1 GB; an export holds the model in float32 five times over: about 8.4 GB of
+memory measured)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,6 @@ BIGGER = CACHE / "bigger"
 NEW = 64
 SHAPE = dict(d_model=1024, layers=24, heads=16, kv_heads=4, ffn_dim=2816)
 TYPES = ("Q4_0", "Q4_K")
-TOKENIZER_FIELDS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
-                    "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                    "tokenizer.ggml.padding_token_id", "tokenizer.chat_template")
 STD = 0.02  # the weights' spread: a pretrained model's order, so that every layer stays finite
 
 
