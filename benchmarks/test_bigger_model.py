@@ -85,7 +85,7 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
     def normal(*shape: int) -> np.ndarray:
         return rng.normal(0.0, STD, size=shape).astype(np.float32)
 
-    def blocks(array: np.ndarray, kind) -> None:
+    def blocks(array: np.ndarray, kind) -> np.ndarray:
         if kind == Q.Q4_K:  # gguf-py cannot quantize K-quants: valid random bytes, scales of a real model's order
             return random_blocks("Q4_K", *array.shape, rng)
         return gguf.quants.quantize(array, kind)
