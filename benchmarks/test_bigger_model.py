@@ -56,7 +56,7 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
     random weights, projections in `projections`, the token embedding in Q8_0, norms in float32."""
     import gguf
     from gguf import GGMLQuantizationType as Q
-    from gguf_files import add_shape, random_blocks  # the test suite's writers (on the path through test_peers)
+    from gguf_files import add_shape, add_tokenizer, random_blocks  # the test suite's writers, on the path
 
     from locsum_sdk.gguf_file import GGUFFile
 
@@ -71,16 +71,7 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
                        "rope_base": source["llama.rope.freq_base"],
                        "rms_eps": source["llama.attention.layer_norm_rms_epsilon"]})
     writer.add_rope_dimension_count(head_dim)
-    writer.add_tokenizer_model(source["tokenizer.ggml.model"])
-    writer.add_tokenizer_pre(source["tokenizer.ggml.pre"])
-    writer.add_token_list(source["tokenizer.ggml.tokens"])
-    writer.add_token_types(source["tokenizer.ggml.token_type"])
-    writer.add_token_merges(source["tokenizer.ggml.merges"])
-    writer.add_bos_token_id(source["tokenizer.ggml.bos_token_id"])
-    writer.add_eos_token_id(source["tokenizer.ggml.eos_token_id"])
-    if "tokenizer.ggml.padding_token_id" in source:
-        writer.add_pad_token_id(source["tokenizer.ggml.padding_token_id"])
-    writer.add_chat_template(source["tokenizer.chat_template"])
+    add_tokenizer(writer, source)
 
     def normal(*shape: int) -> np.ndarray:
         return rng.normal(0.0, STD, size=shape).astype(np.float32)

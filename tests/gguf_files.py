@@ -91,6 +91,23 @@ def add_shape(writer, config: dict) -> None:
     writer.add_layer_norm_rms_eps(config["rms_eps"])
 
 
+def add_tokenizer(writer, fields: dict) -> None:
+    """A byte-level BPE tokenizer's GGUF fields (by their GGUF keys, as `GGUFFile.metadata` reads them; the
+    pre-tokenizer, padding id and chat template only where given) on a `gguf.GGUFWriter`."""
+    writer.add_tokenizer_model(fields["tokenizer.ggml.model"])
+    if fields.get("tokenizer.ggml.pre") is not None:
+        writer.add_tokenizer_pre(fields["tokenizer.ggml.pre"])
+    writer.add_token_list(fields["tokenizer.ggml.tokens"])
+    writer.add_token_merges(fields["tokenizer.ggml.merges"])
+    writer.add_token_types(fields["tokenizer.ggml.token_type"])
+    writer.add_bos_token_id(fields["tokenizer.ggml.bos_token_id"])
+    writer.add_eos_token_id(fields["tokenizer.ggml.eos_token_id"])
+    if fields.get("tokenizer.ggml.padding_token_id") is not None:
+        writer.add_pad_token_id(fields["tokenizer.ggml.padding_token_id"])
+    if fields.get("tokenizer.chat_template") is not None:
+        writer.add_chat_template(fields["tokenizer.chat_template"])
+
+
 def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: str | None = CHAT_TEMPLATE,
                embedding: str = "Q8_0", projections: str | dict[str, str] = "Q4_1",
                **changes) -> tuple[Path, dict, dict]:
@@ -107,15 +124,10 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
     weights = random_weights(config, seed)
     writer = gguf.GGUFWriter(str(path), "llama")
     add_shape(writer, config)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_merges(merges)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(0)
-    writer.add_eos_token_id(2)
-    writer.add_pad_token_id(1)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
+    add_tokenizer(writer, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens,
+                           "tokenizer.ggml.merges": merges, "tokenizer.ggml.token_type": types,
+                           "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 2,
+                           "tokenizer.ggml.padding_token_id": 1, "tokenizer.chat_template": chat_template})
 
     rng = np.random.default_rng(seed)
 
