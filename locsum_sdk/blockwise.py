@@ -16,9 +16,10 @@ from an 8-bit `MatMulNBits` of exact rows (shared with a LoRA adapter's A) and a
 in one Gemm.
 
 Blocks come straight from a GGUF file's bytes where its type has one step and at most one minimum per 32 values
-(Q4_0, Q4_1, Q4_K as 4-bit codes; Q5_0, Q5_1, Q5_K and Q8_0 as 8-bit ones: the model that runs is the file's, code
-for code, `ggml_blocks.affine`), or from float32 values (`quantize`), 4-bit (a step and a whole zero point per block,
-nothing beside the product) or 8-bit (symmetric, as Q8_0).
+(Q4_0, Q4_1, Q4_K as 4-bit codes; Q5_0, Q5_1, Q5_K and Q8_0 as 8-bit ones, and IQ4_NL and IQ4_XS as 8-bit codes
+of their 16 levels: the model that runs is the file's, code for code, `ggml_blocks.affine`), or from float32 values
+(`quantize`), 4-bit (a step and a whole zero point per block, nothing beside the product) or 8-bit (symmetric, as
+Q8_0).
 """
 
 from __future__ import annotations
@@ -184,8 +185,8 @@ def zero_point_blocks(blocks: np.ndarray, columns: int) -> BlockWeight:
 def from_gguf(raw: np.ndarray, kind: int, shape: tuple[int, int]) -> BlockWeight:
     """A GGUF tensor's bytes (uint8) of a ggml type in `GGUF_TYPES` and its numpy shape (N, K) -> its blocks, code for
     code. The file's value step * (q - c) + minimum per 32 is, with codes of 4 bits (Q4_*), scale * (q - 8) + (step
-    * (8 - c) + minimum); with codes of 5 or 8 bits, held in 8 (Q5_*, Q8_0), scale * ((q - c + 128) - 128) +
-    minimum. Offsets are None where the type has no minimum and its codes are centred as the blocks' are."""
+    * (8 - c) + minimum); with codes of 5 or 8 bits, held in 8 (Q5_*, Q8_0, IQ4_*'s levels), scale * ((q - c + 128)
+    - 128) + minimum. Offsets are None where the type has no minimum and its codes are centred as the blocks' are."""
     if kind not in GGUF_TYPES:
         raise BundleError(f"ggml type {type_name(kind)} has no block form here ({', '.join(GGUF_TYPES.values())} do)")
     rows, columns = shape

@@ -1,13 +1,16 @@
 """The tensor types of llama.cpp's GGUF files that are read here, dequantized to float32 with numpy alone.
 
 Plain types (F32, F16, BF16) and the block types common files use: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (blocks of 32
-values, one float16 scale and, for _1, a float16 minimum) and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-(super-blocks of 256 values in sub-blocks of 16 or 32, each with its own 4-, 6- or 8-bit scale). Dequantizing is
+values, one float16 scale and, for _1, a float16 minimum), the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+(super-blocks of 256 values in sub-blocks of 16 or 32, each with its own 4-, 6- or 8-bit scale) and the non-linear
+4-bit types IQ4_NL and IQ4_XS (each 4-bit code picks one of 16 fixed whole numbers from -127 to 113, times a float16
+scale per block of 32, or per super-block of 256 times a 6-bit scale per 32). Dequantizing is
 elementwise float32 arithmetic in a fixed order (each scale times each code, then the minimum), so every machine
 gets the same bits from the same file. Another type is refused by its name (`UnsupportedTypeError`).
 
 The types whose every run of 32 values has one step and at most one minimum (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-Q5_K) are also read as their parts (`affine`): codes, steps and minimums, which `blockwise` runs as they are.
+Q5_K, and IQ4_NL and IQ4_XS, whose 16 levels are 8-bit codes) are also read as their parts (`affine`): codes, steps
+and minimums, which `blockwise` runs as they are.
 """
 
 from __future__ import annotations
@@ -184,9 +187,34 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     return (_half(blocks, 208)[:, :, None] * scales * codes).reshape(-1, 256)
 
 
+#: IQ4_NL's and IQ4_XS's 16 levels: a 4-bit code q stands for step * LEVELS[q].
+LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int16)
+
+
+def _level_codes(nibbles: np.ndarray) -> np.ndarray:
+    """4-bit codes -> their levels as 8-bit codes centred on 128 (uint8, same shape)."""
+    return (LEVELS[nibbles] + 128).astype(np.uint8)
+
+
+def _iq4_nl(blocks: np.ndarray) -> Affine:
+    return Affine(_level_codes(_nibbles(blocks[:, 2:])), _half(blocks, 0), None, 128, 8)
+
+
+def _iq4_xs(blocks: np.ndarray) -> Affine:
+    """A super-block of 256: float16 d, the 8 sub-blocks' 6-bit scales s (their high 2 bits in a little-endian
+    uint16, 2 bits each; their low 4 in 4 bytes, 2 nibbles each), then 16 bytes of nibbles per sub-block of 32 (its
+    first 16 values low, its last 16 high). A sub-block's step is d * (s - 32)."""
+    high = blocks[:, 2:4].copy().view("<u2").astype(np.uint16)  # (n, 1)
+    low = _nibbles(blocks[:, 4:8]).reshape(-1, 2, 4).transpose(0, 2, 1).reshape(-1, 8)  # sub-block j: byte j//2's
+    top = (high >> (2 * np.arange(8, dtype=np.uint16))) & np.uint16(3)  # nibble j%2
+    scales = (low.astype(np.int16) | (top.astype(np.int16) << 4)) - np.int16(32)
+    codes = _nibbles(blocks[:, 8:136].reshape(-1, 16)).reshape(-1, 256)
+    return Affine(_level_codes(codes), _half(blocks, 0) * scales.astype(np.float32), None, 128, 8)
+
+
 #: The types read as `Affine` parts, by ggml type.
 AFFINE: dict[int, Callable[[np.ndarray], Affine]] = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k,
-                                                     13: _q5_k}
+                                                     13: _q5_k, 20: _iq4_nl, 23: _iq4_xs}
 
 
 def _from_parts(kind: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -206,12 +234,14 @@ TYPES: dict[int, BlockType] = {
     12: BlockType("Q4_K", 256, 144, _from_parts(12)),
     13: BlockType("Q5_K", 256, 176, _from_parts(13)),
     14: BlockType("Q6_K", 256, 210, _q6_k),
+    20: BlockType("IQ4_NL", 32, 18, _from_parts(20)),
+    23: BlockType("IQ4_XS", 256, 136, _from_parts(23)),
     30: BlockType("BF16", 1, 2, _bf16),
 }
 
 #: ggml's names of the types that are not read, for the error that refuses them.
 OTHER_NAMES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
-               19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+               19: "IQ1_S", 21: "IQ3_S", 22: "IQ2_S", 24: "I8", 25: "I16", 26: "I32",
                27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
 
 

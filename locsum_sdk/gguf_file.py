@@ -1,7 +1,8 @@
 """A GGUF file (llama.cpp's format) read with numpy alone: its metadata, its tensors' names and shapes, and each
 tensor dequantized to float32, one at a time.
 
-The tensor types read are `ggml_blocks.TYPES` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K);
+The tensor types read are `ggml_blocks.TYPES` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL,
+IQ4_XS);
 a file holding another is refused when it is opened, naming the type and the tensor. Dequantizing is elementwise
 float32 arithmetic in a fixed order, so every machine gets the same bits from the same file: the weights a bundle
 assembles from it (`base_weights`) are checked by their sha256.

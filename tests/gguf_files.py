@@ -61,14 +61,15 @@ _NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_at
           "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
-#: Where each K-quant keeps its float16 super-block scales, and the range drawn for them (a real model's magnitudes).
+#: Where each K-quant and IQ4 type keeps its float16 (super-)block scales, and the range drawn for them (a real
+#: model's magnitudes).
 K_SCALES = {"Q2_K": ((80, 82), 1e-3), "Q3_K": ((108,), 5e-4), "Q4_K": ((0, 2), 2e-4), "Q5_K": ((0, 2), 1e-4),
-            "Q6_K": ((208,), 2e-5)}
+            "Q6_K": ((208,), 2e-5), "IQ4_NL": ((0,), 1e-3), "IQ4_XS": ((0,), 5e-5)}
 
 
 def random_blocks(kind: str, rows: int, columns: int, rng: np.random.Generator) -> np.ndarray:
-    """Valid bytes (rows, bytes a row) of a K-quant tensor, which gguf-py cannot quantize: random codes and sub-block
-    scales, each super-block's float16 scales drawn from `K_SCALES`."""
+    """Valid bytes (rows, bytes a row) of a K-quant or IQ4 tensor, which gguf-py cannot quantize: random codes and
+    sub-block scales, each (super-)block's float16 scales drawn from `K_SCALES`."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     values, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
@@ -114,8 +115,8 @@ def write_gguf(path: Path, tokenizer_file: Path, seed: int = 0, chat_template: s
     """A tiny Llama GGUF at `path` with the vocabulary of `tokenizer_file` and `chat_template`, its token embedding
     in the ggml type `embedding`, its projections in `projections` (one type, or a type by GGUF role such as
     "ffn_down", the others Q4_1) -> (path, config, the HF weights it was made from, before quantization). A K-quant
-    projection holds `random_blocks` (K-quants need rows of whole 256s: d_model=256, ffn_dim=256 or more), which
-    the weights returned do not describe."""
+    or IQ4 projection holds `random_blocks` (K-quants and IQ4_XS need rows of whole 256s: d_model=256, ffn_dim=256
+    or more), which the weights returned do not describe."""
     import gguf
     from gguf import GGMLQuantizationType as Q
 

@@ -123,16 +123,16 @@ def test_gguf_blocks_are_the_files_codes(tokenizer_file, tmp_path):
         blockwise.from_gguf(np.zeros(4, np.uint8), 0, (1, 1))
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS"])
 def test_each_type_of_one_step_per_32_values_runs_its_own_codes(kind):
     """A tensor of each ggml type with one step (and at most one minimum) per 32 values: its blocks hold the file's
-    codes (4-bit for Q4_*, 8-bit for Q5_* and Q8_0), their values are the file's to the float32 rounding of the
-    offset (step * 8 + minimum, added once), and MatMulNBits over them plus the offsets' term is x @ W^T of the
-    file's W."""
+    codes (4-bit for Q4_*; 8-bit for Q5_* and Q8_0, and for IQ4_*, whose codes stand for 16 whole numbers of 8
+    bits), their values are the file's to the float32 rounding of the offset (step * 8 + minimum, added once), and
+    MatMulNBits over them plus the offsets' term is x @ W^T of the file's W."""
     import gguf
     from gguf_files import K_SCALES, random_blocks
 
-    from locsum_sdk.ggml_blocks import affine, dequantize
+    from locsum_sdk.ggml_blocks import LEVELS, affine, dequantize
 
     code = int(gguf.GGMLQuantizationType[kind])
     rng = np.random.default_rng(code)
@@ -151,6 +151,8 @@ def test_each_type_of_one_step_per_32_values_runs_its_own_codes(kind):
     else:  # the file's 5- or 8-bit codes, centred as the file centres them
         assert np.array_equal(blocks.codes.astype(np.int16).reshape(-1) - blocks.centre,
                               parts.codes.astype(np.int16).reshape(-1) - parts.centre)
+    if kind.startswith("IQ4"):  # every code one of the 16 levels
+        assert set(np.unique(blocks.codes.astype(np.int16) - blocks.centre)) <= set(LEVELS.tolist())
     magnitude = float(np.abs(expected).max())
     np.testing.assert_allclose(blocks.values(), expected, rtol=0, atol=4 * np.finfo(np.float32).eps * magnitude)
     x = rng.standard_normal((3, columns)).astype(np.float32)
@@ -319,6 +321,25 @@ def test_a_k_quant_files_blocks_run_code_for_code_and_its_sixteens_in_8_bits(tok
     assert bits.count(8) == 2 * layers + 1, bits  # each layer's value (Q5_K) and down (Q6_K), the Q8_0 head
 
 
+IQ4 = {**{role: "IQ4_XS" for role in K_M}, "attn_v": "IQ4_NL"}  # an `IQ4_XS` file's mix
+
+
+def test_an_iq4_files_blocks_run_code_for_code_in_8_bits(tokenizer_file, tmp_path):
+    """A file of IQ4_XS projections, its value projections IQ4_NL (as llama-quantize writes a tensor whose rows are
+    not whole 256s): every projection is taken from the file, as 8-bit codes (the 16 levels are whole numbers from
+    -127 to 113), and the step is the torch step on the file's weights."""
+    path, _, _ = write_gguf(tmp_path / "iq4.gguf", tokenizer_file, d_model=256, ffn_dim=256, projections=IQ4)
+    net = load_llm(path).model.eval()
+    layers = net.config.layers
+    graph, from_file = fused_step(net, GGUFFile(path), accuracy=0)
+    assert len(from_file) == 7 * layers + 1
+    bits = [next(a.i for a in node.attribute if a.name == "bits") for node in projections(graph)]
+    assert bits.count(8) == 4 * layers + 1 and bits.count(4) == 0, bits  # qkv, output, gate-up, down; the head
+    results, _ = run_steps(net, accuracy=0, gguf=GGUFFile(path))
+    for expected, got, _, _ in results:
+        assert np.abs(got - expected).max() < 1e-4
+
+
 def test_a_kind_without_a_fused_step_is_refused():
     from locsum_sdk.modeling.pagesum import PageSum
 
@@ -370,12 +391,13 @@ def test_blocks_are_refused_for_a_kind_without_a_fused_step(llama_checkpoint_dir
     assert not (tmp_path / "bundle").exists()
 
 
-@pytest.mark.parametrize(("projections", "from_file"), [("Q4_1", 7 * 2 + 1), (K_M, 6 * 2 + 1)], ids=["Q4_1", "K_M"])
+@pytest.mark.parametrize(("projections", "from_file"), [("Q4_1", 7 * 2 + 1), (K_M, 6 * 2 + 1), (IQ4, 7 * 2 + 1)],
+                         ids=["Q4_1", "K_M", "IQ4"])
 def test_an_llm_exports_zero_shot_with_the_fused_step_over_its_own_file(projections, from_file, tokenizer_file,
                                                                         tmp_path, monkeypatch):
     """A user's GGUF exported as it is (`locsum export --checkpoint model.gguf --quantize blocks`): the recipes name
-    the user's file, and its blocks run (a `_K_M` file's Q4_K and Q5_K blocks too; its Q6_K ones are the bundle's
-    own 8-bit blocks)."""
+    the user's file, and its blocks run (a `_K_M` file's Q4_K and Q5_K blocks too, its Q6_K ones the bundle's own
+    8-bit blocks; an `IQ4_XS` file's blocks as 8-bit codes)."""
     import json
 
     from locsum_sdk import Summarizer

@@ -167,18 +167,18 @@ def test_models_outside_the_family_are_refused_by_name(tmp_path, family_files):
 def test_an_unknown_gguf_tensor_type_is_refused_by_name(tmp_path):
     import gguf
 
-    writer = gguf.GGUFWriter(str(tmp_path / "iq4.gguf"), "llama")
-    writer.add_tensor("token_embd.weight", np.zeros((4, 18), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+    writer = gguf.GGUFWriter(str(tmp_path / "iq2.gguf"), "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 66), np.uint8), raw_dtype=gguf.GGMLQuantizationType.IQ2_XXS)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(BundleError, match="IQ4_NL"):
-        read_llm(tmp_path / "iq4.gguf")
+    with pytest.raises(BundleError, match="IQ2_XXS, which is not read here"):
+        read_llm(tmp_path / "iq2.gguf")
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                                  "F16", "BF16", "F32"])
+                                  "IQ4_NL", "IQ4_XS", "F16", "BF16", "F32"])
 def test_gguf_blocks_dequantize_as_gguf_py_does(kind):
     import gguf
 
