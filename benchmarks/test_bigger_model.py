@@ -4,9 +4,10 @@ decoding step where the projections, not the step's other work, are most of a to
 The model: a Llama of 320M parameters (d_model 1024, 24 layers, 16 query and 4 key/value heads of 64, FFN 2816: rows
 of whole 256s, as K-quants need; SmolLM2's vocabulary, tokenizer and chat template, its embedding tied) with random
 weights, written as a GGUF file the way llama.cpp writes one (`write_big_gguf`): projections in Q4_0 (the common
-4-bit type with no minimum, so its blocks run as `MatMulNBits` codes with nothing beside them) or in Q4_K (most of a
-`_K_M` file's tensors: a minimum per 32 values, which runs beside each projection as one small product), the token
-embedding in Q8_0. locsum exports it as a user would (`locsum export --checkpoint FILE --quantize blocks
+4-bit type with no minimum, so its blocks run as `MatMulNBits` codes with nothing beside them), in Q4_K (most of a
+`_K_M` file's tensors: a minimum per 32 values, which runs beside each projection as one small product) or in IQ4_XS
+(16 non-linear levels, which run as 8-bit codes: twice the file's bytes), the token embedding in Q8_0. locsum exports
+it as a user would (`locsum export --checkpoint FILE --quantize blocks
 --no-validate`: HierEncDec, zero-shot, 1,024-token pages, the fused step over the file's own blocks). Both systems
 run the same pages (the example meeting's first lines, about 150 tokens, and the meeting cut to 2,048 tokens by
 tf-idf as the default reads it: two of this bundle's pages) in fresh processes, in turn, greedy, exactly NEW new
@@ -47,7 +48,7 @@ from benchmarks.test_peers import (
 BIGGER = CACHE / "bigger"
 NEW = 64
 SHAPE = dict(d_model=1024, layers=24, heads=16, kv_heads=4, ffn_dim=2816)
-TYPES = ("Q4_0", "Q4_K")
+TYPES = ("Q4_0", "Q4_K", "IQ4_XS")
 STD = 0.02  # the weights' spread: a pretrained model's order, so that every layer stays finite
 
 
@@ -56,7 +57,7 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
     random weights, projections in `projections`, the token embedding in Q8_0, norms in float32."""
     import gguf
     from gguf import GGMLQuantizationType as Q
-    from gguf_files import add_shape, add_tokenizer, random_blocks  # the test suite's writers, on the path
+    from gguf_files import K_SCALES, add_shape, add_tokenizer, random_blocks  # the test suite's writers
 
     from locsum_sdk.gguf_file import GGUFFile
 
@@ -77,8 +78,8 @@ def write_big_gguf(path: Path, projections: str, base: Path, seed: int = 0) -> P
         return rng.normal(0.0, STD, size=shape).astype(np.float32)
 
     def blocks(array: np.ndarray, kind) -> np.ndarray:
-        if kind == Q.Q4_K:  # gguf-py cannot quantize K-quants: valid random bytes, scales of a real model's order
-            return random_blocks("Q4_K", *array.shape, rng)
+        if kind.name in K_SCALES:  # gguf-py cannot quantize K-quants nor IQ4_XS: valid random bytes, scales of a
+            return random_blocks(kind.name, *array.shape, rng)  # real model's order
         return gguf.quants.quantize(array, kind)
 
     writer.add_tensor("token_embd.weight", blocks(normal(vocab, d), Q.Q8_0), raw_dtype=Q.Q8_0)
