@@ -271,14 +271,36 @@ def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], li
         alphabet = _byte_alphabet()
         marked = [t.startswith("Ġ") for t in tokens]
         texts = [_from_bytes(t[1:] if m else t, alphabet) for t, m in zip(tokens, marked)]
-    elif "Metaspace" in parts:
-        marker = parts["Metaspace"].get("replacement") or "▁"
+    elif (marker := _space_marker(parts)) is not None:
         marked = [t.startswith(marker) for t in tokens]
         texts = [t[len(marker):] if m else t for t, m in zip(tokens, marked)]
+        if "ByteFallback" in parts:  # "<0x0A>": a byte of a character the vocabulary lacks
+            texts = [_fallback_byte(t) if _BYTE_PIECE.fullmatch(t) else t for t in texts]
     else:
         raise OptionError(f"{option} needs a tokenizer that marks where words start (byte-level BPE, SentencePiece "
                           f"or WordPiece); this bundle's does not: turn {option} off")
     return texts, marked, special
+
+
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _space_marker(parts: dict[str, dict]) -> str | None:
+    """SentencePiece's word-start marker, from a Metaspace pre-tokenizer or decoder, or from the decoder that turns
+    it back into a space (`Replace`, as the Llama and Mistral tokenizers converted from SentencePiece have it)."""
+    if "Metaspace" in parts:
+        return parts["Metaspace"].get("replacement") or "\u2581"
+    replace = parts.get("Replace")
+    if replace is not None and replace.get("content") == " ":
+        marker = (replace.get("pattern") or {}).get("String")
+        return marker or None
+    return None
+
+
+def _fallback_byte(piece: str) -> str:
+    """A byte-fallback piece's character where its byte is one (ASCII), else "" (part of a character)."""
+    value = int(piece[3:5], 16)
+    return chr(value) if value < 0x80 else ""
 
 
 def _from_bytes(text: str, alphabet: dict[int, str]) -> str:

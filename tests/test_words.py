@@ -102,7 +102,7 @@ def test_byte_level_pieces_are_their_whole_characters_or_nothing():
 
 
 def test_pieces_of_wordpiece_and_sentencepiece_tokenizers_and_a_refusal():
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     vocab = {"[UNK]": 0, "gan": 1, "##y": 2, "##1": 3, ".": 4}
     wordpiece = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
@@ -113,6 +113,17 @@ def test_pieces_of_wordpiece_and_sentencepiece_tokenizers_and_a_refusal():
     metaspace.pre_tokenizer = pre_tokenizers.Metaspace()
     pieces = Pieces.from_tokenizer(metaspace)
     assert pieces.letters == ["gan", "y", None, "ga"] and pieces.opens.tolist() == [True, False, True, False]
+    # as Llama's and Mistral's tokenizers converted from SentencePiece: the marker added by the normalizer and turned
+    # back into a space by the decoder, characters the vocabulary lacks as their UTF-8 bytes
+    legacy = Tokenizer(models.BPE({"<unk>": 0, "▁Gan": 1, "y": 2, "▁": 3, "<0x0A>": 4, "<0xC3>": 5, "<0x41>": 6},
+                                  [], unk_token="<unk>", byte_fallback=True))
+    legacy.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    legacy.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                        decoders.Strip(" ", 1, 0)])
+    pieces = Pieces.from_tokenizer(legacy)
+    assert pieces.letters == [None, "gan", "y", None, None, None, "a"]
+    assert pieces.opens.tolist() == [False, True, False, True, False, False, False]
+    assert piece_texts(legacy, None, "known_words")[0][4:] == ["\n", "", "A"]  # a newline, half a character, a letter
     plain = Tokenizer(models.WordLevel({"gan": 0, "[UNK]": 1}, unk_token="[UNK]"))
     plain.pre_tokenizer = pre_tokenizers.Whitespace()
     with pytest.raises(OptionError, match="known_words"):
