@@ -1,8 +1,10 @@
 """Tiny random LLMs of each family, built by transformers in the test and saved as a user holds them: an HF directory
 (config.json, model.safetensors, tokenizer.json, the chat template in tokenizer_config.json) and a llama.cpp GGUF
 file (float32 tensors, query/key rows permuted for the `llama` architecture, the tokenizer and chat template in its
-metadata). Each family has its own byte-level BPE tokenizer, trained here with that family's pre-tokenizer, and its
-own chat template, with real special tokens."""
+metadata). Each family has its own tokenizer, trained here: a byte-level BPE split as that family's pre-tokenizer
+splits, or (Llama 2) a BPE of SentencePiece's form as transformers converts one (a word-start marker, bytes for the
+characters it lacks; no GGUF file: such files' tokenizers are not read), and its own chat template, with real
+special tokens."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ class Tiny:
     name: str
     family: str  # HF model_type
     arch: str  # GGUF general.architecture
-    pre: str  # GGUF pre-tokenizer name (llama.cpp's)
+    pre: str | None  # GGUF pre-tokenizer name (llama.cpp's); None: a SentencePiece-style tokenizer
     template: str
     bos: str
     eos: str
@@ -59,6 +61,8 @@ FAMILIES = {
                                                                                    "factor": 2.0})),
     "mistral": Tiny("mistral", "mistral", "llama", "gpt-2", MISTRAL_TEMPLATE, "<s>", "</s>",
                     dict(tie_word_embeddings=False, head_dim=24, rope_theta=1000000.0, sliding_window=4096)),
+    "llama2": Tiny("llama2", "llama", "llama", None, MISTRAL_TEMPLATE, "<s>", "</s>",
+                   dict(tie_word_embeddings=False, rope_theta=10000.0)),
     "qwen2": Tiny("qwen2", "qwen2", "qwen2", "qwen2", CHATML_TEMPLATE, "<|endoftext|>", "<|im_end|>",
                   dict(tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6)),
 }
@@ -70,10 +74,14 @@ def corpus(seed: int = 0, count: int = 300) -> list[str]:
             + rng.choice([".", "!", "?", ", 12 May 2026.", " (3,450.75 dollars)."]) for _ in range(count)]
 
 
-def train_tokenizer(pre: str, path: Path) -> Path:
-    """A byte-level BPE of about 600 tokens with the SPECIALS, split before BPE as llama.cpp's `pre` does."""
+def train_tokenizer(pre: str | None, path: Path) -> Path:
+    """A byte-level BPE of about 600 tokens with the SPECIALS, split before BPE as llama.cpp's `pre` does (None:
+    `sentencepiece_tokenizer`)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+    if pre is None:
+        sentencepiece_tokenizer().save(str(path))
+        return path
     tokenizer = Tokenizer(models.BPE())
     split_as(tokenizer, pre)
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
@@ -81,6 +89,32 @@ def train_tokenizer(pre: str, path: Path) -> Path:
     tokenizer.train_from_iterator(corpus(), trainer)
     tokenizer.save(str(path))
     return path
+
+
+def sentencepiece_tokenizer():
+    """A BPE of SentencePiece's form as transformers converts Llama 2's (its "legacy" form): "▁" for each space and
+    before the text (the normalizer), pieces that do not cross a word start, the 256 byte pieces "<0x00>".."<0xFF>"
+    for characters the vocabulary lacks, "<unk>", "<s>" and "</s>" first, the SPECIALS added."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    learner = Tokenizer(models.BPE())
+    learner.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    learner.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    learner.train_from_iterator(corpus(), trainers.BpeTrainer(vocab_size=500, show_progress=False))
+    learned = json.loads(learner.to_str())["model"]
+    first = ["<unk>", "<s>", "</s>", *(f"<0x{byte:02X}>" for byte in range(256))]
+    pieces = first + [piece for piece, _ in sorted(learned["vocab"].items(), key=lambda item: item[1])
+                      if piece not in first]
+    tokenizer = Tokenizer(models.BPE(vocab={piece: i for i, piece in enumerate(pieces)},
+                                     merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+                                             for m in learned["merges"]],
+                                     unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.normalizer = learner.normalizer
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token in ("<unk>", "<s>", "</s>", *SPECIALS)])
+    return tokenizer
 
 
 def hf_model(tiny: Tiny, vocab: int, seed: int = 0):
@@ -159,10 +193,13 @@ _GGUF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "se
                "mlp.down_proj": "ffn_down"}
 
 
-def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
+def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path | None:
     """The model saved in `directory` (an HF directory of `tiny`) as a float32 GGUF at `path`, as llama.cpp's
-    converter writes one."""
+    converter writes one; None for a SentencePiece-style tokenizer, which GGUF files are not read with."""
     import gguf
+
+    if tiny.pre is None:
+        return None
 
     from locsum_sdk.llm.gguf_tokenizer import _CONTROL
 

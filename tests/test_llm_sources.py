@@ -80,10 +80,16 @@ def test_each_family_reads_its_config_and_frame(family_files):
     rendered = transformers.utils.chat_template_utils.render_jinja_template(
         conversations=[[{"role": "user", "content": "Q"}]], chat_template=tiny.template, add_generation_prompt=True,
         bos_token=tiny.bos, eos_token=tiny.eos)[0][0]
-    frame = tokens.decode(config["unit_head"], skip_special_tokens=False), tokens.decode(
-        [*config["unit_tail"], config["decoder_start_token_id"]], skip_special_tokens=False)
     instruction = "\n\nSummarize the text above in a few sentences."
-    assert rendered.replace("Q", "TEXT" + instruction, 1) == frame[0] + "TEXT" + frame[1]
+    if tiny.pre is None:  # SentencePiece-style: a text's ids in its frame are the whole prompt's, as encoded whole
+        for text in (TEXT, "Ünïcode first, then words"):
+            whole = tokens.encode(rendered.replace("Q", text + instruction, 1), add_special_tokens=False).ids
+            assert [*config["unit_head"], *tokens.encode(text, add_special_tokens=False).ids, *config["unit_tail"],
+                    config["decoder_start_token_id"]] == whole, text
+    else:
+        frame = tokens.decode(config["unit_head"], skip_special_tokens=False), tokens.decode(
+            [*config["unit_tail"], config["decoder_start_token_id"]], skip_special_tokens=False)
+        assert rendered.replace("Q", "TEXT" + instruction, 1) == frame[0] + "TEXT" + frame[1]
     if gguf is not None:
         from locsum_sdk.modeling.llama import frequencies
         from locsum_sdk.modeling.llama_config import LlamaConfig
@@ -120,7 +126,9 @@ def test_one_unit_is_transformers_generate_on_onnxruntime(family_files, tmp_path
     for name, source in (("hf", directory), ("gguf", gguf)):
         if source is not None:
             bundle = export_onnx(source, tmp_path / name, kind="hierencdec")
-            check_one_unit(Summarizer.from_pretrained(bundle.path, threads=1), model, f"{tiny.name} {name} onnxruntime")
+            summarizer = Summarizer.from_pretrained(bundle.path, threads=1)
+            check_one_unit(summarizer, model, f"{tiny.name} {name} onnxruntime")
+            assert summarizer.summarize(TEXT, max_length=8).token_ids  # at the bundle's zero-shot defaults
 
 
 def test_input_text_never_forges_the_frame(family_files):

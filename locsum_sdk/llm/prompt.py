@@ -7,10 +7,18 @@ stand for the text and the query; the pieces between them become the frame's tok
 generation prompt is the summary's first input (`decoder_start_token_id`), and the token the template closes the
 assistant's turn with is where a summary ends (`eos_token_id`). At run time the frame is placed by id; every text is
 encoded with special tokens' strings as plain text (`tokenizer_file.read_tokenizer`).
+
+A SentencePiece-style tokenizer (Llama 2's, Mistral's) puts its word-start marker before every text it encodes alone,
+where encoding the whole prompt puts it only where a space is: the pieces that follow a text (the query's head, the
+tail) are encoded without that marker, and a piece that ends in a space before a text drops the marker token that
+space became, as the text's own first piece carries it. The frame's ids with a text's are then the ids of the whole
+prompt, as transformers encodes it.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,6 +84,18 @@ def chat_frame(template: str, tokenizer, instruction: Instruction, tokens: dict[
     def ids(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
+    following = _without_marker(tokenizer)
+    marker = None if following is None else tokenizer.token_to_id(_MARKER)
+
+    def framing(text: str, after_text: bool, before_text: bool) -> list[int]:
+        """A frame piece's ids: after a text without the marker put before what is encoded alone; before a text
+        without the marker token its last space became."""
+        found = (following if after_text and following is not None else tokenizer).encode(
+            text, add_special_tokens=False).ids
+        if before_text and marker is not None and text.endswith(" ") and found and found[-1] == marker:
+            return found[:-1]
+        return found
+
     asked = render(template, [{"role": "user", "content": instruction.content(TEXT, QUERY)}], True, tokens)
     plain = render(template, [{"role": "user", "content": instruction.content(TEXT, None)}], True, tokens)
     if asked.count(TEXT) != 1 or asked.count(QUERY) != 1 or plain.count(TEXT) != 1:
@@ -87,7 +107,7 @@ def chat_frame(template: str, tokenizer, instruction: Instruction, tokens: dict[
     if plain_head != head or not tail.startswith(expected_tail) or plain_tail != expected_tail + \
             tail[len(expected_tail):]:
         raise BundleError(f"{where}: the chat template frames a turn with a query differently from one without")
-    tail_ids = ids(tail)
+    tail_ids = framing(tail, after_text=True, before_text=False)
     if not tail_ids:
         raise BundleError(f"{where}: the chat template ends the user's turn with nothing; no summary can start")
     answered = render(template, [{"role": "user", "content": "x"}, {"role": "assistant", "content": ANSWER}], False,
@@ -95,8 +115,34 @@ def chat_frame(template: str, tokenizer, instruction: Instruction, tokens: dict[
     after = ids(answered.split(ANSWER, 1)[1]) if ANSWER in answered else []
     special = set(tokenizer.get_added_tokens_decoder())
     end = after[0] if after and after[0] in special else eos_token_id
-    return {"unit_head": ids(head), "unit_tail": tail_ids[:-1], "query_head": ids(query_head), "query_tail": [],
+    return {"unit_head": framing(head, after_text=False, before_text=True), "unit_tail": tail_ids[:-1],
+            "query_head": framing(query_head, after_text=True, before_text=True), "query_tail": [],
             "decoder_start_token_id": tail_ids[-1], "eos_token_id": end}
+
+
+_MARKER = "\u2581"  # SentencePiece's word start
+
+
+def _without_marker(tokenizer):
+    """A copy of a SentencePiece-style `tokenizer` that does not put its word-start marker before what it encodes
+    (its normalizer's `Prepend`, or its Metaspace's prepend scheme, left out); None for a tokenizer that puts none."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer.to_str())
+    changed = copy.deepcopy(spec)
+    normalizer = changed.get("normalizer") or {}
+    if normalizer.get("type") == "Prepend" and normalizer.get("prepend") == _MARKER:
+        changed["normalizer"] = None
+    elif normalizer.get("type") == "Sequence":
+        normalizer["normalizers"] = [part for part in normalizer["normalizers"]
+                                     if not (part.get("type") == "Prepend" and part.get("prepend") == _MARKER)]
+    parts = [changed.get("pre_tokenizer") or {}]
+    parts += parts[0].get("pretokenizers") or []
+    for part in parts:
+        if part.get("type") == "Metaspace":
+            part["prepend_scheme"] = "never"
+            part.pop("add_prefix_space", None)
+    return None if changed == spec else Tokenizer.from_str(json.dumps(changed))
 
 
 def fixed_frame(pieces: tuple[str, str, str, str], tokenizer, where: str) -> dict[str, Any]:
