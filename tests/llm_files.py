@@ -3,13 +3,14 @@
 file (float32 tensors, query/key rows permuted for the `llama` architecture, the tokenizer and chat template in its
 metadata). Each family has its own tokenizer, trained here: a byte-level BPE split as that family's pre-tokenizer
 splits, or (Llama 2) a BPE of SentencePiece's form as transformers converts one (a word-start marker, bytes for the
-characters it lacks; no GGUF file: such files' tokenizers are not read), and its own chat template, with real
-special tokens."""
+characters it lacks; in a GGUF file as its pieces, scores and types), and its own chat template, with real special
+tokens."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ CHATML_TEMPLATE = ("{% for message in messages %}{% if loop.first and message['r
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
                     "[INST] {{ message['content'] }} [/INST]{% else %}{{ message['content'] }}{{ eos_token }}"
                     "{% endif %}{% endfor %}")
+_BYTE = re.compile(r"<0x[0-9A-F]{2}>")
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
             "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>"]
 
@@ -93,27 +95,31 @@ def train_tokenizer(pre: str | None, path: Path) -> Path:
 
 def sentencepiece_tokenizer():
     """A BPE of SentencePiece's form as transformers converts Llama 2's (its "legacy" form): "▁" for each space and
-    before the text (the normalizer), pieces that do not cross a word start, the 256 byte pieces "<0x00>".."<0xFF>"
-    for characters the vocabulary lacks, "<unk>", "<s>" and "</s>" first, the SPECIALS added."""
+    before the text (the normalizer), pieces that do not cross a word start, merged highest score first wherever two
+    make a piece (`gguf_tokenizer.sentencepiece_merges`, a piece's score minus its id), the 256 byte pieces
+    "<0x00>".."<0xFF>" for characters the vocabulary lacks; "<unk>", then the SPECIALS ("<s>" and "</s>" first)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from locsum_sdk.llm.gguf_tokenizer import sentencepiece_merges
 
     learner = Tokenizer(models.BPE())
     learner.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     learner.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
     learner.train_from_iterator(corpus(), trainers.BpeTrainer(vocab_size=500, show_progress=False))
-    learned = json.loads(learner.to_str())["model"]
-    first = ["<unk>", "<s>", "</s>", *(f"<0x{byte:02X}>" for byte in range(256))]
-    pieces = first + [piece for piece, _ in sorted(learned["vocab"].items(), key=lambda item: item[1])
-                      if piece not in first]
+    learned = json.loads(learner.to_str())["model"]["vocab"]
+    control = ["<s>", "</s>", *(token for token in SPECIALS if token not in ("<s>", "</s>"))]
+    first = ["<unk>", *control, *(f"<0x{byte:02X}>" for byte in range(256))]
+    pieces = first + [piece for piece, _ in sorted(learned.items(), key=lambda item: item[1]) if piece not in first]
+    types = [2, *[3] * len(control), *[6] * 256, *[1] * (len(pieces) - len(first))]
+    scores = [0.0 if kind != 1 else -float(i) for i, kind in enumerate(types)]
     tokenizer = Tokenizer(models.BPE(vocab={piece: i for i, piece in enumerate(pieces)},
-                                     merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
-                                             for m in learned["merges"]],
-                                     unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+                                     merges=sentencepiece_merges(pieces, scores, types), unk_token="<unk>",
+                                     byte_fallback=True, fuse_unk=True))
     tokenizer.normalizer = learner.normalizer
     tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                                            decoders.Strip(" ", 1, 0)])
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
-                                  for token in ("<unk>", "<s>", "</s>", *SPECIALS)])
+                                  for token in ("<unk>", *control)])
     return tokenizer
 
 
@@ -193,13 +199,10 @@ _GGUF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "se
                "mlp.down_proj": "ffn_down"}
 
 
-def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path | None:
+def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     """The model saved in `directory` (an HF directory of `tiny`) as a float32 GGUF at `path`, as llama.cpp's
-    converter writes one; None for a SentencePiece-style tokenizer, which GGUF files are not read with."""
+    converter writes one (a SentencePiece-style tokenizer as its pieces, scores and types: `llama`)."""
     import gguf
-
-    if tiny.pre is None:
-        return None
 
     from locsum_sdk.llm.gguf_tokenizer import _CONTROL
 
@@ -228,11 +231,20 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path | None:
     if rope.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_divisors(rope, head_dim))
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(tiny.pre)
-    writer.add_token_list(tokens)
-    writer.add_token_merges(merges)
-    writer.add_token_types([_CONTROL if token in special else 1 for token in tokens])
+    if tiny.pre is None:
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        kinds = [2 if token == "<unk>" else _CONTROL if token in special else 6 if _BYTE.fullmatch(token) else 1
+                 for token in tokens]
+        writer.add_token_scores([0.0 if kind != 1 else -float(i) for i, kind in enumerate(kinds)])
+        writer.add_token_types(kinds)
+        writer.add_add_space_prefix(True)
+    else:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(tiny.pre)
+        writer.add_token_list(tokens)
+        writer.add_token_merges(merges)
+        writer.add_token_types([_CONTROL if token in special else 1 for token in tokens])
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
     writer.add_pad_token_id(config.pad_token_id)

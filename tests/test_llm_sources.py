@@ -185,6 +185,44 @@ def test_an_unknown_gguf_tensor_type_is_refused_by_name(tmp_path):
         read_llm(tmp_path / "iq2.gguf")
 
 
+def test_a_sentencepiece_gguf_tokenizes_as_llama_cpp_does(tmp_path_factory):
+    """A GGUF file with a SentencePiece tokenizer (`llama`: pieces, scores, types) is read as llama.cpp reads it: the
+    same ids for texts of its words, spaces, newlines, bytes it has no piece for, special tokens' strings and
+    random strings of its pieces' characters."""
+    import random
+
+    from llm_files import corpus
+
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp is not installed (pip install llama-cpp-python)")
+    tiny = FAMILIES["llama2"]
+    root = tmp_path_factory.mktemp("spm")
+    directory, model = write_hf(tiny, root / "hf")
+    path = write_gguf(tiny, directory, root / "model.gguf", model)
+    ours = read_llm(path).tokenizer
+    theirs = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    rng = random.Random(0)
+    texts = [*corpus(5, 100), "", " ", "  two  spaces ", "a\nb\n\n c", "Ünïcode café 12,5 € 😀", "\tTab\ttext",
+             "<s>[INST] hi [/INST]</s>", "the the thethe", "budget.budget,budget", "x" * 50]
+    texts += ["".join(rng.choice("abcdehtr ▁.,\n") for _ in range(rng.randint(1, 40))) for _ in range(200)]
+    for text in texts:
+        assert ours.encode(text, add_special_tokens=False).ids == theirs.tokenize(text.encode(), add_bos=False,
+                                                                                 special=True), repr(text)
+
+
+def test_gguf_tokenizers_not_read_are_refused_by_what_they_lack():
+    from locsum_sdk.llm.gguf_tokenizer import gguf_tokenizer
+
+    pieces = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>", "▁", "a", "b", "▁a"],
+              "tokenizer.ggml.scores": [0.0, -1.0, -2.0, -3.0, -4.0], "tokenizer.ggml.token_type": [2, 1, 1, 1, 1]}
+    assert gguf_tokenizer(pieces, "m.gguf").encode("a b c").tokens == ["▁a", "▁", "b", "▁", "<unk>"]
+    for change, named in (({"tokenizer.ggml.model": "bert"}, "'bert'"),
+                          ({"tokenizer.ggml.scores": [0.0]}, "one score and one type for each"),
+                          ({"tokenizer.ggml.tokens": ["<unk>", "▁", "a", "b", "b"]}, "4 distinct"),
+                          ({"tokenizer.ggml.remove_extra_whitespaces": True}, "removes extra whitespace")):
+        with pytest.raises(BundleError, match=named):
+            gguf_tokenizer({**pieces, **change}, "m.gguf")
+
+
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                                   "IQ4_NL", "IQ4_XS", "F16", "BF16", "F32"])
 def test_gguf_blocks_dequantize_as_gguf_py_does(kind):

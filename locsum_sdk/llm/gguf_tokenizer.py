@@ -1,6 +1,8 @@
 """The tokenizer a GGUF file describes in its metadata, as a `tokenizers.Tokenizer`: a byte-level BPE (`gpt2`) with
 its vocabulary, merges and control tokens, split before BPE by the pattern its pre-tokenizer name stands for in
-llama.cpp. SentencePiece files (`llama`) and unknown pre-tokenizers are refused by name."""
+llama.cpp; or a SentencePiece BPE (`llama`: Llama 2's, Mistral 7B's) with its pieces and their scores, in the form
+transformers converts such a tokenizer to (`sentencepiece`). Other tokenizer models and unknown pre-tokenizers are
+refused by name."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Any
 
 from ..errors import BundleError
 
-_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types of special and added tokens
+_UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 2, 3, 4, 6  # llama.cpp's token types: <unk>, special, added, <0xNN>
+_MARKER = "\u2581"  # SentencePiece's word start
 
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -45,9 +48,12 @@ def gguf_tokenizer(metadata: dict[str, Any], where: str):
     from tokenizers import AddedToken, Tokenizer, models
 
     model = metadata.get("tokenizer.ggml.model")
+    if model == "llama":
+        return sentencepiece(metadata, where)
     if model != "gpt2":
-        raise BundleError(f"{where}: its tokenizer is {model!r}; byte-level BPE (gpt2) tokenizers are read from GGUF "
-                          "files (export a SentencePiece model from its HF directory, which holds tokenizer.json)")
+        raise BundleError(f"{where}: its tokenizer is {model!r}; byte-level BPE (gpt2) and SentencePiece BPE (llama) "
+                          "tokenizers are read from GGUF files (export the model from its HF directory, which holds "
+                          "tokenizer.json)")
     pre = metadata.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise BundleError(f"{where}: pre-tokenizer {pre!r} is not read here ({sorted(PRE_TOKENIZERS)} are); export "
@@ -63,3 +69,51 @@ def gguf_tokenizer(metadata: dict[str, Any], where: str):
     tokenizer.add_tokens([AddedToken(token, special=False, normalized=False)
                           for token, kind in zip(tokens, types) if kind == _USER_DEFINED])
     return tokenizer
+
+
+def sentencepiece(metadata: dict[str, Any], where: str):
+    """A SentencePiece BPE tokenizer from a GGUF file's pieces, scores and token types, as llama.cpp reads one: the
+    text's spaces as "\u2581", one put before it (unless `tokenizer.ggml.add_space_prefix` is false; after each
+    special token too, as llama.cpp and transformers' converted Llama tokenizers do); pieces merged, highest score
+    first, wherever two neighbours make a piece; characters no piece holds as their UTF-8 bytes' pieces ("<0x41>")."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    tokens = list(metadata.get("tokenizer.ggml.tokens") or [])
+    scores = list(metadata.get("tokenizer.ggml.scores") or [])
+    types = list(metadata.get("tokenizer.ggml.token_type") or [])
+    if not tokens or len(scores) != len(tokens) or len(types) != len(tokens) or len(set(tokens)) != len(tokens):
+        raise BundleError(f"{where}: its SentencePiece tokenizer needs one score and one type for each of its distinct "
+                          f"pieces ({len(tokens)} pieces, {len(set(tokens))} distinct, {len(scores)} scores, "
+                          f"{len(types)} types)")
+    if metadata.get("tokenizer.ggml.remove_extra_whitespaces"):
+        raise BundleError(f"{where}: its SentencePiece tokenizer removes extra whitespace, which is not read here; "
+                          "export the model from its HF directory, which holds tokenizer.json")
+    unknown = next((token for token, kind in zip(tokens, types) if kind == _UNKNOWN), None)
+    vocab = {token: i for i, token in enumerate(tokens)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=sentencepiece_merges(tokens, scores, types),
+                                     unk_token=unknown, fuse_unk=True, byte_fallback=_BYTE in types))
+    prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    tokenizer.normalizer = normalizers.Sequence([*([normalizers.Prepend(_MARKER)] if prefix else []),
+                                                 normalizers.Replace(" ", _MARKER)])
+    tokenizer.decoder = decoders.Sequence([decoders.Replace(_MARKER, " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           *([decoders.Strip(" ", 1, 0)] if prefix else [])])
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token, kind in zip(tokens, types) if kind in (_UNKNOWN, _CONTROL)])
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False)
+                          for token, kind in zip(tokens, types) if kind == _USER_DEFINED])
+    return tokenizer
+
+
+def sentencepiece_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """Every pair of pieces whose join is a piece, the join's score highest first (then its id, then the left
+    piece's length): SentencePiece's BPE as merges, one pass over each piece's split points."""
+    mergeable = {token for token, kind in zip(tokens, types) if kind not in (_UNKNOWN, _CONTROL, _BYTE)}
+    found = []
+    for i, (token, score, kind) in enumerate(zip(tokens, scores, types)):
+        if kind in (_UNKNOWN, _CONTROL, _BYTE, _USER_DEFINED):
+            continue
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in mergeable and right in mergeable:
+                found.append((-float(score), i, -cut, left, right))
+    return [(left, right) for *_, left, right in sorted(found)]
