@@ -45,7 +45,7 @@ import numpy as np
 
 from .errors import BackendUnavailableError, DataError, OptionError
 from .units import split_sentences
-from .words import CONTENT_LETTERS, RARE_SHARE, WORD, content_words
+from .words import CONTENT_LETTERS, RARE_SHARE, WORD, content_words, piece_texts
 
 logger = logging.getLogger("locsum_sdk")
 
@@ -295,11 +295,16 @@ def set_words(examples: Sequence[EvalExample]) -> set[str]:
 
 
 def vocabulary_words(tokenizer) -> frozenset[str]:
-    """The whole words of a byte-level BPE vocabulary (`tokenizers.Tokenizer`): pieces that start a word ("Ġ") and
-    are letters alone, as `content_words` reads them. A pretrained model learnt them as words, so its summaries'
-    use of them is not made up."""
-    return frozenset(word for piece in tokenizer.get_vocab() if piece.startswith("Ġ") and piece[1:].isalpha()
-                     for word in content_words(piece[1:]))
+    """The whole words of a vocabulary (`tokenizers.Tokenizer`): pieces that start a word (byte-level BPE's "Ġ",
+    SentencePiece's "▁", a WordPiece without "##") and are letters alone, as `content_words` reads them; none for a
+    tokenizer that marks no word starts. A pretrained model learnt them as words, so its summaries' use of them is
+    not made up."""
+    try:
+        texts, opens, _ = piece_texts(tokenizer, None, "vocabulary_words")
+    except OptionError:
+        return frozenset()
+    return frozenset(word for text, opened in zip(texts, opens) if opened and text.isalpha()
+                     for word in content_words(text))
 
 
 def made_up_counts(summaries: Sequence[str], real: set[str]) -> list[int]:

@@ -213,3 +213,22 @@ def test_empty_data_file_and_bad_limits(tmp_path):
     for limit in (0, -1, 1.5, True):
         with pytest.raises(OptionError, match="limit"):
             read_examples(path, limit)
+
+
+def test_a_vocabularys_whole_words_are_its_word_starting_pieces_of_letters_whatever_marks_them():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    from locsum_sdk.evaluation import vocabulary_words
+
+    pieces = ["<unk>", "budget", "roof", "ing", "café", "1234", "<0x41>"]
+    byte_level = Tokenizer(models.BPE({("Ġ" + p if i in (1, 2, 5) else p): i for i, p in enumerate(pieces)}, []))
+    byte_level.pre_tokenizer = pre_tokenizers.ByteLevel()
+    byte_level.decoder = decoders.ByteLevel()
+    assert vocabulary_words(byte_level) == {"budget", "roof"}  # "1234" is no word; "ing" opens none
+    marked = {("▁" + p if i in (1, 2, 4, 5) else p): i for i, p in enumerate(pieces)}
+    sentencepiece = Tokenizer(models.BPE(marked, [], unk_token="<unk>", byte_fallback=True))
+    sentencepiece.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    sentencepiece.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback()])
+    assert vocabulary_words(sentencepiece) == {"budget", "roof", "café"}
+    plain = Tokenizer(models.WordLevel({"budget": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    assert vocabulary_words(plain) == frozenset()  # no word starts marked: no words claimed
