@@ -282,6 +282,7 @@ def piece_texts(tokenizer, size: int | None, option: str) -> tuple[list[str], li
     return texts, marked, special
 
 
+SENTENCEPIECE_MARKER = "\u2581"  # SentencePiece's word start, where a space was
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
@@ -289,7 +290,7 @@ def _space_marker(parts: dict[str, dict]) -> str | None:
     """SentencePiece's word-start marker, from a Metaspace pre-tokenizer or decoder, or from the decoder that turns
     it back into a space (`Replace`, as the Llama and Mistral tokenizers converted from SentencePiece have it)."""
     if "Metaspace" in parts:
-        return parts["Metaspace"].get("replacement") or "\u2581"
+        return parts["Metaspace"].get("replacement") or SENTENCEPIECE_MARKER
     replace = parts.get("Replace")
     if replace is not None and replace.get("content") == " ":
         marker = (replace.get("pattern") or {}).get("String")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BundleError
+from ..words import SENTENCEPIECE_MARKER as _MARKER
 
 _UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 2, 3, 4, 6  # llama.cpp's token types: <unk>, special, added, <0xNN>
-_MARKER = "\u2581"  # SentencePiece's word start
 
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")

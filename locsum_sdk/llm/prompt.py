@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import BundleError, OptionError
+from ..words import SENTENCEPIECE_MARKER as _MARKER
 
 TEXT, QUERY, ANSWER = "\u2063LOCSUM-TEXT\u2063", "\u2063LOCSUM-QUERY\u2063", "\u2063LOCSUM-ANSWER\u2063"
 
@@ -118,9 +119,6 @@ def chat_frame(template: str, tokenizer, instruction: Instruction, tokens: dict[
     return {"unit_head": framing(head, after_text=False, before_text=True), "unit_tail": tail_ids[:-1],
             "query_head": framing(query_head, after_text=True, before_text=True), "query_tail": [],
             "decoder_start_token_id": tail_ids[-1], "eos_token_id": end}
-
-
-_MARKER = "\u2581"  # SentencePiece's word start
 
 
 def _without_marker(tokenizer):
