@@ -185,28 +185,34 @@ def test_an_unknown_gguf_tensor_type_is_refused_by_name(tmp_path):
         read_llm(tmp_path / "iq2.gguf")
 
 
-def test_a_sentencepiece_gguf_tokenizes_as_llama_cpp_does(tmp_path_factory):
-    """A GGUF file with a SentencePiece tokenizer (`llama`: pieces, scores, types) is read as llama.cpp reads it: the
-    same ids for texts of its words, spaces, newlines, bytes it has no piece for, special tokens' strings and
-    random strings of its pieces' characters."""
+#: Other names llama.cpp gives the pre-tokenizers of the families' files, read alike.
+PRE_ALIASES = {"llama-bpe": ["falcon3", "llama-v3"], "qwen2": ["deepseek-r1-qwen"]}
+
+
+def test_each_familys_gguf_tokenizes_as_llama_cpp_does(family_files, tmp_path):
+    """A GGUF file's tokenizer (byte-level BPE with each pre-tokenizer name, or SentencePiece: pieces, scores, types)
+    is read as llama.cpp reads it: the same ids for texts of its words, spaces, newlines, characters it has no piece
+    for, special tokens' strings and random strings of its pieces' characters."""
+    import dataclasses
     import random
 
     from llm_files import corpus
 
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp is not installed (pip install llama-cpp-python)")
-    tiny = FAMILIES["llama2"]
-    root = tmp_path_factory.mktemp("spm")
-    directory, model = write_hf(tiny, root / "hf")
-    path = write_gguf(tiny, directory, root / "model.gguf", model)
-    ours = read_llm(path).tokenizer
-    theirs = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    tiny, directory, gguf, model = family_files
     rng = random.Random(0)
     texts = [*corpus(5, 100), "", " ", "  two  spaces ", "a\nb\n\n c", "Ünïcode café 12,5 € 😀", "\tTab\ttext",
-             "<s>[INST] hi [/INST]</s>", "the the thethe", "budget.budget,budget", "x" * 50]
-    texts += ["".join(rng.choice("abcdehtr ▁.,\n") for _ in range(rng.randint(1, 40))) for _ in range(200)]
-    for text in texts:
-        assert ours.encode(text, add_special_tokens=False).ids == theirs.tokenize(text.encode(), add_bos=False,
-                                                                                 special=True), repr(text)
+             "<s>[INST] hi [/INST]</s> <|im_start|>user\nhi<|im_end|>", "the the thethe", "budget.budget,budget",
+             "x" * 50, "1234567 it's 3.14159"]
+    texts += ["".join(rng.choice("abcdehtr ▁.,'7\n") for _ in range(rng.randint(1, 40))) for _ in range(200)]
+    files = [gguf] + [write_gguf(dataclasses.replace(tiny, pre=alias), directory, tmp_path / f"{alias}.gguf", model)
+                      for alias in PRE_ALIASES.get(tiny.pre, [])]
+    for path in files:
+        ours = read_llm(path).tokenizer
+        theirs = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        for text in texts:
+            assert ours.encode(text, add_special_tokens=False).ids == theirs.tokenize(
+                text.encode(), add_bos=False, special=True), (path.name, text)
 
 
 def test_gguf_tokenizers_not_read_are_refused_by_what_they_lack():

@@ -17,14 +17,14 @@ _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-#: llama.cpp's pre-tokenizer names -> (split pattern before GPT-2's byte-level one, or None; digits one by one; NFC)
+#: llama.cpp's pre-tokenizer names -> (split pattern before GPT-2's byte-level one, or None; digits one by one; NFC),
+#: the names llama.cpp reads alike read alike (Falcon 3's as Llama 3's, DeepSeek-R1's Qwen distillations' as Qwen2's)
 PRE_TOKENIZERS = {
     "smollm": (None, True, False),
     "gpt-2": (None, False, False),
     "default": (None, False, False),
-    "llama-bpe": (_LLAMA3, False, False),
-    "llama3": (_LLAMA3, False, False),
-    "qwen2": (_QWEN2, False, True),
+    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "falcon3"), (_LLAMA3, False, False)),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), (_QWEN2, False, True)),
 }
 
 
