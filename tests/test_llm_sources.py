@@ -224,7 +224,12 @@ def test_gguf_tokenizers_not_read_are_refused_by_what_they_lack():
     for change, named in (({"tokenizer.ggml.model": "bert"}, "'bert'"),
                           ({"tokenizer.ggml.scores": [0.0]}, "one score and one type for each"),
                           ({"tokenizer.ggml.tokens": ["<unk>", "▁", "a", "b", "b"]}, "4 distinct"),
-                          ({"tokenizer.ggml.remove_extra_whitespaces": True}, "removes extra whitespace")):
+                          ({"tokenizer.ggml.remove_extra_whitespaces": True}, "removes extra whitespace"),
+                          ({"tokenizer.ggml.scores": [0.0, -1.0, float("nan"), -3.0, -4.0]}, "finite numbers"),
+                          ({"tokenizer.ggml.tokens": ["<unk>", "▁", "", "b", "▁a"]}, "non-empty strings"),
+                          ({"tokenizer.ggml.tokens": [["<unk>"], "▁", "a", "b", "▁a"]}, "non-empty strings"),
+                          ({"tokenizer.ggml.token_type": [2, 1, "1", 1, 1]}, "whole numbers"),
+                          ({"tokenizer.ggml.scores": 5}, "are not lists")):
         with pytest.raises(BundleError, match=named):
             gguf_tokenizer({**pieces, **change}, "m.gguf")
 

@@ -6,6 +6,7 @@ refused by name."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import BundleError
@@ -78,9 +79,13 @@ def sentencepiece(metadata: dict[str, Any], where: str):
     first, wherever two neighbours make a piece; characters no piece holds as their UTF-8 bytes' pieces ("<0x41>")."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
-    tokens = list(metadata.get("tokenizer.ggml.tokens") or [])
-    scores = list(metadata.get("tokenizer.ggml.scores") or [])
-    types = list(metadata.get("tokenizer.ggml.token_type") or [])
+    tokens, scores, types = (metadata.get(f"tokenizer.ggml.{key}") for key in ("tokens", "scores", "token_type"))
+    if not (all(isinstance(field, (list, tuple)) for field in (tokens, scores, types))
+            and all(isinstance(token, str) and token for token in tokens)
+            and all(isinstance(score, (int, float)) and math.isfinite(score) for score in scores)
+            and all(isinstance(kind, int) for kind in types)):
+        raise BundleError(f"{where}: its SentencePiece tokenizer's pieces, scores and types are not lists of non-empty "
+                          "strings, finite numbers and whole numbers")
     if not tokens or len(scores) != len(tokens) or len(types) != len(tokens) or len(set(tokens)) != len(tokens):
         raise BundleError(f"{where}: its SentencePiece tokenizer needs one score and one type for each of its distinct "
                           f"pieces ({len(tokens)} pieces, {len(set(tokens))} distinct, {len(scores)} scores, "
