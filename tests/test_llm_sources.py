@@ -232,6 +232,15 @@ def test_gguf_tokenizers_not_read_are_refused_by_what_they_lack():
                           ({"tokenizer.ggml.scores": 5}, "are not lists")):
         with pytest.raises(BundleError, match=named):
             gguf_tokenizer({**pieces, **change}, "m.gguf")
+    merges = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.tokens": ["a", "b", "ab"],
+              "tokenizer.ggml.merges": ["a b"], "tokenizer.ggml.token_type": [1, 1, 1]}
+    assert gguf_tokenizer(merges, "m.gguf").encode("ab").tokens == ["ab"]
+    for change, named in (({"tokenizer.ggml.pre": ["gpt-2"]}, "pre-tokenizer"),
+                          ({"tokenizer.ggml.merges": ["ab"]}, "two pieces with a space"),
+                          ({"tokenizer.ggml.tokens": ["a", 2, "ab"]}, "a list of tokens"),
+                          ({"tokenizer.ggml.token_type": [1, 1]}, "a type for each")):
+        with pytest.raises(BundleError, match=named):
+            gguf_tokenizer({**merges, **change}, "m.gguf")
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",

@@ -56,12 +56,17 @@ def gguf_tokenizer(metadata: dict[str, Any], where: str):
                           "tokenizers are read from GGUF files (export the model from its HF directory, which holds "
                           "tokenizer.json)")
     pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
+    if not isinstance(pre, str) or pre not in PRE_TOKENIZERS:
         raise BundleError(f"{where}: pre-tokenizer {pre!r} is not read here ({sorted(PRE_TOKENIZERS)} are); export "
                           "from the model's HF directory, which holds tokenizer.json")
-    tokens = list(metadata["tokenizer.ggml.tokens"])
-    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
-    types = list(metadata.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    tokens, merges = metadata.get("tokenizer.ggml.tokens"), metadata.get("tokenizer.ggml.merges")
+    types = metadata.get("tokenizer.ggml.token_type", [1] * len(tokens) if isinstance(tokens, list) else None)
+    if not (isinstance(tokens, list) and tokens and all(isinstance(token, str) for token in tokens)
+            and isinstance(merges, list) and all(isinstance(merge, str) and " " in merge for merge in merges)
+            and isinstance(types, list) and len(types) == len(tokens) and all(isinstance(t, int) for t in types)):
+        raise BundleError(f"{where}: its byte-level BPE tokenizer needs a list of tokens, a type for each and a list "
+                          "of merges (two pieces with a space between)")
+    merges = [tuple(merge.split(" ", 1)) for merge in merges]
     tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges,
                                      fuse_unk=False, byte_fallback=False))
     split_as(tokenizer, pre)
