@@ -7,6 +7,9 @@ thread at 8 clients. Settings: the shipped default bundle, greedy, at most 64 to
 tokens, several times slower; the ratios are what this measures; QMSum meetings keep its 4 pages). Results in
 benchmarks/results/serve_load.{json,png}.
 
+`test_serve_concurrency` runs the server one batch at a time (the default), two at once on every thread, and two at
+once on one thread each, in turns, at 8 clients (benchmarks/results/serve_concurrency.json).
+
 Targets: at 8 clients 0 lost, peak memory above the loaded model within the budget, throughput at least 0.9x
 `summarize_batch`; 2 Ray replicas at least 1.6x one replica.
 """
@@ -209,6 +212,43 @@ def test_serve_under_load(tmp_path, quick):
     assert eight["requests_per_second"] >= 0.9 * base["requests_per_second"], eight
     if ray_speedup is not None:
         assert ray_speedup >= 1.6
+
+
+#: `locsum serve` settings for batches at once on this machine's cores: (name, flags); the first is the default.
+CONCURRENCY = [("1 batch at a time, 2 threads", ["--threads", "2"]),
+               ("2 batches at once, 2 threads each", ["--threads", "2", "--concurrency", "2"]),
+               ("2 batches at once, 1 thread each", ["--threads", "1", "--concurrency", "2"])]
+
+
+def test_serve_concurrency(tmp_path, quick):
+    """`--concurrency` against the default of one batch at a time, on the same requests at 8 clients, each server in
+    turn, two rounds: throughput (as a ratio to the default's, the median of the rounds) and latency, 0 lost."""
+    pytest.importorskip("fastapi", reason="pip install 'locsum[serve]'")
+    if not (DATA / "qmsum" / "test.jsonl").is_file():
+        pytest.skip(f"{DATA} is not here (../shared/data)")
+    texts = requests(16 if quick else 40)
+    runs: dict[str, list[dict]] = {name: [] for name, _ in CONCURRENCY}
+    for _ in range(2):
+        for name, flags in CONCURRENCY:
+            server = Server(*flags)
+            try:
+                server.warm(texts[0], OPTIONS)
+                runs[name].append(asyncio.run(load(server.url, texts, 8)))
+            finally:
+                server.stop()
+    first = float(np.median([run["requests_per_second"] for run in runs[CONCURRENCY[0][0]]]))
+    summary = {}
+    for name, found in runs.items():
+        speed = float(np.median([run["requests_per_second"] for run in found]))
+        summary[name] = {"requests_per_second": speed, "vs_default": speed / first,
+                         "p50": float(np.median([run["p50"] for run in found])),
+                         "p95": float(np.median([run["p95"] for run in found]))}
+        rounds = ", ".join(f"{run['requests_per_second']:.2f}" for run in found)
+        print(f"\n{name}: {speed:.2f} requests/s ({speed / first:.2f}x the default's; rounds {rounds}), latency p50 "
+              f"{summary[name]['p50']:.2f} s, p95 {summary[name]['p95']:.2f} s")
+    write_result("serve_concurrency", {"options": OPTIONS, "requests": len(texts), "clients": 8, "runs": runs,
+                                       "summary": summary})
+    assert all(run["lost"] == 0 for found in runs.values() for run in found)
 
 
 def load_and_print(url: str, texts: list[str], clients: int, base: dict, options: dict = OPTIONS) -> dict:
