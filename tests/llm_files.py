@@ -29,7 +29,8 @@ CHATML_TEMPLATE = ("{% for message in messages %}{% if loop.first and message['r
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
                     "[INST] {{ message['content'] }} [/INST]{% else %}{{ message['content'] }}{{ eos_token }}"
                     "{% endif %}{% endfor %}")
-_BYTE = re.compile(r"<0x[0-9A-F]{2}>")
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
+NORMAL = 1  # llama.cpp's token type of an ordinary piece; a normal piece's score here is minus its id
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
             "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>"]
 
@@ -100,7 +101,7 @@ def sentencepiece_tokenizer():
     "<0x00>".."<0xFF>" for characters the vocabulary lacks; "<unk>", then the SPECIALS ("<s>" and "</s>" first)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    from locsum_sdk.llm.gguf_tokenizer import sentencepiece_merges
+    from locsum_sdk.llm.gguf_tokenizer import _BYTE, _CONTROL, _UNKNOWN, sentencepiece_merges
 
     learner = Tokenizer(models.BPE())
     learner.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
@@ -110,8 +111,8 @@ def sentencepiece_tokenizer():
     control = ["<s>", "</s>", *(token for token in SPECIALS if token not in ("<s>", "</s>"))]
     first = ["<unk>", *control, *(f"<0x{byte:02X}>" for byte in range(256))]
     pieces = first + [piece for piece, _ in sorted(learned.items(), key=lambda item: item[1]) if piece not in first]
-    types = [2, *[3] * len(control), *[6] * 256, *[1] * (len(pieces) - len(first))]
-    scores = [0.0 if kind != 1 else -float(i) for i, kind in enumerate(types)]
+    types = [_UNKNOWN, *[_CONTROL] * len(control), *[_BYTE] * 256, *[NORMAL] * (len(pieces) - len(first))]
+    scores = [0.0 if kind != NORMAL else -float(i) for i, kind in enumerate(types)]
     tokenizer = Tokenizer(models.BPE(vocab={piece: i for i, piece in enumerate(pieces)},
                                      merges=sentencepiece_merges(pieces, scores, types), unk_token="<unk>",
                                      byte_fallback=True, fuse_unk=True))
@@ -204,7 +205,7 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     converter writes one (a SentencePiece-style tokenizer as its pieces, scores and types: `llama`)."""
     import gguf
 
-    from locsum_sdk.llm.gguf_tokenizer import _CONTROL
+    from locsum_sdk.llm.gguf_tokenizer import _BYTE, _CONTROL, _UNKNOWN
 
     spec = json.loads((directory / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
@@ -234,9 +235,9 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     if tiny.pre is None:
         writer.add_tokenizer_model("llama")
         writer.add_token_list(tokens)
-        kinds = [2 if token == "<unk>" else _CONTROL if token in special else 6 if _BYTE.fullmatch(token) else 1
-                 for token in tokens]
-        writer.add_token_scores([0.0 if kind != 1 else -float(i) for i, kind in enumerate(kinds)])
+        kinds = [_UNKNOWN if token == "<unk>" else _CONTROL if token in special
+                 else _BYTE if _BYTE_PIECE.fullmatch(token) else NORMAL for token in tokens]
+        writer.add_token_scores([0.0 if kind != NORMAL else -float(i) for i, kind in enumerate(kinds)])
         writer.add_token_types(kinds)
         writer.add_add_space_prefix(True)
     else:
@@ -244,7 +245,7 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
         writer.add_tokenizer_pre(tiny.pre)
         writer.add_token_list(tokens)
         writer.add_token_merges(merges)
-        writer.add_token_types([_CONTROL if token in special else 1 for token in tokens])
+        writer.add_token_types([_CONTROL if token in special else NORMAL for token in tokens])
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
     writer.add_pad_token_id(config.pad_token_id)
