@@ -30,7 +30,7 @@ MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['
                     "[INST] {{ message['content'] }} [/INST]{% else %}{{ message['content'] }}{{ eos_token }}"
                     "{% endif %}{% endfor %}")
 _BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
-NORMAL = 1  # llama.cpp's token type of an ordinary piece; a normal piece's score here is minus its id
+NORMAL = 1  # llama.cpp's token type of an ordinary piece
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
             "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>"]
 
@@ -101,7 +101,7 @@ def sentencepiece_tokenizer():
     "<0x00>".."<0xFF>" for characters the vocabulary lacks; "<unk>", then the SPECIALS ("<s>" and "</s>" first)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    from locsum_sdk.llm.gguf_tokenizer import _BYTE, _CONTROL, _UNKNOWN, sentencepiece_merges
+    from locsum_sdk.llm.gguf_tokenizer import sentencepiece_merges
 
     learner = Tokenizer(models.BPE())
     learner.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
@@ -111,8 +111,7 @@ def sentencepiece_tokenizer():
     control = ["<s>", "</s>", *(token for token in SPECIALS if token not in ("<s>", "</s>"))]
     first = ["<unk>", *control, *(f"<0x{byte:02X}>" for byte in range(256))]
     pieces = first + [piece for piece, _ in sorted(learned.items(), key=lambda item: item[1]) if piece not in first]
-    types = [_UNKNOWN, *[_CONTROL] * len(control), *[_BYTE] * 256, *[NORMAL] * (len(pieces) - len(first))]
-    scores = [0.0 if kind != NORMAL else -float(i) for i, kind in enumerate(types)]
+    types, scores = sentencepiece_fields(pieces, set(control))
     tokenizer = Tokenizer(models.BPE(vocab={piece: i for i, piece in enumerate(pieces)},
                                      merges=sentencepiece_merges(pieces, scores, types), unk_token="<unk>",
                                      byte_fallback=True, fuse_unk=True))
@@ -122,6 +121,16 @@ def sentencepiece_tokenizer():
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
                                   for token in ("<unk>", *control)])
     return tokenizer
+
+
+def sentencepiece_fields(pieces: list[str], control: set[str]) -> tuple[list[int], list[float]]:
+    """llama.cpp's token type of each piece ("<unk>", a `control` token, a byte piece "<0x41>", or a normal one) and
+    its score (a normal piece's minus its id, the others' 0)."""
+    from locsum_sdk.llm.gguf_tokenizer import _BYTE, _CONTROL, _UNKNOWN
+
+    types = [_UNKNOWN if piece == "<unk>" else _CONTROL if piece in control
+             else _BYTE if _BYTE_PIECE.fullmatch(piece) else NORMAL for piece in pieces]
+    return types, [0.0 if kind != NORMAL else -float(i) for i, kind in enumerate(types)]
 
 
 def hf_model(tiny: Tiny, vocab: int, seed: int = 0):
@@ -205,7 +214,7 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     converter writes one (a SentencePiece-style tokenizer as its pieces, scores and types: `llama`)."""
     import gguf
 
-    from locsum_sdk.llm.gguf_tokenizer import _BYTE, _CONTROL, _UNKNOWN
+    from locsum_sdk.llm.gguf_tokenizer import _CONTROL
 
     spec = json.loads((directory / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
@@ -235,9 +244,8 @@ def write_gguf(tiny: Tiny, directory: Path, path: Path, model) -> Path:
     if tiny.pre is None:
         writer.add_tokenizer_model("llama")
         writer.add_token_list(tokens)
-        kinds = [_UNKNOWN if token == "<unk>" else _CONTROL if token in special
-                 else _BYTE if _BYTE_PIECE.fullmatch(token) else NORMAL for token in tokens]
-        writer.add_token_scores([0.0 if kind != NORMAL else -float(i) for i, kind in enumerate(kinds)])
+        kinds, scores = sentencepiece_fields(tokens, special)
+        writer.add_token_scores(scores)
         writer.add_token_types(kinds)
         writer.add_add_space_prefix(True)
     else:

@@ -46,7 +46,7 @@ def split_as(tokenizer, pre: str) -> None:
 
 def gguf_tokenizer(metadata: dict[str, Any], where: str):
     """The tokenizer of a GGUF file's metadata (BundleError naming what is not read)."""
-    from tokenizers import AddedToken, Tokenizer, models
+    from tokenizers import Tokenizer, models
 
     model = metadata.get("tokenizer.ggml.model")
     if model == "llama":
@@ -70,8 +70,16 @@ def gguf_tokenizer(metadata: dict[str, Any], where: str):
     tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges,
                                      fuse_unk=False, byte_fallback=False))
     split_as(tokenizer, pre)
+    return _with_added(tokenizer, tokens, types, special=(_CONTROL,))
+
+
+def _with_added(tokenizer, tokens: list[str], types: list[int], special: tuple[int, ...]):
+    """`tokenizer` with the file's tokens of the `special` types as special tokens and its user-defined ones added,
+    each matched as it is written."""
+    from tokenizers import AddedToken
+
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
-                                  for token, kind in zip(tokens, types) if kind == _CONTROL])
+                                  for token, kind in zip(tokens, types) if kind in special])
     tokenizer.add_tokens([AddedToken(token, special=False, normalized=False)
                           for token, kind in zip(tokens, types) if kind == _USER_DEFINED])
     return tokenizer
@@ -82,7 +90,7 @@ def sentencepiece(metadata: dict[str, Any], where: str):
     text's spaces as "\u2581", one put before it (unless `tokenizer.ggml.add_space_prefix` is false; after each
     special token too, as llama.cpp and transformers' converted Llama tokenizers do); pieces merged, highest score
     first, wherever two neighbours make a piece; characters no piece holds as their UTF-8 bytes' pieces ("<0x41>")."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+    from tokenizers import Tokenizer, decoders, models, normalizers
 
     tokens, scores, types = (metadata.get(f"tokenizer.ggml.{key}") for key in ("tokens", "scores", "token_type"))
     if not (all(isinstance(field, (list, tuple)) for field in (tokens, scores, types))
@@ -107,11 +115,7 @@ def sentencepiece(metadata: dict[str, Any], where: str):
                                                  normalizers.Replace(" ", _MARKER)])
     tokenizer.decoder = decoders.Sequence([decoders.Replace(_MARKER, " "), decoders.ByteFallback(), decoders.Fuse(),
                                            *([decoders.Strip(" ", 1, 0)] if prefix else [])])
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
-                                  for token, kind in zip(tokens, types) if kind in (_UNKNOWN, _CONTROL)])
-    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False)
-                          for token, kind in zip(tokens, types) if kind == _USER_DEFINED])
-    return tokenizer
+    return _with_added(tokenizer, tokens, types, special=(_UNKNOWN, _CONTROL))
 
 
 def sentencepiece_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
