@@ -34,6 +34,7 @@ from .limits import Estimate, LimitOptions, after_batches, apply_limits, grid, w
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, largest_parts, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
+from .scripts import known_scripts, unfamiliar
 from .sentences import SentenceEnds
 from .sources import Sentence, sentence_sources, supported_only
 from .tokenizer_file import read_tokenizer
@@ -149,6 +150,7 @@ class Summarizer:
         check_int("unit_batch_size", unit_batch_size, 1)
         self.backend, self.tokenizer, self.special, self.defaults = backend, tokenizer, special, defaults
         self.words, self.common_words, self._pieces, self._word_repeats = words, common_words, None, None
+        self._scripts: frozenset[str] | None = None
         self._sentence_ends: SentenceEnds | None = None
         self._piece_texts: tuple[list[str], list[bool], set[int]] | None = None
         self.selection_tokenizer = selection_tokenizer
@@ -327,6 +329,23 @@ class Summarizer:
         if self._sentence_ends is None:
             self._sentence_ends = SentenceEnds.from_texts(*self._texts("whole_sentences"))
         return self._sentence_ends
+
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        """The scripts of the bundle's known words (`locsum_sdk.scripts`), read once; None for a bundle without a
+        word list, whose inputs are not checked."""
+        if self._scripts is None and self.words is not None:
+            self._scripts = known_scripts(self.words.words)
+        return self._scripts
+
+    def _check_scripts(self, documents: list[list[str]]) -> None:
+        """Log a warning for every input whose letters are mostly in scripts the bundle's words do not hold."""
+        if self.scripts is None:
+            return
+        for index, docs in enumerate(documents):
+            found = unfamiliar(docs, self.scripts)
+            if found is not None:
+                logger.warning("%s", found.message(index))
 
     def _read_pieces(self, generation: GenerationOptions) -> None:
         """Build the piece tables `generation`'s options read, so that loading pays them (a few tenths of a second
@@ -542,6 +561,7 @@ class Summarizer:
         started = time.perf_counter()
         documents, query_ids, items = self._paged(inputs, queries, chosen)
         input_tokens = [sum(len(u.text_ids) for u in units) for units in items]  # before selection: the whole input
+        self._check_scripts(documents)
         # the words of the documents and the query, whole: a unit may end in the middle of a long word
         known = ([input_words([*docs, self.tokenizer.decode(ids)]) for docs, ids in zip(documents, query_ids)]
                  if generation.known_words else None)

@@ -1,0 +1,95 @@
+"""The scripts of an input's letters against a bundle's words: an input mostly in scripts the bundle's words do not
+hold is announced (`locsum_sdk.scripts`), at a cost that does not grow with the input."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from locsum_sdk import Summarizer
+from locsum_sdk.scripts import (
+    DOCUMENT_FLOOR,
+    SAMPLE_CHARACTERS,
+    known_scripts,
+    letter_scripts,
+    sample,
+    script_of,
+    unfamiliar,
+)
+from locsum_sdk.words import WordList
+
+ARABIC = "ناقش الاجتماع ميزانية المشروع والجدول الزمني. "
+ENGLISH = "The committee discussed the budget of the project. "
+
+
+@pytest.mark.parametrize("character, script", [
+    ("a", "LATIN"), ("ß", "LATIN"), ("Ａ", "LATIN"), ("α", "GREEK"), ("Ж", "CYRILLIC"), ("א", "HEBREW"),
+    ("ب", "ARABIC"), ("क", "DEVANAGARI"), ("一", "CJK"), ("あ", "HIRAGANA"), ("ｱ", "KATAKANA"), ("한", "HANGUL"),
+    ("7", None), (" ", None), (".", None), ("😀", None), ("\u0301", None), ("ʰ", None), ("\ue000", None),
+])
+def test_a_letter_has_its_script_and_nothing_else_has_one(character, script):
+    assert script_of(character) == script
+
+
+def test_a_long_text_is_read_through_a_bounded_sample():
+    text = ENGLISH * 100 + ARABIC * 100_000 + ENGLISH * 100
+    kept = sample(text, SAMPLE_CHARACTERS)
+    assert len(kept) <= SAMPLE_CHARACTERS and sample(ENGLISH, SAMPLE_CHARACTERS) == ENGLISH
+    counts = letter_scripts([text])
+    assert sum(counts.values()) <= SAMPLE_CHARACTERS and counts.most_common(1)[0][0] == "ARABIC"
+    many = letter_scripts([ENGLISH * 200] * 1000)  # every document read, each through its share
+    assert sum(many.values()) <= 1000 * DOCUMENT_FLOOR and set(many) == {"LATIN"}
+
+
+def test_a_bundles_scripts_leave_out_its_few_foreign_words():
+    words = [f"word{letter}" for letter in "abcdefghij" * 50] + ["αβγ", "café"]
+    assert known_scripts(words) == {"LATIN"}
+    assert known_scripts(["αλφα", "beta"]) == {"LATIN", "GREEK"}
+    assert known_scripts([]) == frozenset()
+
+
+@pytest.mark.parametrize("texts, found", [
+    ([ARABIC * 20], ("ARABIC",)),
+    ([ENGLISH * 20, ARABIC * 40], ("ARABIC",)),
+    (["Встреча. " * 30, "会议讨论了预算。" * 30], ("CYRILLIC", "CJK")),
+    ([ENGLISH * 20], None),
+    ([ENGLISH * 20 + ARABIC * 5], None),  # a few Arabic names in an English report
+    (["12345 !!! 😀 " * 50], None),  # no letters: nothing to say
+])
+def test_an_input_mostly_in_other_scripts_is_found(texts, found):
+    result = unfamiliar(texts, frozenset({"LATIN"}))
+    if found is None:
+        assert result is None
+    else:
+        assert result is not None and set(result.scripts) == set(found) and result.share >= 0.5
+        message = result.message(0)
+        assert "input 0" in message and "Latin" in message and "bundle trained on it" in message
+
+
+@given(st.lists(st.text(max_size=300), max_size=5))
+def test_any_text_is_checked_without_error(texts):
+    result = unfamiliar(texts, frozenset({"LATIN"}))
+    assert result is None or (0.5 <= result.share <= 1 and "LATIN" not in result.scripts)
+
+
+@pytest.fixture(scope="module")
+def summarizer(bundle_dir):
+    loaded = Summarizer.from_pretrained(bundle_dir, threads=1)
+    return Summarizer(loaded.backend, loaded.tokenizer, loaded.special, loaded.defaults, loaded.model,
+                      words=WordList(ENGLISH.lower().replace(".", "").split()))
+
+
+def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        summarizer.summarize(ENGLISH * 5, max_length=4)
+    assert "script" not in caplog.text
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        summarizer.summarize_batch([ENGLISH * 5, ARABIC * 5], max_length=4)
+    assert "input 1: 100% of its letters are Arabic script" in caplog.text and "input 0" not in caplog.text
+
+
+def test_a_bundle_without_words_checks_nothing(bundle_dir, caplog):
+    loaded = Summarizer.from_pretrained(bundle_dir, threads=1)
+    assert loaded.words is None and loaded.scripts is None
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        loaded.summarize(ARABIC * 5, max_length=4)
+    assert "script" not in caplog.text
