@@ -181,12 +181,13 @@ def _error(line_id: str, err: Exception) -> dict[str, Any]:
 
 
 def _row(line: Line, summary: Any) -> dict[str, Any]:
-    """A line's output row: its summary, its token count and each sentence's span, whether it is supported and its
-    passages (document and character span)."""
+    """A line's output row: its summary, its token count, each sentence's span, whether it is supported and its
+    passages (document and character span), and the summary's warnings."""
     sentences = [{"start": sentence.start, "end": sentence.end, "supported": sentence.supported,
                   "passages": [[p.document, p.start, p.end] for p in sentence.passages]}
                  for sentence in summary.sentences]
-    return {"id": line.id, "summary": summary.text, "tokens": len(summary.token_ids), "sentences": sentences}
+    return {"id": line.id, "summary": summary.text, "tokens": len(summary.token_ids), "sentences": sentences,
+            "warnings": summary.warnings}
 
 
 def summarize_lines(summarizer: Any, batch: list[Line], overrides: dict[str, Any], stages: Counter

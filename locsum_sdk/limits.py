@@ -140,6 +140,18 @@ def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: 
     return kept
 
 
+def truncation(before: list[Unit], after: list[Unit], options: LimitOptions) -> list[str]:
+    """What the limits did to an input whose units were `before` and are `after` (`Summary.warnings`): nothing, or
+    which limit cut it and how much of it was kept."""
+    if len(after) == len(before):
+        return []
+    tokens = [sum(len(u.text_ids) for u in units) for units in (after, before)]
+    limit, advice = ((f"max_tokens={options.max_tokens}", "raise max_tokens") if tokens[1] > options.max_tokens
+                     else ("the memory limit", "raise memory_limit or lower num_beams"))
+    return [f"truncated to fit {limit}: kept {len(after)} of {len(before)} pages ({tokens[0]} of {tokens[1]} tokens, "
+            f"select={options.select}); {advice} to read all of it"]
+
+
 def _widest_fitting(estimate: Estimate, batch: int, width: int, length: int, limit: int) -> int:
     """The most units per item whose estimate fits `limit` (0 if not even one): binary search, the estimate
     growing with the width."""

@@ -77,11 +77,11 @@ class Unfamiliar:
     scripts: tuple[str, ...]
     known: frozenset[str]
 
-    def message(self, index: int) -> str:
+    def message(self) -> str:
         names = [_title(s) for s in self.scripts[:3]] + (["other"] if len(self.scripts) > 3 else [])
         scripts = f"{_listed(names)} script{'s' if len(self.scripts) > 1 else ''}"
         known = f"they are {_listed(sorted(_title(s) for s in self.known))}" if self.known else "they hold no letters"
-        return (f"input {index}: {self.share:.0%} of its letters are {scripts}, which this bundle's words do not hold "
+        return (f"{self.share:.0%} of the input's letters are {scripts}, which this bundle's words do not hold "
                 f"({known}): it was not trained on this language and its summary will likely be unrelated to the "
                 "input or not in its language; summarize it with a bundle trained on it")
 

@@ -30,7 +30,7 @@ from .errors import (
 from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
-from .limits import Estimate, LimitOptions, after_batches, apply_limits, grid, within_tokens
+from .limits import Estimate, LimitOptions, after_batches, apply_limits, grid, truncation, within_tokens
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, largest_parts, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
@@ -104,6 +104,8 @@ class Summary:
     # (`summarize_file`): a file's page(s) or heading section
     sentences: list[Sentence] = field(default_factory=list)  # each sentence's span, the units it drew on and the
     # passages of the input that support it, or that it is unsupported (`locsum_sdk.sources`)
+    warnings: list[str] = field(default_factory=list)  # what the summary should be read with: the input truncated
+    # to its limits (which pages were kept), or mostly in scripts the bundle's words do not hold; also logged
 
     def unit_source(self, unit: Unit) -> dict[str, Any] | None:
         """Where `unit` came from, for an input read from files: the file, its page(s) or heading, and the unit's
@@ -127,6 +129,7 @@ class Summary:
             "score": self.score,
             "kind": self.kind,
             "timings": self.timings,
+            "warnings": self.warnings,
         }
 
 
@@ -338,14 +341,17 @@ class Summarizer:
             self._scripts = known_scripts(self.words.words)
         return self._scripts
 
-    def _check_scripts(self, documents: list[list[str]]) -> None:
-        """Log a warning for every input whose letters are mostly in scripts the bundle's words do not hold."""
+    def _check_scripts(self, documents: list[list[str]]) -> list[list[str]]:
+        """Each input's warning (logged) where its letters are mostly in scripts the bundle's words do not hold."""
+        notes: list[list[str]] = [[] for _ in documents]
         if self.scripts is None:
-            return
+            return notes
         for index, docs in enumerate(documents):
             found = unfamiliar(docs, self.scripts)
             if found is not None:
-                logger.warning("%s", found.message(index))
+                logger.warning("input %d: %s", index, found.message())
+                notes[index].append(found.message())
+        return notes
 
     def _read_pieces(self, generation: GenerationOptions) -> None:
         """Build the piece tables `generation`'s options read, so that loading pays them (a few tenths of a second
@@ -561,7 +567,7 @@ class Summarizer:
         started = time.perf_counter()
         documents, query_ids, items = self._paged(inputs, queries, chosen)
         input_tokens = [sum(len(u.text_ids) for u in units) for units in items]  # before selection: the whole input
-        self._check_scripts(documents)
+        notes = self._check_scripts(documents)
         # the words of the documents and the query, whole: a unit may end in the middle of a long word
         known = ([input_words([*docs, self.tokenizer.decode(ids)]) for docs, ids in zip(documents, query_ids)]
                  if generation.known_words else None)
@@ -579,8 +585,10 @@ class Summarizer:
         limit = memory_limit(limits.memory_limit, self.backend.free_memory)
         selection = 0  # the selection stage's largest run: its session's allocator keeps it through the call
         if self.kind.selection is not None:  # the input limit holds before the selection stage reads the input
-            chosen = [self._select(units, query, paging, limit) for units, query in
-                      zip(within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS), queries)]
+            limited = within_tokens(items, limits, query_ids, type(paging).UNIT_TOKENS)
+            for index, (before, after) in enumerate(zip(items, limited)):
+                notes[index] += truncation(before, after, limits)
+            chosen = [self._select(units, query, paging, limit) for units, query in zip(limited, queries)]
             items, selection = [kept for kept, _ in chosen], max(largest for _, largest in chosen)
             logger.info("selection: the %s kept %s units in %.2f s", self.kind.selection.graph,
                         "+".join(str(len(units)) for units in items), time.perf_counter() - paged)
@@ -595,6 +603,8 @@ class Summarizer:
             batch_estimate = after_batches(estimate, held)
             kept = apply_limits([items[i] for i in group], limits, batch_estimate, limit,
                                 [query_ids[i] for i in group], type(paging).UNIT_TOKENS)
+            for index, after in zip(group, kept):
+                notes[index] += truncation(items[index], after, limits)
             held = batch_estimate(*grid(kept))
             logger.info("limits: %d input(s) of %s units within %s tokens and a memory estimate of %s (limit %s)",
                         len(kept), "+".join(str(len(units)) for units in kept), limits.max_tokens,
@@ -630,7 +640,8 @@ class Summarizer:
         logger.info("summarized %d input(s) in %.2f s", len(items), done - started)
         timings = {"paging": paged - started + checked - selected, "select": selected - paged,
                    "encode": spent["encode"], "decode": spent["decode"], "total": done - started}
-        return [self._summary(hyp, units, timings, generation.drop_unsupported) for hyp, units in results]
+        return [self._summary(hyp, units, timings, generation.drop_unsupported, note)
+                for (hyp, units), note in zip(results, notes)]
 
     def partial_text(self, partial: Partial) -> str:
         """The text of a partial summary (what `on_step` reports), as `Summary.text` would have it."""
@@ -653,14 +664,16 @@ class Summarizer:
         return sentence_sources(text[: complete[-1][1]], partial.token_ids, partial.unit_weights, partial.units,
                                 self.tokenizer)
 
-    def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float], drop: bool) -> Summary:
+    def _summary(self, hypothesis: Any, units: list[Unit], timings: dict[str, float], drop: bool,
+                 warnings: list[str]) -> Summary:
         text = self._text(hypothesis.token_ids)
         weights = hypothesis.unit_weights[:, : len(units)]
         sentences = sentence_sources(text, hypothesis.token_ids, weights, units, self.tokenizer)
         if drop:
             text, sentences = supported_only(text, sentences)
         return Summary(text=text, token_ids=hypothesis.token_ids, units=units, unit_weights=weights,
-                       score=hypothesis.score, kind=self.kind.name, timings=timings, sentences=sentences)
+                       score=hypothesis.score, kind=self.kind.name, timings=timings, sentences=sentences,
+                       warnings=warnings)
 
 
 def _by_input(on_step: Callable[[int, dict[int, Partial]], None] | None, group: list[int],

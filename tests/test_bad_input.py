@@ -55,6 +55,19 @@ def test_truncation_is_announced(summarizer, caplog):
     with caplog.at_level("WARNING", logger="locsum_sdk"):
         summary = summarizer.summarize(text, truncate=True, max_tokens=500, max_length=4)
     assert "truncated" in caplog.text and 0 < sum(len(u.text_ids) for u in summary.units) <= 500
+    pages = len(summary.units)
+    assert summary.warnings == [f"truncated to fit max_tokens=500: kept {pages} of {pages_of(summarizer, text)} pages "
+                                f"({sum(len(u.text_ids) for u in summary.units)} of {tokens_of(summarizer, text)} "
+                                "tokens, select=first); raise max_tokens to read all of it"]
+    assert summarizer.summarize(text[:400], max_length=4).warnings == []
+
+
+def pages_of(summarizer, text):
+    return len(summarizer.summarize(text, max_length=2, max_tokens=10**6).units)
+
+
+def tokens_of(summarizer, text):
+    return sum(len(u.text_ids) for u in summarizer.summarize(text, max_length=2, max_tokens=10**6).units)
 
 
 @pytest.mark.parametrize("options", [

@@ -50,7 +50,7 @@ def test_every_input_once_in_order_with_typed_errors(straight):
     assert [row["id"] for row in straight[:3]] == ["doc-0", "doc-1", "doc-2"]
     errors = {row["id"]: row["error"]["type"] for row in straight if "error" in row}
     assert errors == {"empty": "EmptyInputError", "not a list": "DataError", "line-31": "DataError"}
-    assert all(row["summary"] for row in straight if "error" not in row)
+    assert all(row["summary"] and row["warnings"] == [] for row in straight if "error" not in row)
 
 
 def lines_written(output: Path) -> int:

@@ -64,6 +64,11 @@ def test_memory_limit_with_truncate_keeps_the_pages_that_fit(summarizer, caplog)
     assert "fit memory" in caplog.text
     assert 0 < len(kept.units) < len(full.units)
     assert [u.start for u in kept.units] == [u.start for u in full.units[: len(kept.units)]]
+    assert kept.warnings == [f"truncated to fit the memory limit: kept {len(kept.units)} of {len(full.units)} pages "
+                             f"({sum(len(u.text_ids) for u in kept.units)} of "
+                             f"{sum(len(u.text_ids) for u in full.units)} tokens, select=first); raise memory_limit "
+                             "or lower num_beams to read all of it"]
+    assert full.warnings == []
 
 
 def test_a_call_of_several_batches_is_estimated_and_checked_with_each_part_at_its_largest(summarizer, monkeypatch):

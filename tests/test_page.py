@@ -77,6 +77,8 @@ def summarize(page, server: str) -> dict:
     answer = api_answer(server, request.value)
     shown = page.locator(".sentence").evaluate_all("spans => spans.map((span) => span.firstChild.textContent)")
     assert shown == [answer["summary"][s["start"]:s["end"]] for s in answer["sentences"]]
+    status = page.locator("#status").inner_text()
+    assert all(warning in status for warning in answer["warnings"])
     return answer
 
 
@@ -117,6 +119,12 @@ def test_the_meeting_is_summarized_and_a_sentence_shows_its_passages(page, serve
     assert check_passages(page, answer, [meeting]) >= 1
     page.locator(".sentence.chosen").click()  # a second click lets the sentence go
     assert page.locator("mark.passage").count() == 0
+
+
+def test_the_answers_warnings_are_shown(page, server):
+    page.fill("#text", "ناقش الاجتماع ميزانية المشروع والجدول الزمني. " * 12)
+    answer = summarize(page, server)
+    assert answer["warnings"] and answer["warnings"][0].startswith("100% of the input's letters are Arabic script")
 
 
 HOSTILE = ("<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> <b>bold</b> &amp; "

@@ -61,8 +61,8 @@ def test_an_input_mostly_in_other_scripts_is_found(texts, found):
         assert result is None
     else:
         assert result is not None and set(result.scripts) == set(found) and result.share >= 0.5
-        message = result.message(0)
-        assert "input 0" in message and "Latin" in message and "bundle trained on it" in message
+        message = result.message()
+        assert "input's letters" in message and "Latin" in message and "bundle trained on it" in message
 
 
 @given(st.lists(st.text(max_size=300), max_size=5))
@@ -80,11 +80,14 @@ def summarizer(bundle_dir):
 
 def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
     with caplog.at_level("WARNING", logger="locsum_sdk"):
-        summarizer.summarize(ENGLISH * 5, max_length=4)
-    assert "script" not in caplog.text
+        english = summarizer.summarize(ENGLISH * 5, max_length=4)
+    assert "script" not in caplog.text and english.warnings == [] and english.to_dict()["warnings"] == []
     with caplog.at_level("WARNING", logger="locsum_sdk"):
-        summarizer.summarize_batch([ENGLISH * 5, ARABIC * 5], max_length=4)
-    assert "input 1: 100% of its letters are Arabic script" in caplog.text and "input 0" not in caplog.text
+        summaries = summarizer.summarize_batch([ENGLISH * 5, ARABIC * 5], max_length=4)
+    assert "input 1: 100% of the input's letters are Arabic script" in caplog.text and "input 0" not in caplog.text
+    assert summaries[0].warnings == [] and len(summaries[1].warnings) == 1
+    assert summaries[1].warnings[0].startswith("100% of the input's letters are Arabic script")
+    assert summaries[1].to_dict()["warnings"] == summaries[1].warnings
 
 
 def test_a_bundle_without_words_checks_nothing(bundle_dir, caplog):

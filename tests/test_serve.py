@@ -74,6 +74,9 @@ def test_a_summary_equals_the_sdks_with_units_and_timings(client, summarizer):
     assert [(u["start"], u["end"]) for u in body["units"]] == [(u.start, u.end) for u in expected.units]
     assert abs(sum(u["weight"] for u in body["units"]) - 1) < 1e-3
     assert {"paging", "encode", "decode", "queue", "request"} <= set(body["timings"])
+    assert body["warnings"] == expected.warnings == []
+    cut = client.post("/v1/summarize", json={"text": TEXT, "options": {**OPTIONS, "truncate": True, "max_tokens": 40}})
+    assert cut.status_code == 200 and cut.json()["warnings"][0].startswith("truncated to fit max_tokens=40: kept ")
     cluster = client.post("/v1/summarize", json={"documents": [TEXT[:300], TEXT[300:]], "options": OPTIONS})
     assert cluster.status_code == 200 and {u["document"] for u in cluster.json()["units"]} == {0, 1}
     assert client.get("/healthz").json() == {"status": "ok"} and client.get("/readyz").json()["status"] == "ready"

@@ -186,7 +186,7 @@ def summary_body(summary: Summary, job: Job, arrived: float, documents: bool = F
     body = {"summary": summary.text, "kind": summary.kind, "tokens": len(summary.token_ids),
             "score": round(summary.score, 5) if math.isfinite(summary.score) else None, "units": units,
             "sentences": [sentence_body(sentence, job.sources) for sentence in summary.sentences],
-            "timings": timings}
+            "timings": timings, "warnings": summary.warnings}
     if documents:
         body["documents"] = [{"text": text, **({"source": job.sources[index].to_dict()} if job.sources else {})}
                              for index, text in enumerate(job.documents)]

@@ -407,8 +407,8 @@ function finish(answer) {
   renderPassages();
   const supported = answer.sentences.filter((s) => s.supported).length;
   const seconds = ((performance.now() - state.started) / 1000).toFixed(1);
-  status(`${answer.tokens} tokens from ${answer.units.length} units in ${seconds} s; ` +
-    `${supported} of ${answer.sentences.length} sentences supported`);
+  status([`${answer.tokens} tokens from ${answer.units.length} units in ${seconds} s`,
+    `${supported} of ${answer.sentences.length} sentences supported`, ...(answer.warnings || [])].join("; "));
   $("summary").dataset.done = "true";
 }
 
