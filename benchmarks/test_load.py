@@ -2,12 +2,20 @@
 Runtime optimizing its graphs at every load, as before, against reading the optimized graphs kept in its cache
 directory (`backends.optimized_graphs`), in one run: the two take turns, 3 rounds, 2 threads; and the first load,
 which optimizes the graphs and writes them there. Prints the median seconds of each, their ratio, and whether the
-two decode the same tokens on the example meeting's first pages."""
+two decode the same tokens on the example meeting's first pages.
+
+Then the kept graphs with the weights as the kernels pre-pack them (`optimized_graphs.PREPACKED`) against without,
+each load in a fresh process (`load_child.py`), in turns: the load's seconds and the process's private and
+file-backed memory after the load and after a summary (private memory is what each of several processes on one
+machine holds alone; file-backed pages are shared through the page cache)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +28,7 @@ from locsum_sdk.errors import BundleNotFoundError
 
 ROUNDS = 3
 THREADS = 2
+ROOT = Path(__file__).resolve().parents[1]
 TEXT = "\n".join((Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text().splitlines()[:20])
 
 
@@ -54,4 +63,52 @@ def test_load_with_kept_optimized_graphs(monkeypatch):
           f"the same tokens: {same}")
     write_result("load", {"threads": THREADS, "rounds": ROUNDS, "seconds": times, "first_load": first,
                           "ratio": ratio, "same_tokens": same})
+    assert same
+
+
+def child(form: str, text_file: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.load_child", form, str(THREADS), str(text_file)],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_kept_graphs_with_prepacked_weights(monkeypatch, tmp_path):
+    try:
+        Summarizer.from_pretrained(threads=THREADS)
+    except BundleNotFoundError as error:
+        pytest.skip(f"the default's base model is not installed: {error}")
+    text_file = tmp_path / "text.txt"
+    text_file.write_text(TEXT, encoding="utf-8")
+    forms = ("plain", "prepacked")
+    for form in forms:  # each form's graphs written (the first load), not measured
+        child(form, text_file)
+    runs: dict[str, list[dict]] = {form: [] for form in forms}
+    for index in range(ROUNDS):
+        for form in forms if index % 2 == 0 else forms[::-1]:
+            runs[form].append(child(form, text_file))
+
+    def median(form: str, *keys: str) -> float:
+        values = []
+        for run in runs[form]:
+            value = run
+            for key in keys:
+                value = value[key]
+            values.append(value)
+        return statistics.median(values)
+
+    figures = {form: {"load_s": median(form, "load_s"),
+                      **{f"{when}_{kind}_mib": median(form, when, kind) for when in ("after_load", "after_summary")
+                         for kind in ("RssAnon", "RssFile")}} for form in forms}
+    same = len({tuple(run["tokens"]) for form in forms for run in runs[form]}) == 1
+    plain, packed = figures["plain"], figures["prepacked"]
+    print(f"\nkept graphs, plain / with prepacked weights (median of {ROUNDS} fresh processes each, in turns): load "
+          f"{plain['load_s']:.2f} / {packed['load_s']:.2f} s ({plain['load_s'] / packed['load_s']:.2f}x faster); "
+          f"private memory after the load {plain['after_load_RssAnon_mib']:.0f} / "
+          f"{packed['after_load_RssAnon_mib']:.0f} MiB, after a summary {plain['after_summary_RssAnon_mib']:.0f} / "
+          f"{packed['after_summary_RssAnon_mib']:.0f} MiB; file-backed after a summary "
+          f"{plain['after_summary_RssFile_mib']:.0f} / {packed['after_summary_RssFile_mib']:.0f} MiB; "
+          f"the same tokens: {same}")
+    write_result("load_prepacked", {"threads": THREADS, "rounds": ROUNDS, "figures": figures,
+                                    "runs": {form: [{k: v for k, v in run.items() if k != "tokens"} for run in values]
+                                             for form, values in runs.items()}, "same_tokens": same})
     assert same

@@ -1,7 +1,7 @@
 """The bundles' directories in the user's cache (`packed.cached_directory`): listed with their size and last use, and
 pruned. Each bundle that stores packed files or assembles its base weights fills one directory (a 135M backbone's is
-about 140 MB, and the graphs ONNX Runtime optimized from it about 300 MB more: `backends/optimized_graphs.py`), and a
-new release of a bundle is a new directory: the old ones stay until pruned.
+about 140 MB, and the graphs ONNX Runtime optimized from it, their weights pre-packed, about 530 MB more:
+`backends/optimized_graphs.py`), and a new release of a bundle is a new directory: the old ones stay until pruned.
 
 A directory is pruned when no bundle kept in use reads it (`keep`: the shipped bundles and $LOCSUM_BUNDLE at the
 command line) and nothing has read it for `unused_days`; a bundle whose directory was pruned fills it again when it

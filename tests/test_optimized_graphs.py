@@ -63,6 +63,28 @@ def test_the_first_load_keeps_the_optimized_graphs_and_the_next_reads_them_with_
     assert got.token_ids == want.token_ids and np.array_equal(got.unit_weights, want.unit_weights)
 
 
+def prepacked(directory: Path) -> int:
+    """How many of a kept graph's weights are also kept as the kernels pre-pack them."""
+    import onnx
+
+    graph = onnx.load(next(directory.glob("*.onnx")), load_external_data=False).graph
+    return sum(any(entry.key.startswith("prepacked") for entry in weight.external_data) for weight in graph.initializer)
+
+
+def test_the_kept_graphs_hold_their_weights_prepacked_and_read_the_same_either_way(cache, monkeypatch):
+    packed = Summarizer.from_pretrained(SHIPPED, threads=1)
+    assert all(prepacked(directory) > 0 for directory in kept(packed))
+    monkeypatch.setattr(optimized_graphs, "PREPACKED", False)  # another form: kept beside, under another key
+    plain = Summarizer.from_pretrained(SHIPPED, threads=1)
+    directories = kept(plain)
+    assert len(directories) == 4 and sorted(prepacked(d) > 0 for d in directories) == [False, False, True, True]
+    monkeypatch.setattr(optimized_graphs, "PREPACKED", True)
+    again = Summarizer.from_pretrained(SHIPPED, threads=1)  # reads the pre-packed weights from the kept file
+    want = plain.summarize(TEXT, **OPTIONS)
+    for got in (packed.summarize(TEXT, **OPTIONS), again.summarize(TEXT, **OPTIONS)):
+        assert got.token_ids == want.token_ids and np.array_equal(got.unit_weights, want.unit_weights)
+
+
 def test_a_damaged_or_stale_optimized_graph_is_written_again(cache, built, caplog):
     caplog.set_level(logging.WARNING, logger="locsum_sdk")
     want = Summarizer.from_pretrained(SHIPPED, threads=1).summarize(TEXT, **OPTIONS).token_ids

@@ -11,6 +11,10 @@ one that no longer matches its bundle's files or does not load is written again.
 bundle's directory (`bundle_cache`). On CUDA, for a bundle read from where it lies, or with `$LOCSUM_KEEP_GRAPHS` set to
 0 (a read-only or shared cache, a look at what ONNX Runtime's optimizers do at each load), sessions are built as
 before: optimized at every load, nothing kept or read.
+
+The kept weights file also holds the weights as ONNX Runtime's kernels pre-pack them (`PREPACKED`): a later load maps
+them from the file instead of packing every weight again into its own memory, so processes on one machine (corpus
+workers, service replicas) share them through the page cache, at the cost of about twice the kept files' size.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ logger = logging.getLogger("locsum_sdk")
 GRAPHS_DIR = "graphs"  # under a bundle's cache directory
 STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
 KEEP_ENV = "LOCSUM_KEEP_GRAPHS"
+PREPACKED = True  # keep the weights as the kernels pre-pack them beside the graph (see the module docstring)
 
 
 @functools.cache
@@ -54,7 +59,8 @@ def directory(ort: Any, bundle: Bundle, graph: str) -> Path | None:
     it lies (its graphs are not copied into the cache, nor are their optimized forms) or none are kept (`keeping`)."""
     if bundle.graph_path is None or not keeping():
         return None
-    key = hashlib.sha256("\n".join((graph, ort.__version__, processor())).encode()).hexdigest()[:16]
+    form = "prepacked" if PREPACKED else "plain"
+    key = hashlib.sha256("\n".join((graph, form, ort.__version__, processor())).encode()).hexdigest()[:16]
     return bundle.graph_path / GRAPHS_DIR / f"{graph}-{key}"
 
 
@@ -119,6 +125,7 @@ def _written(ort: Any, source: str, kept: Path, graph: str, options: Any, provid
         options.optimized_model_filepath = str(partial / f"{graph}.onnx")
         options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{graph}.bin")
         options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        options.add_session_config_entry("session.save_external_prepacked_constant_initializers", str(int(PREPACKED)))
         try:
             built = ort.InferenceSession(source, options, providers=providers)
         except Exception:  # ORT's own types: a graph it cannot read, or a file it could not write
