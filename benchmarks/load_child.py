@@ -1,10 +1,11 @@
 """One load of the default bundle in a fresh process for `test_load.py`: its kept graphs with or without the weights
 as the kernels pre-pack them (`optimized_graphs.PREPACKED`), then a summary of the given text.
 
-    python -m benchmarks.load_child prepacked|plain THREADS TEXT_FILE
+    python -m benchmarks.load_child prepacked|plain THREADS TEXT_FILE [HOLD_SECONDS]
 
 Prints one JSON line: the load's seconds, this process's private (anonymous) and file-backed resident memory in MiB
-after the load and after the summary, and the summary's tokens."""
+after the load and after the summary, and the summary's tokens; then, given HOLD_SECONDS, stays that long with its
+bundle loaded (for its proportional share of memory read beside another one's, `test_load.py`)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def main() -> None:
     loaded, after_load = time.perf_counter() - start, resident()
     summary = summarizer.summarize(text_file.read_text(encoding="utf-8"), num_beams=1, max_length=32)
     print(json.dumps({"load_s": loaded, "after_load": after_load, "after_summary": resident(),
-                      "tokens": list(summary.token_ids)}))
+                      "tokens": list(summary.token_ids)}), flush=True)
+    if len(sys.argv) > 4:
+        time.sleep(float(sys.argv[4]))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ two decode the same tokens on the example meeting's first pages.
 Then the kept graphs with the weights as the kernels pre-pack them (`optimized_graphs.PREPACKED`) against without,
 each load in a fresh process (`load_child.py`), in turns: the load's seconds and the process's private and
 file-backed memory after the load and after a summary (private memory is what each of several processes on one
-machine holds alone; file-backed pages are shared through the page cache)."""
+machine holds alone; file-backed pages are shared through the page cache); and two processes of each form loaded at
+once, each's proportional set size (its private pages and its share of the pages it maps with the other)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,25 @@ def child(form: str, text_file: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def pair_pss(form: str, text_file: Path, hold: float = 5.0) -> list[float]:
+    """Two processes of `form` loaded at once: each's proportional set size (smaps_rollup's Pss) in MiB, read while
+    both hold their bundle."""
+    command = [sys.executable, "-m", "benchmarks.load_child", form, "1", str(text_file), str(hold)]
+    pair = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for _ in range(2)]
+    try:
+        for process in pair:
+            process.stdout.readline()  # its summary written: loaded
+        sizes = []
+        for process in pair:
+            rollup = Path(f"/proc/{process.pid}/smaps_rollup").read_text().splitlines()
+            sizes.append(next(int(line.split()[1]) for line in rollup if line.startswith("Pss:")) / 1024)
+    finally:
+        for process in pair:
+            process.communicate(timeout=60)
+    return sizes
+
+
 def test_kept_graphs_with_prepacked_weights(monkeypatch, tmp_path):
     try:
         Summarizer.from_pretrained(threads=THREADS)
@@ -108,7 +128,10 @@ def test_kept_graphs_with_prepacked_weights(monkeypatch, tmp_path):
           f"{packed['after_summary_RssAnon_mib']:.0f} MiB; file-backed after a summary "
           f"{plain['after_summary_RssFile_mib']:.0f} / {packed['after_summary_RssFile_mib']:.0f} MiB; "
           f"the same tokens: {same}")
-    write_result("load_prepacked", {"threads": THREADS, "rounds": ROUNDS, "figures": figures,
+    pss = {form: pair_pss(form, text_file) for form in forms}
+    print(f"two processes loaded at once, each's proportional set size, plain / with prepacked weights: "
+          f"{statistics.mean(pss['plain']):.0f} / {statistics.mean(pss['prepacked']):.0f} MiB")
+    write_result("load_prepacked", {"threads": THREADS, "rounds": ROUNDS, "figures": figures, "pair_pss_mib": pss,
                                     "runs": {form: [{k: v for k, v in run.items() if k != "tokens"} for run in values]
                                              for form, values in runs.items()}, "same_tokens": same})
     assert same
