@@ -3,6 +3,7 @@ first load, read with the optimizers off at the next, the same tokens either way
 damaged; a cache that cannot be written, or a bundle read from where it lies, loads as before."""
 
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -83,6 +84,24 @@ def test_the_kept_graphs_hold_their_weights_prepacked_and_read_the_same_either_w
     want = plain.summarize(TEXT, **OPTIONS)
     for got in (packed.summarize(TEXT, **OPTIONS), again.summarize(TEXT, **OPTIONS)):
         assert got.token_ids == want.token_ids and np.array_equal(got.unit_weights, want.unit_weights)
+
+
+def test_a_graphs_directories_under_other_keys_go_once_unused(cache, monkeypatch):
+    """Another ONNX Runtime's or form's kept graphs that no load read for UNUSED_DAYS are removed when a new one is
+    written; those read lately, and one without its stamp (being written), stay; a load marks its own as read."""
+    first = kept(Summarizer.from_pretrained(SHIPPED, threads=1))
+    old = os.path.getmtime(first[0] / STAMP_FILE) - (optimized_graphs.UNUSED_DAYS + 1) * 86_400
+    for directory in first:
+        os.utime(directory / STAMP_FILE, (old, old))
+    Summarizer.from_pretrained(SHIPPED, threads=1)  # read: marked as used now
+    assert all(os.path.getmtime(d / STAMP_FILE) > old + 86_400 for d in first)
+    stale, unstamped = first[0].with_name("decoder-0000000000000000"), first[0].with_name("decoder-1111111111111111")
+    shutil.copytree(first[0], stale)
+    os.utime(stale / STAMP_FILE, (old, old))
+    unstamped.mkdir()
+    monkeypatch.setattr(optimized_graphs, "PREPACKED", False)  # another form: its directories written anew
+    now = kept(Summarizer.from_pretrained(SHIPPED, threads=1))
+    assert stale not in now and unstamped in now and set(first) <= set(now) and len(now) == 5
 
 
 def test_a_damaged_or_stale_optimized_graph_is_written_again(cache, built, caplog):

@@ -4,13 +4,15 @@ Building a session runs ONNX Runtime's optimizers over the whole graph (fusions,
 default bundle's two graphs about 6 of the 8 seconds a load took on 2 cores, at every load. A bundle read from the
 user's cache (`packed.cached_directory`: the shipped bundles, every bundle on a pretrained file) keeps the optimized
 graphs ONNX Runtime wrote at its first load beside its files there (`graphs/<key>/`), and later loads read them with
-the optimizers off: the same nodes, so the same kernels and results. The key names the graph, the ONNX Runtime
-version and this processor (its model and instruction sets: an optimized graph may hold kernels chosen for them);
-a directory is written whole under another name and then renamed, so concurrent loads never read half of one, and
-one that no longer matches its bundle's files or does not load is written again. The graphs are pruned with their
-bundle's directory (`bundle_cache`). On CUDA, for a bundle read from where it lies, or with `$LOCSUM_KEEP_GRAPHS` set to
-0 (a read-only or shared cache, a look at what ONNX Runtime's optimizers do at each load), sessions are built as
-before: optimized at every load, nothing kept or read.
+the optimizers off: the same nodes, so the same kernels and results. The key names the graph, its form, the ONNX
+Runtime version and this processor (its model and instruction sets: an optimized graph may hold kernels chosen for
+them); a directory is written whole under another name and then renamed, so concurrent loads never read half of one,
+and one that no longer matches its bundle's files or does not load is written again. The graphs are pruned with
+their bundle's directory (`bundle_cache`), and a graph's directories under other keys (another ONNX Runtime,
+processor or form) that no load has read for UNUSED_DAYS are removed when a new one is written. On CUDA, for a
+bundle read from where it lies, or with `$LOCSUM_KEEP_GRAPHS` set to 0 (a read-only or shared cache, a look at what
+ONNX Runtime's optimizers do at each load), sessions are built as before: optimized at every load, nothing kept or
+read.
 
 The kept weights file also holds the weights as ONNX Runtime's kernels pre-pack them (`PREPACKED`): a later load maps
 them from the file instead of packing every weight again into its own memory, so processes on one machine (corpus
@@ -19,6 +21,7 @@ workers, service replicas) share them through the page cache, at the cost of abo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -27,6 +30,7 @@ import os
 import platform
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ GRAPHS_DIR = "graphs"  # under a bundle's cache directory
 STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
 KEEP_ENV = "LOCSUM_KEEP_GRAPHS"
 PREPACKED = True  # keep the weights as the kernels pre-pack them beside the graph (see the module docstring)
+UNUSED_DAYS = 7.0  # a graph's directory under another key that no load read for this long goes when a new one comes
 
 
 @functools.cache
@@ -97,7 +102,10 @@ def session(ort: Any, bundle: Bundle, graph: str, options: Any, providers: list[
         level = options.graph_optimization_level
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
-            return ort.InferenceSession(str(model), options, providers=providers)
+            built = ort.InferenceSession(str(model), options, providers=providers)
+            with contextlib.suppress(OSError):  # its last use (a cache filled read-only stays so)
+                os.utime(kept / STAMP_FILE)
+            return built
         except Exception as err:  # ORT raises its own types for a graph it cannot read: optimize it again
             logger.warning("the optimized %s in %s did not load (%s); optimizing it again", graph, kept, err)
             shutil.rmtree(kept, ignore_errors=True)
@@ -110,6 +118,22 @@ def _matches(kept: Path, current: list[list]) -> bool:
         return json.loads((kept / STAMP_FILE).read_text(encoding="utf-8")) == current
     except (OSError, ValueError):
         return False
+
+
+def _prune_others(kept: Path, graph: str) -> None:
+    """Remove `graph`'s directories under other keys than `kept`'s that no load has read for UNUSED_DAYS (each
+    renamed first, so that a load reading it meanwhile writes its own again instead of reading half of one)."""
+    now = time.time()
+    for other in kept.parent.glob(f"{graph}-*"):
+        try:
+            unused = now - (other / STAMP_FILE).stat().st_mtime
+        except OSError:  # no stamp: half written by a load that stopped, or being removed
+            continue
+        if other != kept and unused > UNUSED_DAYS * 86_400:
+            doomed = other.with_name(f".{other.name}.pruning")
+            with contextlib.suppress(OSError):
+                os.replace(other, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _written(ort: Any, source: str, kept: Path, graph: str, options: Any, providers: list[str],
@@ -136,6 +160,7 @@ def _written(ort: Any, source: str, kept: Path, graph: str, options: Any, provid
             if not _matches(kept, current):  # none there, or a stale one; another load may have written it
                 shutil.rmtree(kept, ignore_errors=True)
                 os.replace(partial, kept)
+                _prune_others(kept, graph)
         except OSError as err:  # the disk full, or another load renamed its own there first
             logger.debug("the optimized %s was not kept in %s (%s)", graph, kept, err)
         return built
