@@ -9,7 +9,7 @@ Runtime version and this processor (its model and instruction sets: an optimized
 them); a directory is written whole under another name and then renamed, so concurrent loads never read half of one,
 and one that no longer matches its bundle's files or does not load is written again. The graphs are pruned with
 their bundle's directory (`bundle_cache`), and a graph's directories under other keys (another ONNX Runtime,
-processor or form) that no load has read for UNUSED_DAYS are removed when a new one is written. On CUDA, for a
+processor or form) that no load has read for UNUSED_DAYS are removed at a load of its current one. On CUDA, for a
 bundle read from where it lies, or with `$LOCSUM_KEEP_GRAPHS` set to 0 (a read-only or shared cache, a look at what
 ONNX Runtime's optimizers do at each load), sessions are built as before: optimized at every load, nothing kept or
 read.
@@ -105,6 +105,7 @@ def session(ort: Any, bundle: Bundle, graph: str, options: Any, providers: list[
             built = ort.InferenceSession(str(model), options, providers=providers)
             with contextlib.suppress(OSError):  # its last use (a cache filled read-only stays so)
                 os.utime(kept / STAMP_FILE)
+            _prune_others(kept, graph)
             return built
         except Exception as err:  # ORT raises its own types for a graph it cannot read: optimize it again
             logger.warning("the optimized %s in %s did not load (%s); optimizing it again", graph, kept, err)
