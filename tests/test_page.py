@@ -121,10 +121,12 @@ def test_the_meeting_is_summarized_and_a_sentence_shows_its_passages(page, serve
     assert page.locator("mark.passage").count() == 0
 
 
-def test_the_answers_warnings_are_shown(page, server):
+def test_the_answers_warnings_are_shown_and_right_to_left_text_runs_so(page, server):
     page.fill("#text", "ناقش الاجتماع ميزانية المشروع والجدول الزمني. " * 12)
     answer = summarize(page, server)
     assert answer["warnings"] and answer["warnings"][0].startswith("100% of the input's letters are Arabic script")
+    direction = "element => getComputedStyle(element).direction"
+    assert page.locator("#text").evaluate(direction) == page.locator(".document .body").evaluate(direction) == "rtl"
 
 
 HOSTILE = ("<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> <b>bold</b> &amp; "

@@ -79,6 +79,7 @@ function renderDocuments() {
     heading.textContent = documentLabel(index);
     const body = document.createElement("div");
     body.className = "body";
+    body.dir = "auto";  // a right-to-left text (Arabic, Hebrew) shows as one
     section.append(heading, body);
     root.append(section);
     renderBody(index);
@@ -258,6 +259,7 @@ function renderPassages() {
     where.textContent = doc ? `${documentLabel(passage.document)}, unit ${passage.unit + 1}: ${share}` : share;
     const go = document.createElement("button");
     go.type = "button";
+    go.dir = "auto";
     go.textContent = doc ? doc.text.slice(doc.at(passage.start), doc.at(passage.end)) : "(the input is not shown)";
     go.addEventListener("click", () => scrollTo(document.querySelector(`mark.passage[data-passage="${rank}"]`)));
     item.append(where, go);
