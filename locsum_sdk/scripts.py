@@ -80,15 +80,17 @@ class Unfamiliar:
     def message(self) -> str:
         names = [_title(s) for s in self.scripts[:3]] + (["other"] if len(self.scripts) > 3 else [])
         scripts = f"{_listed(names)} script{'s' if len(self.scripts) > 1 else ''}"
-        known = f"they are {_listed(sorted(_title(s) for s in self.known))}" if self.known else "they hold no letters"
+        known = _listed(sorted(_title(s) for s in self.known))
         return (f"{self.share:.0%} of the input's letters are {scripts}, which this bundle's words do not hold "
-                f"({known}): it was not trained on this language and its summary will likely be unrelated to the "
-                "input or not in its language; summarize it with a bundle trained on it")
+                f"(they are {known}): it was not trained on this language and its summary will likely be unrelated "
+                "to the input or not in its language; summarize it with a bundle trained on it")
 
 
 def unfamiliar(texts: Sequence[str], known: frozenset[str]) -> Unfamiliar | None:
     """Whether at least UNFAMILIAR_SHARE of the letters of `texts` are in scripts outside `known`, and which; None
-    where they are not (or the texts have no letters)."""
+    where they are not, where the texts have no letters, or where `known` is empty (nothing to judge by)."""
+    if not known:
+        return None
     counts = letter_scripts(texts)
     total = sum(counts.values())
     foreign = Counter({script: count for script, count in counts.items() if script not in known})

@@ -336,10 +336,10 @@ class Summarizer:
     @property
     def scripts(self) -> frozenset[str] | None:
         """The scripts of the bundle's known words (`locsum_sdk.scripts`), read once; None for a bundle without a
-        word list, whose inputs are not checked."""
+        word list, or one of no letters, whose inputs are not checked."""
         if self._scripts is None and self.words is not None:
             self._scripts = known_scripts(self.words.words)
-        return self._scripts
+        return self._scripts or None
 
     def _check_scripts(self, documents: list[list[str]]) -> list[list[str]]:
         """Each input's warning (logged) where its letters are mostly in scripts the bundle's words do not hold."""

@@ -65,6 +65,10 @@ def test_an_input_mostly_in_other_scripts_is_found(texts, found):
         assert "input's letters" in message and "Latin" in message and "bundle trained on it" in message
 
 
+def test_no_known_scripts_judge_nothing():
+    assert unfamiliar([ARABIC * 5], frozenset()) is None
+
+
 @given(st.lists(st.text(max_size=300), max_size=5))
 def test_any_text_is_checked_without_error(texts):
     result = unfamiliar(texts, frozenset({"LATIN"}))
@@ -93,6 +97,9 @@ def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
 def test_a_bundle_without_words_checks_nothing(bundle_dir, caplog):
     loaded = Summarizer.from_pretrained(bundle_dir, threads=1)
     assert loaded.words is None and loaded.scripts is None
+    numbers = Summarizer(loaded.backend, loaded.tokenizer, loaded.special, loaded.defaults, loaded.model,
+                         words=WordList(["2024", "100"]))
+    assert numbers.scripts is None  # a list of no letters says nothing of the scripts a bundle knows
     with caplog.at_level("WARNING", logger="locsum_sdk"):
         loaded.summarize(ARABIC * 5, max_length=4)
     assert "script" not in caplog.text
