@@ -19,7 +19,7 @@ LETTERS = frozenset({"Lu", "Ll", "Lt", "Lo"})
 WIDTHS = ("FULLWIDTH ", "HALFWIDTH ")
 SAMPLE_CHARACTERS = 1 << 18  # at most this many characters of an input are read
 WINDOWS = 64  # evenly spaced windows a longer text is read through
-DOCUMENT_FLOOR = 4096  # every document of a many-document input gets at least this many
+DOCUMENT_FLOOR = 256  # every document of a many-document input is read through at least this many characters
 KNOWN_SHARE = 0.01  # a script is a bundle's when at least this share of its words' letters are in it
 UNFAMILIAR_SHARE = 0.5  # an input is out of a bundle's scripts when at least this share of its letters are
 
