@@ -27,6 +27,7 @@ from .errors import (
     MemoryLimitError,
     OptionError,
 )
+from .familiar import known_scripts, uncommon, unfamiliar
 from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
@@ -34,7 +35,6 @@ from .limits import Estimate, LimitOptions, after_batches, apply_limits, grid, t
 from .memory import PAGING_BYTES_PER_TOKEN, MemoryEstimate, estimate_memory, largest_parts, memory_limit, size_text
 from .options import Options, checkpoint_defaults
 from .repeats import WordRepeats
-from .scripts import known_scripts, unfamiliar
 from .sentences import SentenceEnds
 from .sources import Sentence, sentence_sources, supported_only
 from .tokenizer_file import read_tokenizer
@@ -335,19 +335,20 @@ class Summarizer:
 
     @property
     def scripts(self) -> frozenset[str] | None:
-        """The scripts of the bundle's known words (`locsum_sdk.scripts`), read once; None for a bundle without a
+        """The scripts of the bundle's known words (`locsum_sdk.familiar`), read once; None for a bundle without a
         word list, or one of no letters, whose inputs are not checked."""
         if self._scripts is None and self.words is not None:
             self._scripts = known_scripts(self.words.words)
         return self._scripts or None
 
-    def _check_scripts(self, documents: list[list[str]]) -> list[list[str]]:
-        """Each input's warning (logged) where its letters are mostly in scripts the bundle's words do not hold."""
+    def _check_familiar(self, documents: list[list[str]]) -> list[list[str]]:
+        """Each input's warning (logged) where it is unlike the bundle's training text (`locsum_sdk.familiar`): its
+        letters mostly in scripts the bundle's words do not hold, or else few of its words the bundle's common ones."""
         notes: list[list[str]] = [[] for _ in documents]
-        if self.scripts is None:
-            return notes
         for index, docs in enumerate(documents):
-            found = unfamiliar(docs, self.scripts)
+            found = unfamiliar(docs, self.scripts) if self.scripts is not None else None
+            if found is None and self.common_words is not None:
+                found = uncommon(docs, self.common_words)
             if found is not None:
                 logger.warning("input %d: %s", index, found.message())
                 notes[index].append(found.message())
@@ -567,7 +568,7 @@ class Summarizer:
         started = time.perf_counter()
         documents, query_ids, items = self._paged(inputs, queries, chosen)
         input_tokens = [sum(len(u.text_ids) for u in units) for units in items]  # before selection: the whole input
-        notes = self._check_scripts(documents)
+        notes = self._check_familiar(documents)
         # the words of the documents and the query, whole: a unit may end in the middle of a long word
         known = ([input_words([*docs, self.tokenizer.decode(ids)]) for docs, ids in zip(documents, query_ids)]
                  if generation.known_words else None)

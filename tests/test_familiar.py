@@ -1,24 +1,56 @@
-"""The scripts of an input's letters against a bundle's words: an input mostly in scripts the bundle's words do not
-hold is announced (`locsum_sdk.scripts`), at a cost that does not grow with the input."""
+"""Whether an input is like a bundle's training text (`locsum_sdk.familiar`): one mostly in scripts the bundle's words
+do not hold, or with few of the bundle's common words, is announced, at a cost that does not grow with the input."""
+
+import lzma
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from locsum_sdk import Summarizer
-from locsum_sdk.scripts import (
+from locsum_sdk.familiar import (
+    COMMON_FLOOR,
     DOCUMENT_FLOOR,
     SAMPLE_CHARACTERS,
     known_scripts,
     letter_scripts,
     sample,
     script_of,
+    uncommon,
     unfamiliar,
 )
 from locsum_sdk.words import WordList
 
+ROOT = Path(__file__).resolve().parents[1]
 ARABIC = "ناقش الاجتماع ميزانية المشروع والجدول الزمني. "
 ENGLISH = "The committee discussed the budget of the project. "
+GERMAN = ("Die Sitzung begann am Montag mit einer Diskussion über das Budget für das neue Dach der Bibliothek. Der "
+          "Vorsitzende erklärte, dass die Kosten deutlich gestiegen seien und dass die Gemeinde zusätzliche Mittel "
+          "beantragen müsse. Mehrere Mitglieder äußerten Bedenken wegen des Zeitplans, weil die Arbeiten im Winter "
+          "nur langsam vorankommen würden. ")
+SPANISH = ("La reunión comenzó el lunes con una discusión sobre el presupuesto para el nuevo techo de la biblioteca. "
+           "El presidente explicó que los costos habían aumentado considerablemente y que el municipio tendría que "
+           "solicitar fondos adicionales. ")
+MEETING = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")
+
+
+def default_common_words() -> WordList:
+    return WordList(lzma.open(ROOT / "engines" / "default" / "common_words.txt.xz", "rt").read().split())
+
+
+@pytest.mark.parametrize("text, flagged", [
+    (MEETING, False), (MEETING[:3000], False), (GERMAN * 4, True), (SPANISH * 6, True),
+    (", ".join(["Alice Johnson", "Robert Smith", "Maria Garcia", "Thomas Brown"] * 30), True),  # not prose
+    (GERMAN, False),  # too few words to say
+])
+def test_an_input_with_few_of_the_bundles_common_words_is_found(text, flagged):
+    result = uncommon([text], default_common_words())
+    assert (result is not None) == flagged
+    if flagged:
+        assert result.share < COMMON_FLOOR and result.words >= 100
+        assert "language the bundle was not trained on" in result.message()
+    assert uncommon([text], WordList([])) is None  # no common words: nothing to judge by
 
 
 @pytest.mark.parametrize("character, script", [
@@ -79,7 +111,7 @@ def test_any_text_is_checked_without_error(texts):
 def summarizer(bundle_dir):
     loaded = Summarizer.from_pretrained(bundle_dir, threads=1)
     return Summarizer(loaded.backend, loaded.tokenizer, loaded.special, loaded.defaults, loaded.model,
-                      words=WordList(ENGLISH.lower().replace(".", "").split()))
+                      words=WordList(ENGLISH.lower().replace(".", "").split()), common_words=default_common_words())
 
 
 def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
@@ -92,6 +124,11 @@ def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
     assert summaries[0].warnings == [] and len(summaries[1].warnings) == 1
     assert summaries[1].warnings[0].startswith("100% of the input's letters are Arabic script")
     assert summaries[1].to_dict()["warnings"] == summaries[1].warnings
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        german, arabic = summarizer.summarize_batch([GERMAN * 4, ARABIC * 40], max_length=4)
+    assert german.warnings[0].startswith("only ") and "input 0: only " in caplog.text
+    assert len(arabic.warnings) == 1 and "Arabic script" in arabic.warnings[0]  # one warning: the scripts'
 
 
 def test_a_bundle_without_words_checks_nothing(bundle_dir, caplog):
