@@ -39,6 +39,9 @@ def default_common_words() -> WordList:
     return WordList(lzma.open(ROOT / "engines" / "default" / "common_words.txt.xz", "rt").read().split())
 
 
+COMMON = default_common_words()
+
+
 @pytest.mark.parametrize("text, flagged", [
     (MEETING, False), (MEETING[:3000], False), (GERMAN * 4, True), (SPANISH * 6, True),
     (", ".join(["Alice Johnson", "Robert Smith", "Maria Garcia", "Thomas Brown"] * 30), True),  # not prose
@@ -101,10 +104,12 @@ def test_no_known_scripts_judge_nothing():
     assert unfamiliar([ARABIC * 5], frozenset()) is None
 
 
-@given(st.lists(st.text(max_size=300), max_size=5))
+@given(st.lists(st.text(max_size=300) | st.sampled_from([GERMAN * 3, ENGLISH * 30]), max_size=5))
 def test_any_text_is_checked_without_error(texts):
     result = unfamiliar(texts, frozenset({"LATIN"}))
     assert result is None or (0.5 <= result.share <= 1 and "LATIN" not in result.scripts)
+    few = uncommon(texts, COMMON)
+    assert few is None or (0 <= few.share < COMMON_FLOOR and few.words >= 100 and few.message())
 
 
 @pytest.fixture(scope="module")
