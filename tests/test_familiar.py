@@ -36,7 +36,8 @@ MEETING = (ROOT / "examples" / "meeting.txt").read_text(encoding="utf-8")
 
 
 def default_common_words() -> WordList:
-    return WordList(lzma.open(ROOT / "engines" / "default" / "common_words.txt.xz", "rt").read().split())
+    with lzma.open(ROOT / "engines" / "default" / "common_words.txt.xz", "rt", encoding="utf-8") as listed:
+        return WordList(listed.read().split())
 
 
 COMMON = default_common_words()
