@@ -42,7 +42,7 @@ GRAPHS_DIR = "graphs"  # under a bundle's cache directory
 STAMP_FILE = "stamp.json"  # the bundle files' sizes and times the graphs were optimized from; written last
 KEEP_ENV = "LOCSUM_KEEP_GRAPHS"
 PREPACKED = True  # keep the weights as the kernels pre-pack them beside the graph (see the module docstring)
-UNUSED_DAYS = 7.0  # a graph's directory under another key that no load read for this long goes when a new one comes
+UNUSED_DAYS = 7.0  # a graph's directory under another key that no load read for this long goes at the next load
 
 
 @functools.cache
@@ -103,13 +103,14 @@ def session(ort: Any, bundle: Bundle, graph: str, options: Any, providers: list[
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
             built = ort.InferenceSession(str(model), options, providers=providers)
+        except Exception as err:  # ORT raises its own types for a graph it cannot read: optimize it again
+            logger.warning("the optimized %s in %s did not load (%s); optimizing it again", graph, kept, err)
+            shutil.rmtree(kept, ignore_errors=True)
+        else:
             with contextlib.suppress(OSError):  # its last use (a cache filled read-only stays so)
                 os.utime(kept / STAMP_FILE)
             _prune_others(kept, graph)
             return built
-        except Exception as err:  # ORT raises its own types for a graph it cannot read: optimize it again
-            logger.warning("the optimized %s in %s did not load (%s); optimizing it again", graph, kept, err)
-            shutil.rmtree(kept, ignore_errors=True)
         options.graph_optimization_level = level
     return _written(ort, source, kept, graph, options, providers, current)
 
