@@ -105,7 +105,7 @@ class Summary:
     sentences: list[Sentence] = field(default_factory=list)  # each sentence's span, the units it drew on and the
     # passages of the input that support it, or that it is unsupported (`locsum_sdk.sources`)
     warnings: list[str] = field(default_factory=list)  # what the summary should be read with: the input truncated
-    # to its limits (which pages were kept), or mostly in scripts the bundle's words do not hold; also logged
+    # to its limits (which pages were kept), or unlike the bundle's training text (`locsum_sdk.familiar`); also logged
 
     def unit_source(self, unit: Unit) -> dict[str, Any] | None:
         """Where `unit` came from, for an input read from files: the file, its page(s) or heading, and the unit's
