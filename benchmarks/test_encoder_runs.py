@@ -4,10 +4,18 @@ token rows, at most `unit_batch_size`), in turns, 2 threads.
 
 Prints, per bundle, the median encoding time a unit at each run size and the backend's own choice against four
 units a run (`unit_batch_size`'s default, which every run took before the backend bounded its rows).
+
+Then the default bundle at its defaults on Multi-News clusters (skipped without ../shared/data): its units encoded in
+runs of like lengths, longest first, each padded to its own longest unit (`backends.base.length_runs`, what the
+backend does on the CPU for units encoded alone), against runs in grid order padded to the batch's longest unit (the
+backend before), in turns; prints the encoding time of each, their ratio, the units' share of padding in the second,
+and how many summaries are the same token for token (the int8 encoder quantizes each run's activations with one
+scale, so another grouping rounds them differently).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -20,6 +28,8 @@ from locsum_sdk.errors import BundleNotFoundError
 from locsum_sdk.profiling import text_of_tokens
 
 ENGINES = Path(__file__).resolve().parent.parent / "engines"
+MULTINEWS = Path(__file__).resolve().parents[2] / "shared" / "data" / "multinews" / "test.jsonl"
+CLUSTERS = 30
 BUNDLES = ("default", "pagesum", "hiersumm")
 SIZES = (1, 2, 4, 8)
 THREADS = 2
@@ -59,3 +69,40 @@ def test_units_per_encoder_run(name, quick, monkeypatch):
     write_result(f"encoder_runs_{name}", {"threads": THREADS, "units": units, "cpu_run_rows": rows,
                                           "ms_a_unit": per_unit, "speedup_over_four": speedup})
     assert all(ms > 0 for ms in per_unit.values())
+
+
+def test_runs_of_like_lengths(quick, monkeypatch):
+    if not MULTINEWS.is_file():
+        pytest.skip(f"{MULTINEWS} (the shared data) is not here")
+    try:
+        summarizer = Summarizer.from_pretrained(threads=THREADS)
+    except BundleNotFoundError as error:
+        pytest.skip(f"the default's base model is not installed: {error}")
+    layout = type(summarizer.kind.layout)
+    clusters = [json.loads(line)["documents"] for line in MULTINEWS.read_text(encoding="utf-8").splitlines()]
+    clusters = clusters[: 10 if quick else CLUSTERS]
+    forms = ("grid order", "like lengths")
+    seconds: dict[str, list[float]] = {form: [] for form in forms}
+    tokens: dict[str, list[list[int]]] = {}
+    padding = []
+    for turn in range(2 if quick else 3):
+        for form in forms if turn % 2 == 0 else forms[::-1]:
+            with monkeypatch.context() as patch:
+                if form == "grid order":  # the backend's runs for units not encoded alone: the grid's rows in turn
+                    patch.setattr(layout, "units_alone", False)
+                summaries = [summarizer.summarize(documents, max_length=16) for documents in clusters]
+            seconds[form].append(sum(summary.timings["encode"] for summary in summaries))
+            tokens[form] = [summary.token_ids for summary in summaries]
+            if not padding:
+                for summary in summaries:
+                    lengths = [len(unit.token_ids) for unit in summary.units]
+                    padding.append(1 - sum(lengths) / (len(lengths) * max(lengths)))
+    medians = {form: statistics.median(values) for form, values in seconds.items()}
+    ratio = medians["grid order"] / medians["like lengths"]
+    same = sum(a == b for a, b in zip(tokens["grid order"], tokens["like lengths"]))
+    print(f"\ndefault, {len(clusters)} Multi-News clusters at its defaults: encoding {medians['grid order']:.2f} s in "
+          f"grid order, {medians['like lengths']:.2f} s in runs of like lengths ({ratio:.2f}x faster); the units' "
+          f"padding in grid order {statistics.mean(padding):.0%}; the same tokens in {same} of {len(clusters)}")
+    write_result("encoder_length_runs", {"threads": THREADS, "clusters": len(clusters), "seconds": seconds,
+                                         "ratio": ratio, "padding": statistics.mean(padding), "same_tokens": same})
+    assert ratio > 0

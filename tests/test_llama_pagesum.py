@@ -57,27 +57,35 @@ def test_onnxruntime_matches_torch_token_for_token(llama_bundle_dir, llama_check
 
 
 def test_a_cpu_encoder_run_holds_at_most_cpu_run_rows(llama_bundle_dir, monkeypatch):
-    """On the CPU the encoder takes as many units a run as fill CPU_RUN_ROWS token rows (at least one, at most
-    unit_batch_size); the summary is the same whatever the runs."""
+    """On the CPU the encoder takes its units in runs of like lengths, longest first, each padded to its own longest
+    unit and as many units as fill CPU_RUN_ROWS token rows (at least one, at most unit_batch_size); the summary is
+    the same whatever the runs."""
     assert [ort_backend.units_per_run(4, n) for n in (512, 400, 128, 2000)] == [2, 2, 4, 1]
     runs = []
-    real_run = ort_backend._run
-    monkeypatch.setattr(ort_backend, "_run", lambda session, binding, graph: (runs.append(graph),
-                                                                               real_run(session, binding, graph)))
+    real_encoded = ort_backend.OnnxRuntimeSession._encoded
+
+    def encoded(session, inputs):
+        runs.append(inputs["input_ids"].shape)
+        return real_encoded(session, inputs)
+
+    monkeypatch.setattr(ort_backend.OnnxRuntimeSession, "_encoded", encoded)
     text = document(random.Random(5), 40)
     summarizer = Summarizer.from_pretrained(llama_bundle_dir, threads=1, unit_batch_size=8)
 
-    def encoder_runs(rows: int) -> tuple[int, list[int]]:
+    def encoder_runs(rows: int) -> tuple[list[tuple[int, int]], list[int]]:
         monkeypatch.setattr(ort_backend, "CPU_RUN_ROWS", rows)
         runs.clear()
         summary = summarizer.summarize(text, max_length=6)
-        return runs.count("encoder"), summary.token_ids
+        return list(runs), summary.token_ids
 
     units = summarizer.summarize(text, max_length=2).units
-    pages, length = len(units), max(len(unit.token_ids) for unit in units)  # the runs' rows are this long
-    assert pages >= 5
+    lengths = sorted((len(unit.token_ids) for unit in units), reverse=True)
+    pages, length = len(units), lengths[0]
+    assert pages >= 5 and lengths[-1] < length  # a shorter last page: its run is padded to it alone
     wide, one, two = encoder_runs(1 << 20), encoder_runs(1), encoder_runs(2 * length + 1)
-    assert wide[0] == -(-pages // 8) and one[0] == pages and two[0] == -(-pages // 2)
+    assert len(wide[0]) == -(-pages // 8) and len(one[0]) == pages and len(two[0]) <= -(-pages // 2)
+    assert [shape[1] for shape in one[0]] == lengths  # longest first, each run as long as its unit
+    assert all(units_in * tokens <= 2 * length + 1 for units_in, tokens in two[0])
     assert wide[1] == one[1] == two[1]
 
 

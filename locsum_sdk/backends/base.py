@@ -99,33 +99,61 @@ def length_axes(encoder: Any) -> dict[str, int]:
             for t in encoder.outputs if t.name != ENCODER_HIDDEN}
 
 
-def encode_through_cache(batch: UnitBatch, layout: Any, size: int, cache: UnitCache, identity: str,
-                         axes: dict[str, int], encode: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-                         write: Callable[[int, str, np.ndarray], None]) -> None:
-    """Encode the units of `batch` (a layout whose units are encoded alone) through `cache`: a unit found there is
-    written from it; the others are encoded together in runs of at most `size` units and stored.
+Encode = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # one run's inputs -> its cross outputs by name
+Write = Callable[[int, str, np.ndarray], None]  # (grid row, output name, one unit's array) into a session's grid
+
+
+def length_runs(lengths: Sequence[int], size_of: Callable[[int], int]) -> list[list[int]]:
+    """Units (indices into `lengths`) in encoder runs of like lengths: longest first (equal lengths in their order),
+    each run as many units as `size_of(its longest unit's tokens)` takes, at least one."""
+    order = sorted(range(len(lengths)), key=lambda unit: -lengths[unit])
+    runs, start = [], 0
+    while start < len(order):
+        size = max(1, size_of(int(lengths[order[start]])))
+        runs.append(order[start : start + size])
+        start += size
+    return runs
+
+
+def encode_units(batch: UnitBatch, layout: Any, units: Sequence[int], size_of: Callable[[int], int],
+                 axes: dict[str, int], encode: Encode, write: Write,
+                 store: Callable[[int, dict[str, np.ndarray]], None] | None = None) -> None:
+    """Encode real units `units` of `batch` (a layout whose units are encoded alone) in runs of like lengths
+    (`length_runs`), each run padded to its own longest unit, not the batch's, and write each unit's arrays, trimmed
+    to its tokens along `axes[name]`, into its grid row; `store(unit, arrays)` keeps them (a unit cache).
 
     encode(inputs): one run's cross outputs by name, host arrays with a row per unit; write(grid row, name, array):
-    put one unit's array, trimmed to its tokens along `axes[name]`, in the session's grid."""
+    put one unit's array in the session's grid (whose rows past a unit's tokens stay as they were: masked)."""
     lengths = batch.attention_mask.sum(axis=1)
-    missing = []
-    for unit, row in enumerate(batch.grid_rows):
-        key = UnitCache.key(identity, batch.input_ids[unit, : lengths[unit]])
-        arrays = cache.get(key)
-        if arrays is None:
-            missing.append((unit, int(row), key))
-            continue
-        for name, array in arrays.items():
-            write(int(row), name, array)
-    for start in range(0, len(missing), size):
-        run = missing[start : start + size]
-        outputs = encode(layout.encoder_inputs(batch.subset([unit for unit, _, _ in run]), 0, len(run)))
-        for i, (unit, row, key) in enumerate(run):
+    rows = batch.grid_rows
+    for run in length_runs([int(lengths[unit]) for unit in units], size_of):
+        chosen = [units[i] for i in run]
+        outputs = encode(layout.encoder_inputs(batch.subset(chosen), 0, len(chosen)))
+        for i, unit in enumerate(chosen):
             arrays = {name: outputs[name][(i, *[slice(None)] * axis, slice(0, lengths[unit]))]
                       for name, axis in axes.items()}
             for name, array in arrays.items():
-                write(row, name, array)
-            cache.put(key, arrays)
+                write(int(rows[unit]), name, array)
+            if store is not None:
+                store(unit, arrays)
+
+
+def encode_through_cache(batch: UnitBatch, layout: Any, size_of: Callable[[int], int], cache: UnitCache,
+                         identity: str, axes: dict[str, int], encode: Encode, write: Write) -> None:
+    """Encode the units of `batch` (a layout whose units are encoded alone) through `cache`: a unit found there is
+    written from it; the others are encoded together (`encode_units`, runs of `size_of(length)` units) and stored."""
+    lengths = batch.attention_mask.sum(axis=1)
+    missing, keys = [], {}
+    for unit, row in enumerate(batch.grid_rows):
+        keys[unit] = UnitCache.key(identity, batch.input_ids[unit, : lengths[unit]])
+        arrays = cache.get(keys[unit])
+        if arrays is None:
+            missing.append(unit)
+            continue
+        for name, array in arrays.items():
+            write(int(row), name, array)
+    encode_units(batch, layout, missing, size_of, axes, encode, write,
+                 lambda unit, arrays: cache.put(keys[unit], arrays))
 
 
 def write_unit(grid: Any, row: int, axis: int, array: Any) -> None:

@@ -158,8 +158,8 @@ class TorchSession:
             write_unit(self.cross[layer][which], row, axes[name],
                        self.torch.tensor(array, device=backend.device))  # cached arrays are read-only
 
-        encode_through_cache(self.batch, backend.kind.layout, unit_batch_size, cache, backend.identity, axes,
-                             encode, write)
+        encode_through_cache(self.batch, backend.kind.layout, lambda tokens: unit_batch_size, cache, backend.identity,
+                             axes, encode, write)
 
     def step(self, tokens: np.ndarray, beam_index: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         torch = self.torch
