@@ -30,7 +30,7 @@ from locsum_sdk.errors import BundleNotFoundError
 ROUNDS = 3
 THREADS = 2
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = "\n".join((Path(__file__).resolve().parents[1] / "examples" / "meeting.txt").read_text().splitlines()[:20])
+TEXT = "\n".join((ROOT / "examples" / "meeting.txt").read_text().splitlines()[:20])
 
 
 def load(kept: bool, monkeypatch) -> tuple[float, Summarizer]:
@@ -107,18 +107,10 @@ def test_kept_graphs_with_prepacked_weights(monkeypatch, tmp_path):
         for form in forms if index % 2 == 0 else forms[::-1]:
             runs[form].append(child(form, text_file))
 
-    def median(form: str, *keys: str) -> float:
-        values = []
-        for run in runs[form]:
-            value = run
-            for key in keys:
-                value = value[key]
-            values.append(value)
-        return statistics.median(values)
-
-    figures = {form: {"load_s": median(form, "load_s"),
-                      **{f"{when}_{kind}_mib": median(form, when, kind) for when in ("after_load", "after_summary")
-                         for kind in ("RssAnon", "RssFile")}} for form in forms}
+    figures = {form: {"load_s": statistics.median(run["load_s"] for run in runs[form]),
+                      **{f"{when}_{kind}_mib": statistics.median(run[when][kind] for run in runs[form])
+                         for when in ("after_load", "after_summary") for kind in ("RssAnon", "RssFile")}}
+               for form in forms}
     same = len({tuple(run["tokens"]) for form in forms for run in runs[form]}) == 1
     plain, packed = figures["plain"], figures["prepacked"]
     print(f"\nkept graphs, plain / with prepacked weights (median of {ROUNDS} fresh processes each, in turns): load "

@@ -62,23 +62,12 @@ def samples(texts: Sequence[str], limit: int = SAMPLE_CHARACTERS) -> list[str]:
 
 def letter_scripts(texts: Sequence[str], limit: int = SAMPLE_CHARACTERS) -> Counter[str]:
     """How many letters of `texts` (`samples`) each script has."""
-    counts: Counter[str] = Counter()
-    for text in samples(texts, limit):
-        for character, count in Counter(text).items():
-            script = script_of(character)
-            if script is not None:
-                counts[script] += count
-    return counts
+    return _scripts_of(samples(texts, limit))
 
 
 def known_scripts(words: Iterable[str]) -> frozenset[str]:
     """The scripts of a word list (a bundle's `words.txt`): those holding at least KNOWN_SHARE of its letters."""
-    counts: Counter[str] = Counter()
-    for word in words:
-        for character in word:
-            script = script_of(character)
-            if script is not None:
-                counts[script] += 1
+    counts = _scripts_of(words)
     total = sum(counts.values())
     return frozenset(script for script, count in counts.items() if count >= KNOWN_SHARE * total)
 
@@ -140,6 +129,17 @@ def uncommon(texts: Sequence[str], common: WordList) -> Uncommon | None:
         return None
     share = sum(count for word, count in counts.items() if common.has_word(word)) / total
     return Uncommon(share, total) if share < COMMON_FLOOR else None
+
+
+def _scripts_of(texts: Iterable[str]) -> Counter[str]:
+    """How many letters of `texts`, read whole, each script has."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        for character, count in Counter(text).items():
+            script = script_of(character)
+            if script is not None:
+                counts[script] += count
+    return counts
 
 
 def _title(script: str) -> str:

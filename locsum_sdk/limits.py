@@ -121,7 +121,7 @@ def within_tokens(items: list[list[Unit]], options: LimitOptions, queries: Seque
 
 def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: Sequence[int],
                    unit_tokens: str) -> list[Unit]:
-    tokens = sum(len(u.text_ids) for u in units)
+    tokens = _tokens(units)
     if tokens <= options.max_tokens:
         return units
     if not options.truncate:
@@ -135,9 +135,14 @@ def _within_tokens(index: int, units: list[Unit], options: LimitOptions, query: 
             f"input {index}: no page fits max_tokens={options.max_tokens} (the smallest page has "
             f"{min(len(u.text_ids) for u in units)} tokens); raise max_tokens or lower {unit_tokens}"
         )
-    logger.warning("input %d truncated: kept %d of %d pages (%d of %d tokens, select=%s)", index, len(kept),
-                   len(units), sum(len(u.text_ids) for u in kept), tokens, options.select)
+    logger.warning("input %d truncated: %s", index, _kept_text(kept, units, options.select))
     return kept
+
+
+def _kept_text(kept: list[Unit], units: list[Unit], select: str) -> str:
+    """How much of an input's `units` a limit `kept`: "kept 4 of 11 pages (1936 of 5314 tokens, select=tfidf)"."""
+    return (f"kept {len(kept)} of {len(units)} pages ({_tokens(kept)} of {_tokens(units)} tokens, "
+            f"select={select})")
 
 
 def truncation(before: list[Unit], after: list[Unit], options: LimitOptions) -> list[str]:
@@ -145,11 +150,13 @@ def truncation(before: list[Unit], after: list[Unit], options: LimitOptions) -> 
     which limit cut it and how much of it was kept."""
     if len(after) == len(before):
         return []
-    tokens = [sum(len(u.text_ids) for u in units) for units in (after, before)]
-    limit, advice = ((f"max_tokens={options.max_tokens}", "raise max_tokens") if tokens[1] > options.max_tokens
+    limit, advice = ((f"max_tokens={options.max_tokens}", "raise max_tokens") if _tokens(before) > options.max_tokens
                      else ("the memory limit", "raise memory_limit or lower num_beams"))
-    return [f"truncated to fit {limit}: kept {len(after)} of {len(before)} pages ({tokens[0]} of {tokens[1]} tokens, "
-            f"select={options.select}); {advice} to read all of it"]
+    return [f"truncated to fit {limit}: {_kept_text(after, before, options.select)}; {advice} to read all of it"]
+
+
+def _tokens(units: list[Unit]) -> int:
+    return sum(len(u.text_ids) for u in units)
 
 
 def _widest_fitting(estimate: Estimate, batch: int, width: int, length: int, limit: int) -> int:

@@ -49,7 +49,7 @@ COMMON = default_common_words()
     (GERMAN, False),  # too few words to say
 ])
 def test_an_input_with_few_of_the_bundles_common_words_is_found(text, flagged):
-    result = uncommon([text], default_common_words())
+    result = uncommon([text], COMMON)
     assert (result is not None) == flagged
     if flagged:
         assert result.share < COMMON_FLOOR and result.words >= 100
@@ -117,7 +117,7 @@ def test_any_text_is_checked_without_error(texts):
 def summarizer(bundle_dir):
     loaded = Summarizer.from_pretrained(bundle_dir, threads=1)
     return Summarizer(loaded.backend, loaded.tokenizer, loaded.special, loaded.defaults, loaded.model,
-                      words=WordList(ENGLISH.lower().replace(".", "").split()), common_words=default_common_words())
+                      words=WordList(ENGLISH.lower().replace(".", "").split()), common_words=COMMON)
 
 
 def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
