@@ -114,7 +114,8 @@ ADDED_SETTINGS = ("model.copy", "model.lora_rank", "model.lora_alpha",  # lora: 
                   "model.head_size", "model.attention_bias", "model.output_bias", "model.mlp_bias",
                   "model.tie_embeddings", "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor",
                   "model.rope_high_freq_factor", "model.rope_original_positions", "model.instruction",
-                  "model.question", "model.rope_divisors")
+                  "model.question", "model.rope_divisors",
+                  "model.unit_rows")  # a Llama HierEncDec's step read the units' caches beside its slot cache
 
 
 def _missing_settings(expected: dict[str, Any], given: dict[str, Any], prefix: str = "model.") -> list[str]:

@@ -38,6 +38,24 @@ def cross_value(layer: int) -> str:
     return f"cross_value.{layer}"  # (N, H, L, d)
 
 
+def unit_key(layer: int) -> str:
+    # (N, H, C, d): a unit row (`modeling.fused_unit_rows`): the unit's keys, then the summary's; the encoder writes
+    # the unit's (N, H, L, d)
+    return f"unit_key.{layer}"
+
+
+def unit_value(layer: int) -> str:
+    return f"unit_value.{layer}"  # as unit_key
+
+
+def present_unit_key(layer: int) -> str:
+    return f"present_unit_key.{layer}"  # unit_key with the new token's key written: bound to its buffer
+
+
+def present_unit_value(layer: int) -> str:
+    return f"present_unit_value.{layer}"  # as present_unit_key
+
+
 def past_key(layer: int) -> str:
     # (N, H, K, C, d): K beam slots of C positions; layer 0: (B, H, K, C, d), shared by the units of an item
     return f"past_key.{layer}"

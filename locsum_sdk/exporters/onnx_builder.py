@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 MS = "com.microsoft"
 ELEMENT_TYPES = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
-                 "bool": TensorProto.BOOL}
+                 "bool": TensorProto.BOOL, "int8": TensorProto.INT8}
 
 
 class GraphBuilder:

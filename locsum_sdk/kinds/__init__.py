@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from ..backends.base import UnitBatch
 
 BART = "bart"
-ONNX_TYPES = {"int64": "int64", "int32": "int32", "float32": "float", "bool": "bool"}  # dtype -> ONNX element type name
+# dtype -> ONNX element type name
+ONNX_TYPES = {"int64": "int64", "int32": "int32", "float32": "float", "bool": "bool", "int8": "int8"}
 DTYPES = tuple(ONNX_TYPES)
 
 
@@ -78,6 +79,33 @@ def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:
     """Every decoder layer's cross key (rows, H, d, L) and value (rows, H, L, d), as the encoder writes them."""
     return tuple(t for i in range(layers) for t in (TensorIO(C.cross_key(i), "float32", {0: rows, 3: "length"}),
                                                     TensorIO(C.cross_value(i), "float32", {0: rows, 2: "length"})))
+
+
+def unit_rows(layers: int, rows: str, dtype: str, prefix: str = "") -> tuple[TensorIO, ...]:
+    """Every layer's unit key and value rows (rows, H, `rows`'s length, d) of the unit-row step
+    (`modeling.fused_unit_rows`): "length" as the encoder writes them, "capacity" as the decoder reads them;
+    `prefix` "present_" names the decoder's outputs."""
+    names = (C.unit_key, C.unit_value) if not prefix else (C.present_unit_key, C.present_unit_value)
+    axis = "length" if rows != "capacity" else "capacity"
+    first = "units" if rows != "capacity" else "rows"
+    return tuple(TensorIO(name(i), dtype, {0: first, 2: axis}) for i in range(layers) for name in names)
+
+
+def unit_rows_step(layers: int, dtype: str) -> GraphIO:
+    """decoder.onnx of the unit-row step: the beams' last tokens, the units' masks, `position` and every layer's
+    unit rows (B*K*U, H, C, d), each bound as its `present_unit_*` too; `log_probs` and `unit_weights` as the step
+    contract's."""
+    return GraphIO(
+        C.DECODER_FILE,
+        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
+                TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
+                TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+                TensorIO(C.POSITION, "int64", {}),
+                *unit_rows(layers, "capacity", dtype)),
+        outputs=(TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
+                 TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}),
+                 *unit_rows(layers, "capacity", dtype, prefix="present_")),
+    )
 
 
 def step_graph(layers: int, cache_rows: Callable[[int], str], copy: bool = False) -> GraphIO:

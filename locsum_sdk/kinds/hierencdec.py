@@ -13,7 +13,7 @@ the decoder holds no `locsum` function there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..memory import FLOAT, attention_scores, copy_scatter, encoder_pass, lm_hea
 from ..modeling.config import StepShape, step_shape
 from ..modeling.llama_config import BACKBONE as LLAMA
 from ..units import Pager, PagingOptions
-from . import BART, GraphIO, Kind, TensorIO, cross_outputs, register, step_graph
+from . import BART, GraphIO, Kind, TensorIO, cross_outputs, register, step_graph, unit_rows, unit_rows_step
 from .pagesum import PageSumLayout
 from .pagesum import graphs as per_unit_graphs
 
@@ -50,6 +50,11 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
                 TensorIO(C.UNIT_MASK, "bool", {0: "items", 1: "units"})),
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
     )
+    rows = model.get("unit_rows", 0)
+    if rows:  # each unit's keys and values with the summary's after them (`modeling.fused_unit_rows`)
+        dtype = "int8" if rows == 8 else "float32"
+        encoder = replace(encoder, outputs=(*encoder.outputs[:1], *unit_rows(layers, "units", dtype)))
+        return {"encoder": encoder, "decoder": unit_rows_step(layers, dtype)}
     # one decoder per item: a cache row per item in every layer
     decoder = step_graph(layers, lambda i: "batch", model.get("copy", False))
     return {"encoder": encoder, "decoder": decoder}

@@ -371,12 +371,13 @@ class Backbone:
         return self.g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
 
 
-Step = Callable[[Backbone, nn.Module], onnx.ModelProto]
-STEPS: dict[str, Step] = {}
+Step = Callable[..., onnx.ModelProto]  # (backbone, model[, unit scales]) -> the step graph
+STEPS: dict[tuple[str, str], Step] = {}  # (kind, form) -> the function writing its step
+FORMS = {0: "slots", 32: "rows", 8: "rows"}  # a Llama config's unit_rows -> the step's form
 
 
-def register_step(kind: str, step: Step) -> Step:
-    STEPS[kind] = step
+def register_step(kind: str, step: Step, form: str = "slots") -> Step:
+    STEPS[kind, form] = step
     return step
 
 
@@ -387,25 +388,29 @@ def check_fusable(model: nn.Module) -> None:
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if module.name.startswith("fused_") and module.name != "fused_llama":
             importlib.import_module(f"{package}.{module.name}")
-    if model.kind not in STEPS:
-        raise ExportError(f"no fused step is written for {model.kind!r} ({', '.join(sorted(STEPS))} have one); "
-                          "export it with quantize int8")
+    form = FORMS[getattr(model.config, "unit_rows", 0)]
+    if (model.kind, form) not in STEPS:
+        written = sorted(f"{kind} ({shape})" for kind, shape in STEPS)
+        raise ExportError(f"no fused step is written for {model.kind!r} in the {form} form ({', '.join(written)} "
+                          "have one); export it with quantize int8")
     if not isinstance(getattr(model, "model", None), Llama):
         raise ExportError(f"the fused step runs {model.kind} on a Llama backbone; this one is on "
                           f"{model.config.to_dict().get('backbone', 'bart')}: export it with quantize int8")
 
 
 def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4, accuracy: int = ACCURACY,
-               merge: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+               merge: bool = True, unit_scales: np.ndarray | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
     the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
-    `modeling.fused_<kind>`, which registers it (`register_step`). `merge`: adapters merged into the weights that
-    are quantized here (`projection`); False keeps every adapter beside its projection."""
+    `modeling.fused_<kind>`, which registers it (`register_step`) in the form its config's `unit_rows` names.
+    `merge`: adapters merged into the weights that are quantized here (`projection`); False keeps every adapter
+    beside its projection. `unit_scales`: int8 unit rows' scales (`fused_unit_rows`)."""
     check_fusable(model)
     source = BlockSource(gguf, bits, merge)
     g = GraphBuilder(f"{model.kind}_step")
     backbone = Backbone(g, model.model, source, accuracy)
-    graph = STEPS[model.kind](backbone, model)
+    form = FORMS[getattr(model.config, "unit_rows", 0)]
+    graph = STEPS[model.kind, form](backbone, model, *([unit_scales] if form == "rows" else []))
     check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
     if backbone.adapters:
         onnx.helper.set_model_props(graph, {ADAPTERS: json.dumps(backbone.adapters)})

@@ -13,6 +13,7 @@ from .config import from_fields
 
 BACKBONE = "llama"
 FRAME = ("unit_head", "unit_tail", "query_head", "query_tail")
+UNIT_ROWS = (0, 32, 8)  # the fused step's unit-row forms: none, float32 rows, int8 rows
 ROPE_TYPES = ("default", "linear", "llama3")  # rotary position scalings (HF's `rope_scaling.rope_type`)
 
 
@@ -58,6 +59,9 @@ class LlamaConfig:
     question: str = ""  # a query; recorded for the reader of a manifest (the frame's ids above are what runs)
     lora_rank: int = 0  # > 0: every projection of the layers has a low-rank adapter of this rank (`modeling.lora`)
     lora_alpha: float = 16.0  # the adapters' scale is lora_alpha / lora_rank
+    unit_rows: int = 0  # HierEncDec's fused step: 0 reads the units' caches beside the summary's own slot cache;
+    # 32 or 8 holds each unit's keys and values, then the summary's, in one row per unit, float32 or int8
+    # (`modeling.fused_unit_rows`)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "layers", "heads", "kv_heads", "ffn_dim", "max_positions"):
@@ -73,6 +77,9 @@ class LlamaConfig:
             object.__setattr__(self, name, tuple(value))  # JSON's lists
         check_int("model.lora_rank", self.lora_rank, 0, min(self.d_model, self.ffn_dim), error=BundleError)
         check_float("model.lora_alpha", self.lora_alpha, 0.0, error=BundleError)
+        check_int("model.unit_rows", self.unit_rows, 0, error=BundleError)
+        if self.unit_rows not in UNIT_ROWS:
+            raise BundleError(f"model.unit_rows={self.unit_rows} is not accepted; it must be one of {list(UNIT_ROWS)}")
         check_float("model.rope_base", self.rope_base, 1.0, error=BundleError)
         check_float("model.rms_eps", self.rms_eps, 0.0, 1.0, error=BundleError)
         for name in ("attention_bias", "output_bias", "mlp_bias", "tie_embeddings"):

@@ -1,0 +1,120 @@
+"""The unit-row step (`modeling.fused_unit_rows`): each unit's keys and values with the summary's after them, one
+GroupQueryAttention a layer, equal to HierEncDec's torch step.
+
+Tolerances: float32 rows with MatMulNBits computing in float32 (accuracy level 0) are the torch maths, so
+log-probabilities agree to 1e-4 of their largest magnitude (the operator's own softmax and rotation round apart from
+torch's: 4e-4 of 16 seen), greedy choices exactly and document weights to 1e-5; int8 rows (per-channel scales twice
+the largest magnitude the units hold) only closely."""
+
+from dataclasses import replace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from conftest import LLAMA_FRAME, random_model, tiny_llama_config
+from test_fused_step import VOCAB, block_rounded, tiny
+
+from locsum_sdk import constants as C
+from locsum_sdk.errors import BundleError, ExportError
+from locsum_sdk.modeling.fused_llama import fused_step
+from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
+from locsum_sdk.modeling.llama_config import LlamaConfig
+
+
+def rows_model(rows: int, std: float = 0.3) -> LlamaHierEncDec:
+    """A two-layer HierEncDec of heads of 16 (GroupQueryAttention's narrowest) on block-rounded weights."""
+    config = tiny_llama_config(VOCAB, d_model=64, lora_rank=4, lora_alpha=8.0, unit_rows=rows, **LLAMA_FRAME)
+    return block_rounded(random_model(lambda: LlamaHierEncDec(config), std=std))
+
+
+def unit_scales(cross, margin: float = 2.0) -> np.ndarray:
+    """(layers, 2, KV, d): each layer's largest key and value magnitude per channel, times `margin`, over 127."""
+    keys = np.stack([k.abs().amax(dim=(0, 3)).numpy() for k, _ in cross])  # key_t (N, KV, d, L)
+    values = np.stack([v.abs().amax(dim=(0, 2)).numpy() for _, v in cross])  # (N, KV, L, d)
+    return (np.stack([keys, values], axis=1) * margin / 127).astype(np.float32)
+
+
+def run_rows(net, accuracy: int, steps: int = 5, beams: int = 2):
+    """Decode `steps` positions of 2 items of up to 3 documents (one padding document, padded tails), each beam its
+    own history, in torch (slot caches) and in the unit-row graph -> per step (torch log-probs, graph log-probs,
+    torch weights, graph weights)."""
+    cfg = net.config
+    items, units, length, capacity = 2, 3, 9, steps
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (items * units, length), generator=g)
+    mask = torch.ones(items * units, length, dtype=torch.long)
+    mask[1, 6:], mask[4, 3:], mask[5, :] = 0, 0, 0
+    unit_mask = torch.tensor([[True, True, True], [True, True, False]])
+    with torch.no_grad():
+        _, cross = net.encode(ids, mask)
+    scales = unit_scales(cross) if cfg.unit_rows == 8 else None
+    graph, _ = fused_step(net, accuracy=accuracy, unit_scales=scales)
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    shape = (items, cfg.kv_heads, beams, capacity, cfg.head_dim)
+    cache = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.layers)]
+    rows = []  # (B*K*U, KV, L + C, d): each beam of an item its own copy of the item's documents
+    for key_t, value in cross:
+        pair = []
+        for part in (key_t.transpose(2, 3), value):
+            grid = part.numpy().reshape(items, 1, units, cfg.kv_heads, length, cfg.head_dim)
+            grid = np.repeat(grid, beams, axis=1).reshape(-1, cfg.kv_heads, length, cfg.head_dim)
+            if scales is not None:
+                scale = scales[len(rows), len(pair)].reshape(1, cfg.kv_heads, 1, cfg.head_dim)
+                grid = np.clip(np.rint(grid / scale), -127, 127).astype(np.int8)
+            pair.append(np.concatenate([grid, np.zeros((*grid.shape[:2], capacity, cfg.head_dim), grid.dtype)], 2))
+        rows.append(pair)
+    slots = -np.ones((items, beams, capacity), np.int64)
+    results = []
+    for position in range(steps):
+        tokens = torch.randint(5, VOCAB, (items, beams), generator=g)
+        slots[:, :, position] = np.arange(beams)
+        with torch.no_grad():
+            log_probs, weights = net.step(tokens, unit_mask, mask, torch.tensor([position]), torch.from_numpy(slots),
+                                          cache, cross)
+        feeds = {C.INPUT_IDS: tokens.numpy(), C.UNIT_MASK: unit_mask.numpy(), C.ENCODER_ATTENTION_MASK: mask.numpy(),
+                 C.POSITION: np.array([position])}
+        for i in range(cfg.layers):
+            feeds[C.unit_key(i)], feeds[C.unit_value(i)] = rows[i]
+        outputs = dict(zip(names, session.run(None, feeds)))
+        for i in range(cfg.layers):
+            rows[i] = [outputs[C.present_unit_key(i)], outputs[C.present_unit_value(i)]]
+        results.append((log_probs.numpy(), outputs[C.LOG_PROBS], weights.numpy(), outputs[C.UNIT_WEIGHTS]))
+    return results
+
+
+def test_float_unit_rows_are_the_torch_step():
+    """Every document's attention joined with the summary's in one operator, the documents weighed by their text's
+    share of one softmax: the torch step's log-probabilities, greedy choices and document weights (padding
+    documents weigh exactly 0)."""
+    results = run_rows(rows_model(32), accuracy=0)
+    for expected, got, expected_weights, got_weights in results:
+        assert np.abs(got - expected).max() < 1e-4 * np.abs(expected).max()
+        assert np.array_equal(got.argmax(-1), expected.argmax(-1))
+        assert np.abs(got_weights - expected_weights).max() < 1e-5
+        assert np.all(got_weights[1, 2] == 0)
+
+
+def test_int8_unit_rows_stay_close():
+    results = run_rows(rows_model(8, std=0.05), accuracy=4)
+    for expected, got, expected_weights, got_weights in results:
+        assert np.abs(np.exp(got) - np.exp(expected)).max() < 0.03
+        assert np.abs(got_weights - expected_weights).max() < 0.03
+
+
+def test_int8_unit_rows_need_their_scales():
+    with pytest.raises(ExportError, match="scales"):
+        fused_step(rows_model(8), accuracy=0)
+
+
+def test_unit_rows_of_heads_narrower_than_16_are_refused():
+    net = tiny()
+    net.config = replace(net.config, unit_rows=32)
+    with pytest.raises(ExportError, match="multiple of 16"):
+        fused_step(net, accuracy=0)
+
+
+def test_an_unknown_unit_row_form_is_refused():
+    with pytest.raises(BundleError, match="unit_rows"):
+        LlamaConfig(unit_rows=16)
