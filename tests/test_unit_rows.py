@@ -9,6 +9,7 @@ the largest magnitude the units hold) only closely."""
 from dataclasses import replace
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -16,7 +17,7 @@ from conftest import LLAMA_FRAME, random_model, tiny_llama_config
 from test_fused_step import VOCAB, block_rounded, tiny
 
 from locsum_sdk import constants as C
-from locsum_sdk.errors import BundleError, ExportError
+from locsum_sdk.errors import BundleError, ExportError, OptionError
 from locsum_sdk.modeling.fused_llama import fused_step
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llama_config import LlamaConfig
@@ -118,3 +119,54 @@ def test_unit_rows_of_heads_narrower_than_16_are_refused():
 def test_an_unknown_unit_row_form_is_refused():
     with pytest.raises(BundleError, match="unit_rows"):
         LlamaConfig(unit_rows=16)
+
+
+def test_unit_row_bundles_summarize_as_the_slot_step_does(tokenizer_file, tmp_path, monkeypatch):
+    """A HierEncDec fine-tuned from a GGUF exported three ways with quantize "blocks": the slot step, float32 unit
+    rows and int8 unit rows (calibrated on text like the input's). The encoder of a row bundle writes (units, H, L,
+    d) rows, int8 with the step's scales; greedy and with crossing beams, float32 rows write the slot step's
+    summary and int8 rows nearly so; the int8 rows hold a quarter of the float32 rows' bytes."""
+    from gguf_files import adapted_llm, write_gguf
+
+    from locsum_sdk import Summarizer
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    loaded, net = adapted_llm(path)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    text = ("The roof leaks over the hall. The budget is short this year. Anna will ask the council for more. " * 12,
+            "The school opens in May. Ben plans the new classes and the teachers agree. " * 9)
+    bundles = {rows: export_onnx(saved, tmp_path / f"rows{rows}", quantize="blocks", model_files=[path],
+                                 unit_rows=rows, calibration=text)
+               for rows in (0, 32, 8)}
+    encoder = onnx.load(str(bundles[8].file(C.ENCODER_FILE)), load_external_data=False)
+    outputs = {o.name: o.type.tensor_type.elem_type for o in encoder.graph.output}
+    assert outputs[C.unit_key(0)] == onnx.TensorProto.INT8 and C.cross_key(0) not in outputs
+    for options in ({"max_length": 16, "min_length": 16, "whole_sentences": False},
+                    {"max_length": 12, "min_length": 12, "whole_sentences": False, "num_beams": 3}):
+        summaries = {rows: Summarizer.from_pretrained(bundle.path, threads=1).summarize(list(text), **options)
+                     for rows, bundle in bundles.items()}
+        assert summaries[32].token_ids == summaries[0].token_ids
+        agree = sum(a == b for a, b in zip(summaries[8].token_ids, summaries[0].token_ids))
+        assert agree >= 0.75 * len(summaries[0].token_ids)
+        assert np.abs(summaries[32].unit_weights - summaries[0].unit_weights).max() < 1e-3
+
+
+def test_int8_unit_rows_need_calibration_text(tokenizer_file, tmp_path):
+    from gguf_files import adapted_llm, write_gguf
+
+    from locsum_sdk.exporters.onnx import export_onnx
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    loaded, net = adapted_llm(path)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    with pytest.raises(ExportError, match="calibration text"):
+        export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[path], unit_rows=8)
+    with pytest.raises(ExportError, match="quantize blocks"):
+        export_onnx(saved, tmp_path / "bundle", model_files=[path], unit_rows=32)
+    with pytest.raises(OptionError, match="unit_rows=16"):
+        export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[path], unit_rows=16)
+    assert not (tmp_path / "bundle").exists()

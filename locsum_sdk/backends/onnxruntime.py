@@ -45,6 +45,7 @@ from .base import (
     scatter_top,
     write_unit,
 )
+from .unit_rows import UnitRowsSession, is_unit_rows
 
 logger = logging.getLogger("locsum_sdk")
 CUDA = "CUDAExecutionProvider"
@@ -111,12 +112,18 @@ class OnnxRuntimeBackend:
         device: "cpu", "cuda" (the CUDA execution provider of onnxruntime-gpu) or "auto" (cuda where available)."""
         ort = _import_ort()
         self.ort, self.bundle = ort, bundle
-        self.device = _device(ort, device, providers)
-        if providers is None and self.device == "cuda":
-            providers = [CUDA, "CPUExecutionProvider"]
         self.config = bundle.manifest.model
         # its graphs' IO and how a session binds them, on the model's backbone
         self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
+        self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
+        self.device = _device(ort, device, providers)
+        if self.device == "cuda" and is_unit_rows(self.graphs["decoder"]):
+            if device == "cuda":
+                raise BackendUnavailableError("device='cuda': a bundle whose step reads unit rows runs on the CPU "
+                                              "here; pass device='cpu'")
+            self.device = "cpu"
+        if providers is None and self.device == "cuda":
+            providers = [CUDA, "CPUExecutionProvider"]
         self.shape = step_shape(self.config)
         self.layers = self.shape.layers
         self.threads = threads or default_threads()
@@ -130,7 +137,6 @@ class OnnxRuntimeBackend:
         # one encoder run's activations higher (bart-base, 8 pages of 1024 tokens: 2168 MB instead of 1740, no
         # slower without it); the arena alone reuses the chunks.
         # A selection graph (ranker, extractor) runs before the encoder as the encoder does.
-        self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
         self.sessions = self._sessions()
         if self.device == "cuda" and CUDA not in self.sessions["decoder"].get_providers():
             self._without_cuda(device)
@@ -189,8 +195,22 @@ class OnnxRuntimeBackend:
         return session
 
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
-              cache: UnitCache | None = None) -> OnnxRuntimeSession:
+              cache: UnitCache | None = None) -> OnnxRuntimeSession | UnitRowsSession:
+        if is_unit_rows(self.graphs["decoder"]):
+            return UnitRowsSession(self, batch, beams, lambda tokens: units_per_run(unit_batch_size, tokens), cache)
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size, cache)
+
+    def encoded(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One encoder run's cross outputs by name, host arrays (for units written into a grid one by one)."""
+        names = [t.name for t in self.graphs["encoder"].outputs if t.name != C.ENCODER_HIDDEN]
+        try:
+            values = self.encoder.run(names, {k: np.ascontiguousarray(v) for k, v in inputs.items()})
+        except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
+            raise BackendError(f"onnxruntime failed running the encoder ({err})") from None
+        return dict(zip(names, values))
+
+    def run_decoder(self, binding) -> None:
+        _run(self.decoder, binding, "decoder")
 
     def free_memory(self) -> int | None:
         """On CUDA the GPU's free memory (read through cuda-python; where it is missing, this machine's available
@@ -241,7 +261,7 @@ class OnnxRuntimeSession:
             self._encode_cached(size_of, cache)
         elif self.device == "cpu" and self.layout.units_alone:
             axes = length_axes(backend.graphs["encoder"])
-            encode_units(batch, self.layout, range(len(batch.input_ids)), size_of, axes, self._encoded,
+            encode_units(batch, self.layout, range(len(batch.input_ids)), size_of, axes, self.backend.encoded,
                          lambda row, name, array: write_unit(self.cross[name], row, axes[name], array))
         else:
             self._encode(size_of(length))
@@ -311,19 +331,10 @@ class OnnxRuntimeSession:
                 binding.bind_output(name, self.device, 0, np.float32, shape, self._pointer(buffer) + offset)
             _run(encoder, binding, "encoder")
 
-    def _encoded(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One encoder run's cross outputs by name, host arrays (for units written into the grid one by one)."""
-        names = list(self.cross)
-        try:
-            values = self.backend.encoder.run(names, {k: np.ascontiguousarray(v) for k, v in inputs.items()})
-        except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
-            raise BackendError(f"onnxruntime failed running the encoder ({err})") from None
-        return dict(zip(names, values))
-
     def _encode_cached(self, size_of: Callable[[int], int], cache: UnitCache) -> None:
         """Units found in `cache` are copied into the grid; the others are encoded, copied there and stored."""
         axes = length_axes(self.backend.graphs["encoder"])
-        encode_through_cache(self.batch, self.layout, size_of, cache, self.backend.identity, axes, self._encoded,
+        encode_through_cache(self.batch, self.layout, size_of, cache, self.backend.identity, axes, self.backend.encoded,
                              lambda row, name, array: write_unit(self.cross[name], row, axes[name], array))
 
     def _bind_cache(self) -> None:

@@ -25,6 +25,7 @@ from ..llm import is_llm
 from ..model_files import UserFile
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
+from ..modeling.llama_config import UNIT_ROWS
 from ..modeling.llm_checkpoint import load_llm
 from ..modeling.unit_attention import fuse
 from ..ops import page_combine
@@ -32,6 +33,7 @@ from ..options import checkpoint_defaults
 from ..packed import pack_directory
 from ..words import WordList
 from . import base_derived, graph_index, streamed
+from . import unit_rows as unit_rows_export
 from .low_rank import sum_as_gemm, up_projections
 from .packing import pack, tie_lm_head
 from .staging import staged
@@ -77,10 +79,11 @@ def quantize_int8(path: Path, float_adapters: bool = False) -> None:
     os.replace(target, path)
 
 
-def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | UserFile]) -> None:
+def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | UserFile], unit_rows: int = 0,
+                     unit_scales: Any = None) -> None:
     """Replace the decoder at `path` by the kind's fused step (`modeling.fused_llama`), its projections over the
     blocks of the first GGUF among `sources` where they are that file's, blocks quantized here (adapters merged in)
-    elsewhere."""
+    elsewhere; in the form `unit_rows` names (`modeling.fused_unit_rows`; int8 rows with `unit_scales`)."""
     import onnx
 
     from ..gguf_file import GGUFFile
@@ -88,7 +91,7 @@ def write_fused_step(path: Path, model: Any, sources: Sequence[BaseSource | User
     from ..modeling.fused_llama import fused_step
 
     gguf = next((GGUFFile(p) for p in (source.path() for source in sources) if is_gguf(p)), None)
-    graph, from_file = fused_step(model, gguf)
+    graph, from_file = fused_step(model, gguf, unit_rows=unit_rows, unit_scales=unit_scales)
     logger.info("%s: the fused step, %d nodes; %d projections are the blocks of %s", path.name, len(graph.graph.node),
                 len(from_file), gguf.path.name if gguf else "no file")
     onnx.save(graph, str(path))
@@ -155,10 +158,13 @@ def _beside(checkpoint: str | os.PathLike, name: str) -> Path | None:
 
 
 def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], sources: list[BaseSource | UserFile],
-                   quantize: str | None, atol: float, validate: bool) -> tuple[dict[str, Any], BaseRecord | None]:
+                   quantize: str | None, atol: float, validate: bool,
+                   rows: tuple[int, Any] = (0, None)) -> tuple[dict[str, Any], BaseRecord | None]:
     """Export each graph of `model` (in memory) to `work`, checked and compared with torch, quantized where asked;
     the weights that are pretrained tensors of `sources` go to base.bin with their recipes. Returns the manifest's
-    graphs and base.bin's record (None without sources)."""
+    graphs and base.bin's record (None without sources). `rows`: the fused step's unit rows and their scales
+    (`export_onnx`'s `unit_rows`); that step takes other inputs than the torch step: tests/test_unit_rows.py holds
+    it to the torch maths, not this comparison."""
     from ..modeling import graphs
 
     index = base_derived.SourceIndex(sources, blocks=quantize == "blocks") if sources else None
@@ -174,8 +180,9 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
             worst = written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
         fused = quantize == "blocks" and name == "decoder"
+        in_rows = fused and bool(rows[0])
         if fused:
-            write_fused_step(work / file, model, sources)
+            write_fused_step(work / file, model, sources, *rows)
         matches = base_derived.match_graph(work / file, index) if index else {}
         if quantize in QUANTIZATIONS and not fused:
             quantize_int8(work / file, float_adapters=name == "encoder")  # a step's adapters are read back as int8
@@ -184,9 +191,10 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
         if quantize in QUANTIZATIONS:
             if not fused:
                 check_graph(work / file, function)
-            if validate:
+            if validate and not in_rows:
                 written[name]["int8_max_abs_diff"] = compare_with_torch(work / file, spec, expected, float("inf"))
-        checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
+        if not in_rows:
+            checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
     record = base_derived.externalize(work, recipes, index) if index else None
     if record is not None and validate:
         for file, (spec, expected, tolerance) in checks.items():  # the graphs as they now read base.bin
@@ -211,6 +219,8 @@ def export_onnx(
     carry_weights: bool = False,
     model_files: Sequence[str | os.PathLike] = (),
     validate: bool = True,
+    unit_rows: int = 0,
+    calibration: Sequence[str] = (),
 ) -> Bundle:
     """Export a checkpoint (ours, an HF BART directory, a research file, or an LLM: an HF Llama-family directory
     or a GGUF file) to a bundle.
@@ -250,9 +260,15 @@ def export_onnx(
             float32 onto its own files is written without the model in memory (`exporters.streamed`: one tensor
             at a time); the comparison then needs the model's float32 size once, for torch and then for ONNX
             Runtime, which `validate=False` spares.
+        unit_rows: with quantize "blocks", a HierEncDec on a Llama backbone can run its step over unit rows
+            (`modeling.fused_unit_rows`): 32 in float32, 8 in int8 (a quarter of the units' memory), 0 (default)
+            beside a slot cache.
+        calibration: texts like the ones the bundle will read, for int8 unit rows' scales (`exporters.unit_rows`).
     """
     if quantize not in (None, *QUANTIZATIONS):
         raise ExportError(f"quantize={quantize!r} is not supported; use None or one of {QUANTIZATIONS}")
+    if unit_rows not in UNIT_ROWS or isinstance(unit_rows, bool):
+        raise OptionError(f"unit_rows={unit_rows!r} is not supported; use one of {list(UNIT_ROWS)}")
     from ..modeling import graphs, registry
 
     if kind is not None:
@@ -268,7 +284,7 @@ def export_onnx(
     if quantize == "blocks":
         from ..modeling.fused_llama import check_fusable
 
-        check_fusable(loaded.model)
+        check_fusable(loaded.model, unit_rows)
     tokenizer_file = Path(tokenizer) if tokenizer else loaded.tokenizer_file
     if tokenizer_file is None or not tokenizer_file.is_file():
         raise BundleNotFoundError(f"no tokenizer.json beside {checkpoint}; pass one with --tokenizer")
@@ -284,6 +300,10 @@ def export_onnx(
         raise OptionError(f"keywords={defaults.generation.keywords} needs a {C.COMMON_WORDS_FILE}: put the run's "
                           "beside the checkpoint or pass one (--common-words FILE), or set keywords=0")
     model = loaded.model.float().eval()
+    if unit_rows and (quantize != "blocks" or loaded.model.kind != "hierencdec"
+                      or not hasattr(model.config, "unit_rows")):
+        raise ExportError("unit_rows is the fused step's form of a HierEncDec on a Llama backbone: export it with "
+                          "quantize blocks")
     check_finite(model)
     fold_query_scaling(model)
     from tokenizers import Tokenizer
@@ -300,6 +320,12 @@ def export_onnx(
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
     io = declared.graphs(model.config.to_dict())
+    settings = {**model.config.to_dict(), "unit_rows": unit_rows} if unit_rows else model.config.to_dict()
+    rows = (unit_rows, None)  # the step's form and, for int8 rows, their scales
+    if unit_rows == 8:
+        pages = unit_rows_export.calibration_pages(tokenizer_file, calibration, model.config,
+                                                   defaults.units.page_tokens)
+        rows = (unit_rows, unit_rows_export.calibrate(model, pages))
     # the fused form's units attend through ONNX Runtime's GroupQueryAttention (`unit_attention`)
     with staged(output) as work, fuse(model) if quantize == "blocks" else nullcontext():
         if loaded.origins:
@@ -312,7 +338,11 @@ def export_onnx(
         else:
             llm_files = [] if carry_weights else loaded.model_files
             sources = [*(base or ()), *(UserFile(Path(p)) for p in dict.fromkeys([*llm_files, *model_files]))]
-            written, record = _export_graphs(work, model, torch_kind, io, sources, quantize, atol, validate)
+            written, record = _export_graphs(work, model, torch_kind, io, sources, quantize, atol, validate, rows)
+        if unit_rows:  # the encoder writes the rows' heads; the manifest declares the form's IO
+            unit_rows_export.encoder_rows(work / io["encoder"].file, model.config, rows[1])
+            for name, graph in declared.graphs(settings).items():
+                written[name].update(inputs=graph.input_names, outputs=graph.output_names)
         pack(work, [graph["file"] for graph in written.values()])
         if record is not None:
             (work / BASE_FILE).unlink()
@@ -327,7 +357,7 @@ def export_onnx(
         manifest = Manifest(
             kind=declared.name,
             kind_revision=declared.revision,
-            model=cfg.to_dict(),
+            model=settings,
             **defaults.to_settings(),
             special_tokens=cfg.special_tokens(),
             graphs=written,

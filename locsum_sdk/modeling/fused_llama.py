@@ -381,14 +381,14 @@ def register_step(kind: str, step: Step, form: str = "slots") -> Step:
     return step
 
 
-def check_fusable(model: nn.Module) -> None:
+def check_fusable(model: nn.Module, unit_rows: int = 0) -> None:
     """ExportError unless `model` is a kind with a fused step (`register_step`, in `modeling.fused_<kind>`) on a
     Llama backbone."""
     package = __name__.rpartition(".")[0]
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if module.name.startswith("fused_") and module.name != "fused_llama":
             importlib.import_module(f"{package}.{module.name}")
-    form = FORMS[getattr(model.config, "unit_rows", 0)]
+    form = FORMS[unit_rows]
     if (model.kind, form) not in STEPS:
         written = sorted(f"{kind} ({shape})" for kind, shape in STEPS)
         raise ExportError(f"no fused step is written for {model.kind!r} in the {form} form ({', '.join(written)} "
@@ -399,19 +399,22 @@ def check_fusable(model: nn.Module) -> None:
 
 
 def fused_step(model: nn.Module, gguf: GGUFFile | None = None, bits: int = 4, accuracy: int = ACCURACY,
-               merge: bool = True, unit_scales: np.ndarray | None = None) -> tuple[onnx.ModelProto, list[str]]:
+               merge: bool = True, unit_rows: int | None = None,
+               unit_scales: np.ndarray | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """The decoding step of `model` (a kind on a Llama backbone, its module holding `.model`) as a fused graph with
     the kind's step IO, and the projections whose blocks are the file's. A kind's step is written by its module
     `modeling.fused_<kind>`, which registers it (`register_step`) in the form its config's `unit_rows` names.
     `merge`: adapters merged into the weights that are quantized here (`projection`); False keeps every adapter
-    beside its projection. `unit_scales`: int8 unit rows' scales (`fused_unit_rows`)."""
-    check_fusable(model)
+    beside its projection. `unit_rows`: the form (`LlamaConfig.unit_rows`) where it is not the config's;
+    `unit_scales`: int8 unit rows' scales (`fused_unit_rows`)."""
+    rows = getattr(model.config, "unit_rows", 0) if unit_rows is None else unit_rows
+    check_fusable(model, rows)
     source = BlockSource(gguf, bits, merge)
     g = GraphBuilder(f"{model.kind}_step")
     backbone = Backbone(g, model.model, source, accuracy)
-    form = FORMS[getattr(model.config, "unit_rows", 0)]
-    graph = STEPS[model.kind, form](backbone, model, *([unit_scales] if form == "rows" else []))
-    check_io(graph, kinds.get(model.kind).graphs(model.config.to_dict())["decoder"])
+    form = FORMS[rows]
+    graph = STEPS[model.kind, form](backbone, model, *([rows, unit_scales] if form == "rows" else []))
+    check_io(graph, kinds.get(model.kind).graphs({**model.config.to_dict(), "unit_rows": rows})["decoder"])
     if backbone.adapters:
         onnx.helper.set_model_props(graph, {ADAPTERS: json.dumps(backbone.adapters)})
     return graph, source.from_file

@@ -31,11 +31,12 @@ from .fused_llama import Backbone, register_step
 INT32 = onnx.TensorProto.INT32
 
 
-def step(b: Backbone, model: nn.Module, scales: np.ndarray | None = None) -> onnx.ModelProto:
-    """The step over unit rows; `scales` (layers, 2, KV, d): each layer's key and value scales of int8 rows."""
+def step(b: Backbone, model: nn.Module, rows: int, scales: np.ndarray | None = None) -> onnx.ModelProto:
+    """The step over unit `rows` (32: float32, 8: int8); `scales` (layers, 2, KV, d): each layer's key and value
+    scales of int8 rows."""
     g, cfg = b.g, b.config
     kv, heads, d, layers = cfg.kv_heads, cfg.heads, cfg.head_dim, len(b.layers)
-    quantized = model.config.unit_rows == 8
+    quantized = rows == 8
     if d % 16:
         raise ExportError(f"unit rows are read by GroupQueryAttention, whose heads are a multiple of 16 values wide; "
                           f"this model's are {d}: export it with unit_rows 0")
@@ -100,13 +101,13 @@ def step(b: Backbone, model: nn.Module, scales: np.ndarray | None = None) -> onn
     weights = g.op("ReduceMean", g.op("Sum", *shares), axes=[1], keepdims=0)  # (B*K, U)
     weights = g.op("Transpose", g.op("Reshape", weights, g.op("Concat", batch, beams, units, axis=0)), perm=[0, 2, 1])
     g.op("Div", weights, g.const(np.float32(layers)), name=C.UNIT_WEIGHTS)
-    return g.model(*rows_io(model.config))
+    return g.model(*rows_io(cfg, rows))
 
 
-def rows_io(config) -> tuple[list, list]:
+def rows_io(config, rows: int) -> tuple[list, list]:
     """The unit-row step's inputs and outputs as `GraphBuilder.model` takes them (`kinds.hierencdec` declares the
     same)."""
-    dtype = "int8" if config.unit_rows == 8 else "float32"
+    dtype = "int8" if rows == 8 else "float32"
     row = ["rows", config.kv_heads, "capacity", config.head_dim]
     inputs = [(C.INPUT_IDS, "int64", ["batch", "beams"]), (C.UNIT_MASK, "bool", ["batch", "units"]),
               (C.ENCODER_ATTENTION_MASK, "int64", ["rows", "length"]), (C.POSITION, "int64", [1])]
