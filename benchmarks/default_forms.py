@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
 CODE = [ROOT / "locsum_sdk" / "blockwise.py",
-        *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "low_rank.py")),
+        *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "low_rank.py", "unit_rows.py")),
         *(ROOT / "locsum_sdk" / "modeling" / name
-          for name in ("fused_llama.py", "fused_hierencdec.py", "unit_attention.py", "llama.py"))]
+          for name in ("fused_llama.py", "fused_hierencdec.py", "fused_unit_rows.py", "unit_attention.py", "llama.py"))]
 
 
 def other_form() -> str:
@@ -46,6 +46,27 @@ def default_as(form: str, again: bool = False) -> Path:
     if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
         return out
     export_again(bundle, out, form)
+    stamp.write_text(json.dumps({"key": key}))
+    return out
+
+
+def default_rows(bits: int) -> Path | None:
+    """The default exported again with its step over int8 (`bits` 8) or float32 (32) unit rows, its int8 rows
+    calibrated on the training mix's inputs (`train.data.calibration_texts`); None where its rows are what it ships
+    or ../shared/data is not here."""
+    from train.config import DATA
+    from train.data import calibration_texts
+
+    bundle = Bundle.load(DEFAULT)
+    if bundle.manifest.model.get("unit_rows", 0) == bits or not DATA.is_dir():
+        return None
+    out = CACHE / f"default_rows{bits}"
+    stamp = CACHE / f"default_rows{bits}.json"
+    code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in CODE]
+    key = json.dumps({"bundle": bundle.fingerprint, "code": code})
+    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
+        return out
+    export_again(bundle, out, "blocks", unit_rows=bits, calibration=calibration_texts(DATA) if bits == 8 else ())
     stamp.write_text(json.dumps({"key": key}))
     return out
 

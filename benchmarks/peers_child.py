@@ -85,7 +85,13 @@ def run_locsum_other(spec: dict) -> dict:
     return run_locsum(spec, spec["other_bundle"])
 
 
+def run_locsum_rows(spec: dict) -> dict:
+    """The default over int8 unit rows (`benchmarks.default_forms.default_rows`)."""
+    return run_locsum(spec, spec["rows_bundle"])
+
+
 SYSTEMS = {"locsum": run_locsum, "locsum-fused": run_locsum_other, "locsum-int8": run_locsum_other,
+           "locsum-rows8": run_locsum_rows,
            "llama.cpp": run_llama_cpp, "ort-genai": run_genai}
 
 

@@ -151,6 +151,9 @@ def estimate_memory(model: dict[str, Any], layout: MemoryLayout, batch: int, wid
     capacity = CACHE_CHUNK * ((steps - 1) // CACHE_CHUNK + 1)  # holds positions 0 .. steps - 1
     held = capacity + max(0, capacity - CACHE_CHUNK)  # old and new buffers during the last growth
     cache = sum(layout.cache_groups(batch, width, shape)) * beams * held * shape.kv_width * 2 * FLOAT
+    if shape.unit_rows:  # a row per unit and beam: the unit's positions, then room for the summary's
+        cross = rows * beams * (length + capacity) * shape.kv_width * 2 * shape.layers * shape.unit_rows // 8
+        cache = 0
     search = 3 * batch * beams * steps * width * FLOAT
     return MemoryEstimate(
         paging=tokens * PAGING_BYTES_PER_TOKEN,

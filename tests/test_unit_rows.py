@@ -170,3 +170,21 @@ def test_int8_unit_rows_need_calibration_text(tokenizer_file, tmp_path):
     with pytest.raises(OptionError, match="unit_rows=16"):
         export_onnx(saved, tmp_path / "bundle", quantize="blocks", model_files=[path], unit_rows=16)
     assert not (tmp_path / "bundle").exists()
+
+
+def test_the_memory_estimate_counts_unit_rows_and_no_slot_cache():
+    """A row per unit and beam, its unit's positions and the summary's room (max_length, in whole chunks), at the
+    rows' bytes: int8 rows of 4 units and 2 beams hold 2 * (L + C) / L / 4 of float32 units' caches, and no slot
+    cache is counted."""
+    import dataclasses
+
+    from locsum_sdk import kinds
+    from locsum_sdk.memory import estimate_memory
+
+    layout = kinds.get("hierencdec").on({"backbone": "llama"}).layout
+    settings = {**dataclasses.asdict(LlamaConfig()), "backbone": "llama"}
+    slots, int8, floats = (estimate_memory({**settings, "unit_rows": rows}, layout, 1, 4, 512, 2, 257, 4)
+                           for rows in (0, 8, 32))
+    assert slots.cache > 0 and int8.cache == floats.cache == 0
+    assert int8.cross == slots.cross * 2 * (512 + 256) // 512 // 4
+    assert floats.cross == 4 * int8.cross

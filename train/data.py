@@ -185,3 +185,18 @@ def _pack(sentences: list[list[int]]) -> np.ndarray:
         joined.extend(ids)
         joined.append(-1)
     return np.array(joined[:-1], dtype=np.int32)
+
+
+CALIBRATION_SETS = ("qmsum", "squality", "fewsum")  # the training mix's sets
+CALIBRATION_EVERY = 25  # every 25th train example of each: 64 inputs (51 meetings' queries, 10 stories', 3 products')
+
+
+def calibration_texts(data: str | os.PathLike) -> list[str]:
+    """Inputs of the training mix's train splits for int8 unit rows' scales (`exporters.unit_rows`): every
+    `CALIBRATION_EVERY`th example of each set, its documents joined."""
+    texts = []
+    for name in CALIBRATION_SETS:
+        for i, example in enumerate(read_jsonl(Path(data) / name / "train.jsonl")):
+            if i % CALIBRATION_EVERY == 0:
+                texts.append("\n".join(example.documents))
+    return texts

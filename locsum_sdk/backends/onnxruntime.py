@@ -197,7 +197,9 @@ class OnnxRuntimeBackend:
     def start(self, batch: UnitBatch, beams: int, unit_batch_size: int,
               cache: UnitCache | None = None) -> OnnxRuntimeSession | UnitRowsSession:
         if is_unit_rows(self.graphs["decoder"]):
-            return UnitRowsSession(self, batch, beams, lambda tokens: units_per_run(unit_batch_size, tokens), cache)
+            steps = self.bundle.manifest.options().generation.max_length
+            return UnitRowsSession(self, batch, beams, lambda tokens: units_per_run(unit_batch_size, tokens),
+                                   C.CACHE_CHUNK * -(-steps // C.CACHE_CHUNK), cache)
         return OnnxRuntimeSession(self, batch, beams, unit_batch_size, cache)
 
     def encoded(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

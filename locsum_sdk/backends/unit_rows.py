@@ -6,7 +6,8 @@ the head of its rows, one per beam, and each step's GroupQueryAttention writes t
 every row at the row's length plus the position, in place (the buffer is bound as the layer's input and its
 present output). When beams continue other beams, each row's summary part is copied from its source beam's row
 (units of equal length together); the units' part, the same in every beam, stays. The capacity C grows by
-`CACHE_CHUNK` positions when full, the rows copied into larger buffers.
+`CACHE_CHUNK` positions when full, the rows copied into larger buffers; they are first sized for the bundle's
+default max_length, so a summary of that length never copies them.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def is_unit_rows(decoder) -> bool:
 
 class UnitRowsSession:
     def __init__(self, backend: RowsBackend, batch: UnitBatch, beams: int, size_of: Callable[[int], int],
-                 cache: UnitCache | None = None):
+                 capacity: int, cache: UnitCache | None = None):
+        """`capacity`: the summary positions each row holds at first (the bundle's max_length), a multiple of
+        `CACHE_CHUNK`; a longer summary grows the rows."""
         ort = backend.ort
         self.backend, self.batch, self.beams = backend, batch, beams
         heads, dim = backend.shape.cache_heads, backend.shape.head_dim
@@ -57,7 +60,7 @@ class UnitRowsSession:
         inputs = {t.name: t for t in backend.decoder.get_inputs()}
         self.dtype = DTYPES[inputs[C.unit_key(0)].type]
         self.names = [name(i) for i in range(backend.layers) for name in (C.unit_key, C.unit_value)]
-        self.capacity = C.CACHE_CHUNK
+        self.capacity = capacity
         rows = batch.batch * beams * self.width
         self.rows = {name: np.zeros((rows, heads, self.length + self.capacity, dim), self.dtype) for name in self.names}
         axes = length_axes(backend.graphs["encoder"])

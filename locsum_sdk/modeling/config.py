@@ -62,6 +62,8 @@ class StepShape:
     score_tensors: int = 3  # attention tensors over all keys: scores, bias, probabilities (+1 where the unit's and
     # the step's own scores are concatenated before one softmax)
     continues_units: bool = False  # the summary continues each unit's tokens: a unit and its summary share positions
+    unit_rows: int = 0  # bits of a unit-row step's rows (`modeling.fused_unit_rows`): each unit's keys and values
+    # and the summary's in one row per unit and beam, no slot cache; 0: the units' caches beside a slot cache
 
     @property
     def kv_width(self) -> int:
@@ -83,7 +85,7 @@ def step_shape(model: dict[str, Any]) -> StepShape:
         head_dim = model.get("head_size") or d // model["heads"]
         return StepShape(model["layers"], model["kv_heads"], head_dim, model["heads"], d, model["ffn_dim"],
                          model["heads"], model["ffn_dim"], shares_first_layer=False, ffn_streams=2, score_tensors=4,
-                         continues_units=True)
+                         continues_units=True, unit_rows=model.get("unit_rows", 0))
     heads = model["decoder_heads"]
     return StepShape(model["decoder_layers"], heads, d // heads, heads, d, model["decoder_ffn_dim"],
                      model["encoder_heads"], model["encoder_ffn_dim"], shares_first_layer=True)
