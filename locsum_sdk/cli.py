@@ -193,10 +193,32 @@ def _export(args: argparse.Namespace) -> int:
         options=_overrides(args, kinds.get(args.kind) if args.kind else None),
         force=args.force, quantize=args.quantize, kind=args.kind, common_words=args.common_words,
         base=SOURCES if args.base else None, instruction=_instruction(args), carry_weights=args.carry_weights,
-        model_files=args.model_file or (), validate=args.validate,
+        model_files=args.model_file or (), validate=args.validate, unit_rows=args.unit_rows,
+        calibration=_calibration(args.calibration),
     )
     print(f"wrote {bundle.path} ({', '.join(sorted(bundle.manifest.files))})")
     return 0
+
+
+def _calibration(path: str | None) -> list[str]:
+    """--calibration's texts: a JSON Lines file's inputs (each line's documents joined), or one text file."""
+    if path is None:
+        return []
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise OptionError(f"--calibration {path}: not a readable UTF-8 file ({err})") from None
+    if not path.endswith(".jsonl"):
+        return [text]
+    texts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                documents = json.loads(line)["documents"]
+            except (ValueError, KeyError, TypeError):
+                raise OptionError(f"--calibration {path}:{number}: not a JSON object with a documents field") from None
+            texts.append("\n".join(documents) if isinstance(documents, list) else str(documents))
+    return texts
 
 
 def _instruction(args: argparse.Namespace):
@@ -688,6 +710,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--quantize", choices=("int8", "blocks"),
                    help="int8: dynamic quantization of the linear layers; blocks: int8 encoder and the decoder as a "
                         "fused step over weights in blocks of 32 (a GGUF base's own blocks; HierEncDec on a Llama)")
+    e.add_argument("--unit-rows", dest="unit_rows", type=int, choices=(0, 32, 8), default=0,
+                   help="with --quantize blocks, a HierEncDec on a Llama runs its step over unit rows: each unit's "
+                        "keys and values then the summary's, one GroupQueryAttention a layer; 8: int8 rows (a quarter "
+                        "of the units' memory; scales calibrated on --calibration), 32: float32; 0 (default): none")
+    e.add_argument("--calibration", metavar="FILE", help="text like the inputs the bundle will read (UTF-8, or JSON "
+                   "Lines with a documents field) for int8 unit rows' scales")
     e.add_argument("--common-words", dest="common_words", help="common_words.txt for the keywords option (one "
                    "lowercase word a line; default: the one beside the checkpoint; with --bundle: added to the copy)")
     e.add_argument("--base", action="store_true",

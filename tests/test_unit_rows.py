@@ -188,3 +188,40 @@ def test_the_memory_estimate_counts_unit_rows_and_no_slot_cache():
     assert slots.cache > 0 and int8.cache == floats.cache == 0
     assert int8.cross == slots.cross * 2 * (512 + 256) // 512 // 4
     assert floats.cross == 4 * int8.cross
+
+
+def test_the_cli_exports_int8_unit_rows_calibrated_on_a_corpus(tokenizer_file, tmp_path, monkeypatch, capsys):
+    """`locsum export --quantize blocks --unit-rows 8 --calibration FILE.jsonl`: the manifest records the rows, and
+    the bundle summarizes (through a unit cache, the second time from it, alike); a calibration file that is not
+    JSON Lines of inputs is refused, naming its line."""
+    import json
+
+    from gguf_files import adapted_llm, write_gguf
+
+    from locsum_sdk import Summarizer, UnitCache
+    from locsum_sdk.cli import main
+    from locsum_sdk.modeling.checkpoint import save_checkpoint
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, _, _ = write_gguf(tmp_path / "tiny.gguf", tokenizer_file, d_model=256, ffn_dim=512)
+    loaded, net = adapted_llm(path)
+    saved = save_checkpoint(net, tmp_path / "tuned", loaded.tokenizer_file)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"documents": [f"The roof leaks over hall {i}. The budget is short."] * 3})
+                                for i in range(5)))
+    export = ["export", "--checkpoint", str(saved), "--quantize", "blocks", "--model-file", str(path),
+              "--unit-rows", "8", "--calibration"]
+    assert main([*export, str(corpus), "--output", str(tmp_path / "rows")]) == 0
+    assert json.loads((tmp_path / "rows" / C.MANIFEST_FILE).read_text())["model"]["unit_rows"] == 8
+    cache = UnitCache()
+    summarizer = Summarizer.from_pretrained(tmp_path / "rows", threads=1, unit_cache=cache)
+    # no two pages alike: the cache keeps one entry for pages of the same tokens, encoded in different runs of the
+    # int8 encoder (whose activations are quantized per run) a little apart
+    text = [" ".join(f"The school opens room {i} in May." for i in range(40)),
+            " ".join(f"The roof of hall {i} leaks again." for i in range(30))]
+    options = {"max_length": 10, "min_length": 10, "whole_sentences": False}
+    first, again = (summarizer.summarize(text, **options) for _ in range(2))
+    assert first.token_ids == again.token_ids and len(cache) == len(first.units) > 2
+    (tmp_path / "bad.jsonl").write_text('{"documents": ["one"]}\nnot json\n')
+    assert main([*export, str(tmp_path / "bad.jsonl"), "--output", str(tmp_path / "bad")]) == 2
+    assert "bad.jsonl:2" in capsys.readouterr().err

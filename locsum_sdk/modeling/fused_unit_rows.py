@@ -62,7 +62,7 @@ def step(b: Backbone, model: nn.Module, rows: int, scales: np.ndarray | None = N
     place = g.op("Unsqueeze", g.op("Range", zero, total, one), g.ints(0))  # (1, T)
     text = g.op("And", g.op("GreaterOrEqual", place, g.const(np.int64(len(cfg.unit_head)))),
                 g.op("Less", place, g.op("Unsqueeze", lengths, g.ints(1))))  # (B*K*U, T): the row's text
-    text_bias = g.op("Unsqueeze", g.op("Where", text, g.const(np.float32(0)), lowest), g.ints(1, 2))
+    text = g.op("Unsqueeze", text, g.ints(1, 2))  # (B*K*U, 1, 1, T)
     by_row = g.op("Concat", queries, units, g.ints(heads, -1), axis=0)  # (B*K, U, H, T)
     flat = g.op("Concat", queries, g.ints(heads, -1), axis=0)  # (B*K, H, U*T)
     by_unit = g.op("Concat", queries, g.ints(heads), units, g.ints(-1), axis=0)  # (B*K, H, U, T)
@@ -86,7 +86,8 @@ def step(b: Backbone, model: nn.Module, rows: int, scales: np.ndarray | None = N
         node = g.nodes[-1]
         node.output[1], node.output[2] = C.present_unit_key(i), C.present_unit_value(i)
         # a document's weight: its text's share of one softmax over every row's text scores
-        scores = g.op("Transpose", g.op("Reshape", g.op("Add", scores, text_bias), by_row), perm=[0, 2, 1, 3])
+        # (scores past a row's own length are not written: selected away, never added to)
+        scores = g.op("Transpose", g.op("Reshape", g.op("Where", text, scores, lowest), by_row), perm=[0, 2, 1, 3])
         share = g.op("ReduceSum", g.op("Reshape", g.op("Softmax", g.op("Reshape", scores, flat), axis=-1), by_unit),
                      g.ints(-1), keepdims=0)  # (B*K, H, U)
         shares.append(share)
