@@ -216,7 +216,8 @@ def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, sho
     """An earlier release's record (as train.release writes it) beside the int8 bundle; released again with
     --quantize blocks: the fused step ships, set side by side with the int8 graphs on QMSum test, and the int8
     graphs' rows are carried beside its own; that blocks bundle released again so: its step as this version writes
-    it, set beside its earlier step ("earlier blocks"), every earlier row carried."""
+    it, set beside its earlier step ("earlier blocks"), every earlier row carried; and once more over int8 unit rows
+    (`--unit-rows 8`, calibrated on the train splits' inputs)."""
     from train.release import EARLIER_MARK
     from train.release import main as release
 
@@ -251,5 +252,13 @@ def test_release_exports_a_bundle_again_with_the_fused_step(tuned, tmp_path, sho
     assert "vs the earlier blocks graphs it was exported again from, on QMSum test" in card
     weights = json.loads((tmp_path / "reformed" / "evaluation.json").read_text())["weights"]
     assert weights["before"] == "earlier blocks" and weights["after"] == "blocks"
+    train = short_qmsum / "qmsum" / "train.jsonl"  # calibration text: the training mix's inputs found in the data
+    train.write_text((short_qmsum / "qmsum" / "test.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    release(["--bundle", str(tmp_path / "released"), "--output", str(tmp_path / "rows"), *args[4:], "--unit-rows", "8"])
+    assert Bundle.load(tmp_path / "rows").manifest.model["unit_rows"] == 8  # its step over int8 unit rows
+    card = (tmp_path / "rows" / "README.md").read_text()
+    assert "reading int8 unit rows" in card and "4-bit block over int8 unit rows" in card
+    weights = json.loads((tmp_path / "rows" / "evaluation.json").read_text())["weights"]
+    assert weights["before"] == "earlier blocks" and weights["after"] == "blocks over int8 unit rows"
     with pytest.raises(SystemExit):
         release(["--checkpoint", str(tmp_path), "--output", str(tmp_path / "x"), "--quantize", "blocks"])

@@ -193,10 +193,13 @@ CALIBRATION_EVERY = 25  # every 25th train example of each: 64 inputs (51 meetin
 
 def calibration_texts(data: str | os.PathLike) -> list[str]:
     """Inputs of the training mix's train splits for int8 unit rows' scales (`exporters.unit_rows`): every
-    `CALIBRATION_EVERY`th example of each set, its documents joined."""
+    `CALIBRATION_EVERY`th example of each set whose train split is in `data`, its documents joined."""
     texts = []
     for name in CALIBRATION_SETS:
-        for i, example in enumerate(read_jsonl(Path(data) / name / "train.jsonl")):
+        path = Path(data) / name / "train.jsonl"
+        if not path.is_file():
+            continue
+        for i, example in enumerate(read_jsonl(path)):
             if i % CALIBRATION_EVERY == 0:
                 texts.append("\n".join(example.documents))
     return texts

@@ -77,6 +77,7 @@ from locsum_sdk.options import parse_assignment
 from locsum_sdk.threads import usable_cpus
 
 from .config import DATA
+from .data import calibration_texts
 from .files import write_whole
 from .kinds import selection_report
 from .recall import share
@@ -426,7 +427,15 @@ def copies(checkpoint: Path) -> bool:
 
 AT_LENGTH = "locsum (this bundle), reference length"  # the bundle told each reference's length (`reference_length`)
 EARLIER_MARK = "(as at the earlier release)"  # a row carried from the evaluation of a bundle released again
-DTYPES = {"blocks": "4-bit block (the fused decoding step over the base file's blocks)"}  # the card's words for a dtype
+DTYPES = {"blocks": "4-bit block (the fused decoding step over the base file's blocks)",  # the card's words for a
+          "blocks over int8 unit rows": "4-bit block over int8 unit rows (the fused decoding step over the base "
+                                        "file's blocks, each unit's keys and values and the summary's in int8 rows)",
+          "blocks over float32 unit rows": "4-bit block over float32 unit rows"}  # dtype (form)
+
+
+def form_name(quantize: str, unit_rows: int) -> str:
+    """What the card calls a bundle's weights and step: its dtype, and the unit rows its step reads, if any."""
+    return f"{quantize} over {'int8' if unit_rows == 8 else 'float32'} unit rows" if unit_rows else quantize
 
 
 def shape(model: dict) -> str:
@@ -485,6 +494,10 @@ def card(name: str, bundle: Path, reports: dict, int8: dict, parity_result: dict
            if defaults else ".")
         + (f" Released again from the earlier release's {earlier['dtype']} bundle with these defaults, its decoder "
            "exported again as the fused step over the base file's own blocks"
+           + (f", reading {'int8' if model.get('unit_rows') == 8 else 'float32'} unit rows (each document's keys "
+              "and values and the summary's in one row a document, one GroupQueryAttention a layer"
+              + ("; per-channel scales twice the largest magnitudes the train splits' inputs drew" if
+                 model.get("unit_rows") == 8 else "") + ")" if model.get("unit_rows") else "")
            + (" (its adapters read back from the earlier graphs, A held in 8-bit blocks) and its int8 encoder's "
               "adapters' up-projections kept in float32" if manifest["model"].get("lora_rank") else "")
            + ", every test set measured again; the checks that need the checkpoint and the training budget are the "
@@ -659,13 +672,14 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
     # the graphs it is exported again from, by their form (a blocks bundle's own step: "earlier blocks")
     before = f"earlier {manifest['dtype']}" if manifest["dtype"] == args.quantize else manifest["dtype"]
     if args.quantize:
+        after = form_name(args.quantize, args.unit_rows)
         graphs = ship
-        ship = reexported(graphs, work)
+        ship = reexported(graphs, work, args.unit_rows)
         both = content_key(bundle_content(graphs), bundle_content(ship))
         side = stored(work / "side-by-side" / f"qmsum-{len(qmsum)}-{both}.json",
-                      lambda: side_by_side({before: graphs, args.quantize: ship}, qmsum))
-        texts = side[0][args.quantize]
-        weights = weight_check(side, qmsum, before, args.quantize, ship)
+                      lambda: side_by_side({before: graphs, after: ship}, qmsum))
+        texts = side[0][after]
+        weights = weight_check(side, qmsum, before, after, ship)
     else:
         texts = cached(work, ship, "qmsum", qmsum, {})
     distinct(texts, args.min_distinct)
@@ -687,14 +701,16 @@ def from_bundle(args: argparse.Namespace, work: Path, qmsum: list[EvalExample]) 
                     released_from, carried, weights, weights_carried=not args.quantize)
 
 
-def reexported(bundle: Path, work: Path) -> Path:
-    """`bundle` exported again with its decoder as the fused step (`exporters.rebuild.export_again`), once per source
+def reexported(bundle: Path, work: Path, unit_rows: int = 0) -> Path:
+    """`bundle` exported again with its decoder as the fused step (`exporters.rebuild.export_again`), over
+    `unit_rows` (int8 ones calibrated on the training mix's inputs, `train.data.calibration_texts`), once per source
     content: a release that was stopped finds it in `work`."""
-    out = work / "blocks" / content_key(bundle_content(bundle))
+    out = work / ("blocks" if not unit_rows else f"blocks-rows{unit_rows}") / content_key(bundle_content(bundle))
     if (out / "manifest.json").is_file():
         return out
+    calibration = calibration_texts(DATA) if unit_rows == 8 else ()
     try:
-        return export_again(Bundle.load(bundle), out, "blocks").path
+        return export_again(Bundle.load(bundle), out, "blocks", unit_rows=unit_rows, calibration=calibration).path
     except BundleError as err:
         raise SystemExit(f"--quantize blocks: {err}") from None
 
@@ -740,6 +756,9 @@ def main(argv: list[str] | None = None) -> None:
                         "on a pretrained GGUF): export it again with its decoder as the fused step over the file's "
                         "own blocks as this version writes it, set side by side with its earlier graphs on QMSum "
                         "test")
+    parser.add_argument("--unit-rows", dest="unit_rows", type=int, choices=(0, 32, 8), default=0,
+                        help="with --quantize blocks: its step over unit rows (8: int8, their scales calibrated on "
+                        "the train splits' inputs; 32: float32), `locsum export --unit-rows`")
     parser.add_argument("--name", help="the bundle's name, the card's title (default: the --output directory's "
                         "name, which is what a bundle copied under engines/ is loaded by)")
     parser.add_argument("--about", help="how the model was trained, for the card (default: a bundle's earlier "
@@ -765,6 +784,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.bundle and args.runs:
         parser.error("--runs is read from the checkpoint's runs; a bundle released again keeps its budget")
+    if args.unit_rows and not args.quantize:
+        parser.error("--unit-rows is a form of the fused step: give --quantize blocks")
     if args.quantize and not args.bundle:
         parser.error("--quantize exports a released bundle again (--bundle); a checkpoint's graphs are chosen by "
                      "--dtype")
