@@ -319,8 +319,10 @@ def export_onnx(
             raise BundleNotFoundError(f"no {own.file} beside {checkpoint}: its {declared.selection.graph} reads a "
                                       "tokenizer of its own; put that tokenizer.json there under this name")
     torch_kind.register_symbolics(OPSET)
-    io = declared.graphs(model.config.to_dict())
-    settings = {**model.config.to_dict(), "unit_rows": unit_rows} if unit_rows else model.config.to_dict()
+    settings = model.config.to_dict()
+    if "unit_rows" in settings:  # the step's form is this export's, whatever the checkpoint's module recorded
+        settings = {**settings, "unit_rows": unit_rows}
+    io = declared.graphs({**settings, "unit_rows": 0})  # the graphs torch writes; a row step replaces them after
     rows = (unit_rows, None)  # the step's form and, for int8 rows, their scales
     if unit_rows == 8:
         pages = unit_rows_export.calibration_pages(tokenizer_file, calibration, model.config,

@@ -126,7 +126,7 @@ def bundle_module(bundle: Bundle) -> nn.Module:
     if manifest.kind != "hierencdec" or manifest.dtype not in REBUILT or not on_base_model(manifest.model):
         raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle on a pretrained backbone is "
                           f"rebuilt as a torch module here (it is {manifest.dtype} {manifest.kind})")
-    config = kinds.get(manifest.kind).model_config(manifest.model)
+    config = kinds.get(manifest.kind).model_config({**manifest.model, "unit_rows": 0})  # a step's form is no module's
     net = model_kind(manifest.kind).model(config).eval()
     path = base_file(bundle)
     if not is_gguf(path):
