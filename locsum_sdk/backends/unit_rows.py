@@ -49,6 +49,8 @@ def is_unit_rows(decoder) -> bool:
 
 
 class UnitRowsSession:
+    """One unit batch's rows and decoding over them (the module docstring says how they are laid out)."""
+
     def __init__(self, backend: RowsBackend, batch: UnitBatch, beams: int, size_of: Callable[[int], int],
                  capacity: int, cache: UnitCache | None = None):
         """`capacity`: the summary positions each row holds at first (the bundle's max_length), a multiple of
