@@ -196,6 +196,19 @@ def block_rounded(net: LlamaHierEncDec, lora_scale: float = 0.3, merge: bool = T
     return net
 
 
+def documents(net: LlamaHierEncDec):
+    """2 items of up to 3 documents of 9 tokens (one padding document, padded tails) encoded by `net` -> (the
+    generator the steps' tokens go on drawing from, the grid's token mask, the unit mask, every layer's cross)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (6, 9), generator=g)
+    mask = torch.ones(6, 9, dtype=torch.long)
+    mask[1, 6:], mask[4, 3:], mask[5, :] = 0, 0, 0
+    unit_mask = torch.tensor([[True, True, True], [True, True, False]])
+    with torch.no_grad():
+        _, cross = net.encode(ids, mask)
+    return g, mask, unit_mask, cross
+
+
 def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 2, gguf: GGUFFile | None = None,
               merge: bool = True):
     """Decode `steps` positions of 2 items of up to 3 documents (one padding document, padded tails) with beams
@@ -205,14 +218,8 @@ def run_steps(net: LlamaHierEncDec, accuracy: int, steps: int = 5, beams: int = 
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     cfg = net.config
-    items, units, length, capacity = 2, 3, 9, steps + 1
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, VOCAB, (items * units, length), generator=g)
-    mask = torch.ones(items * units, length, dtype=torch.long)
-    mask[1, 6:], mask[4, 3:], mask[5, :] = 0, 0, 0
-    unit_mask = torch.tensor([[True, True, True], [True, True, False]])
-    with torch.no_grad():
-        _, cross = net.encode(ids, mask)
+    items, capacity = 2, steps + 1
+    g, mask, unit_mask, cross = documents(net)
     shape = (items, cfg.kv_heads, beams, capacity, cfg.head_dim)
     cache = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.layers)]
     graph_cache = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.layers)]

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from conftest import LLAMA_FRAME, random_model, tiny_llama_config
-from test_fused_step import VOCAB, block_rounded, tiny
+from test_fused_step import VOCAB, block_rounded, documents, tiny
 
 from locsum_sdk import constants as C
 from locsum_sdk.errors import BundleError, ExportError, OptionError
@@ -42,13 +42,7 @@ def run_rows(net, accuracy: int, steps: int = 5, beams: int = 2):
     torch weights, graph weights)."""
     cfg = net.config
     items, units, length, capacity = 2, 3, 9, steps
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, VOCAB, (items * units, length), generator=g)
-    mask = torch.ones(items * units, length, dtype=torch.long)
-    mask[1, 6:], mask[4, 3:], mask[5, :] = 0, 0, 0
-    unit_mask = torch.tensor([[True, True, True], [True, True, False]])
-    with torch.no_grad():
-        _, cross = net.encode(ids, mask)
+    g, mask, unit_mask, cross = documents(net)
     scales = unit_scales(cross) if cfg.unit_rows == 8 else None
     graph, _ = fused_step(net, accuracy=accuracy, unit_scales=scales)
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -81,31 +81,32 @@ def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:
                                                     TensorIO(C.cross_value(i), "float32", {0: rows, 2: "length"})))
 
 
-def unit_rows(layers: int, rows: str, dtype: str, prefix: str = "") -> tuple[TensorIO, ...]:
-    """Every layer's unit key and value rows (rows, H, `rows`'s length, d) of the unit-row step
-    (`modeling.fused_unit_rows`): "length" as the encoder writes them, "capacity" as the decoder reads them;
-    `prefix` "present_" names the decoder's outputs."""
-    names = (C.unit_key, C.unit_value) if not prefix else (C.present_unit_key, C.present_unit_value)
-    axis = "length" if rows != "capacity" else "capacity"
-    first = "units" if rows != "capacity" else "rows"
-    return tuple(TensorIO(name(i), dtype, {0: first, 2: axis}) for i in range(layers) for name in names)
+def unit_rows(layers: int, dtype: str, decoder: bool = False, present: bool = False) -> tuple[TensorIO, ...]:
+    """Every layer's unit key and value rows of the unit-row step (`modeling.fused_unit_rows`): (units, H, length,
+    d) as the encoder writes them, or (rows, H, capacity, d) as the `decoder` reads them (`present`: its outputs)."""
+    names = (C.present_unit_key, C.present_unit_value) if present else (C.unit_key, C.unit_value)
+    axes = {0: "rows", 2: "capacity"} if decoder else {0: "units", 2: "length"}
+    return tuple(TensorIO(name(i), dtype, axes) for i in range(layers) for name in names)
+
+
+def _step_reads() -> tuple[TensorIO, ...]:
+    """What every step graph reads first: the beams' last tokens, the units' masks, the grid's token mask."""
+    return (TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
+            TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
+            TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}))
+
+
+def _step_returns() -> tuple[TensorIO, ...]:
+    return (TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
+            TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}))
 
 
 def unit_rows_step(layers: int, dtype: str) -> GraphIO:
-    """decoder.onnx of the unit-row step: the beams' last tokens, the units' masks, `position` and every layer's
-    unit rows (B*K*U, H, C, d), each bound as its `present_unit_*` too; `log_probs` and `unit_weights` as the step
-    contract's."""
-    return GraphIO(
-        C.DECODER_FILE,
-        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
-                TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
-                TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
-                TensorIO(C.POSITION, "int64", {}),
-                *unit_rows(layers, "capacity", dtype)),
-        outputs=(TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
-                 TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}),
-                 *unit_rows(layers, "capacity", dtype, prefix="present_")),
-    )
+    """decoder.onnx of the unit-row step: the step contract's first inputs, `position` and every layer's unit rows
+    (B*K*U, H, C, d), each bound as its `present_unit_*` too; `log_probs` and `unit_weights` as the contract's."""
+    return GraphIO(C.DECODER_FILE,
+                   inputs=(*_step_reads(), TensorIO(C.POSITION, "int64", {}), *unit_rows(layers, dtype, decoder=True)),
+                   outputs=(*_step_returns(), *unit_rows(layers, dtype, decoder=True, present=True)))
 
 
 def step_graph(layers: int, cache_rows: Callable[[int], str], copy: bool = False) -> GraphIO:
@@ -117,16 +118,13 @@ def step_graph(layers: int, cache_rows: Callable[[int], str], copy: bool = False
 
     return GraphIO(
         C.DECODER_FILE,
-        inputs=(TensorIO(C.INPUT_IDS, "int64", {0: "batch", 1: "beams"}),
-                TensorIO(C.UNIT_MASK, "bool", {0: "batch", 1: "units"}),
-                TensorIO(C.ENCODER_ATTENTION_MASK, "int64", {0: "rows", 1: "length"}),
+        inputs=(*_step_reads(),
                 *([TensorIO(C.ENCODER_INPUT_IDS, "int64", {0: "rows", 1: "length"})] if copy else []),
                 TensorIO(C.POSITION, "int64", {}),
                 TensorIO(C.CACHE_SLOTS, "int64", {0: "batch", 1: "beams", 2: "capacity"}),
                 *[cache(name, i) for i in range(layers) for name in (C.past_key, C.past_value)],
                 *cross_outputs(layers, "rows")),
-        outputs=(TensorIO(C.LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
-                 TensorIO(C.UNIT_WEIGHTS, "float32", {0: "batch", 1: "units", 2: "beams"}),
+        outputs=(*_step_returns(),
                  *[cache(name, i) for i in range(layers) for name in (C.present_key, C.present_value)]),
         extra_outputs=(TensorIO(C.TOP_LOG_PROBS, "float32", {0: "batch", 1: "beams"}),
                        TensorIO(C.TOP_TOKENS, "int32", {0: "batch", 1: "beams"})),

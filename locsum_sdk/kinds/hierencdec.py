@@ -53,7 +53,7 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
     rows = model.get("unit_rows", 0)
     if rows:  # each unit's keys and values with the summary's after them (`modeling.fused_unit_rows`)
         dtype = "int8" if rows == 8 else "float32"
-        encoder = replace(encoder, outputs=(*encoder.outputs[:1], *unit_rows(layers, "units", dtype)))
+        encoder = replace(encoder, outputs=(*encoder.outputs[:1], *unit_rows(layers, dtype)))
         return {"encoder": encoder, "decoder": unit_rows_step(layers, dtype)}
     # one decoder per item: a cache row per item in every layer
     decoder = step_graph(layers, lambda i: "batch", model.get("copy", False))
