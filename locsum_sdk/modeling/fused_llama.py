@@ -371,7 +371,7 @@ class Backbone:
         return self.g.op("LogSoftmax", self.linear(hidden, self.head), axis=-1)
 
 
-Step = Callable[..., onnx.ModelProto]  # (backbone, model[, unit scales]) -> the step graph
+Step = Callable[..., onnx.ModelProto]  # (backbone, model[, unit rows, their scales]) -> the step graph
 STEPS: dict[tuple[str, str], Step] = {}  # (kind, form) -> the function writing its step
 FORMS = {0: "slots", 32: "rows", 8: "rows"}  # a Llama config's unit_rows -> the step's form
 
@@ -382,8 +382,8 @@ def register_step(kind: str, step: Step, form: str = "slots") -> Step:
 
 
 def check_fusable(model: nn.Module, unit_rows: int = 0) -> None:
-    """ExportError unless `model` is a kind with a fused step (`register_step`, in `modeling.fused_<kind>`) on a
-    Llama backbone."""
+    """ExportError unless `model` is a kind with a fused step (`register_step`, in `modeling.fused_<kind>`) in the
+    form `unit_rows` names (`LlamaConfig.unit_rows`) on a Llama backbone."""
     package = __name__.rpartition(".")[0]
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if module.name.startswith("fused_") and module.name != "fused_llama":
