@@ -62,13 +62,13 @@ def test_a_cpu_encoder_run_holds_at_most_cpu_run_rows(llama_bundle_dir, monkeypa
     the same whatever the runs."""
     assert [ort_backend.units_per_run(4, n) for n in (512, 400, 128, 2000)] == [2, 2, 4, 1]
     runs = []
-    real_encoded = ort_backend.OnnxRuntimeSession._encoded
+    real_encoded = ort_backend.OnnxRuntimeBackend.encoded
 
-    def encoded(session, inputs):
+    def encoded(backend, inputs):
         runs.append(inputs["input_ids"].shape)
-        return real_encoded(session, inputs)
+        return real_encoded(backend, inputs)
 
-    monkeypatch.setattr(ort_backend.OnnxRuntimeSession, "_encoded", encoded)
+    monkeypatch.setattr(ort_backend.OnnxRuntimeBackend, "encoded", encoded)
     text = document(random.Random(5), 40)
     summarizer = Summarizer.from_pretrained(llama_bundle_dir, threads=1, unit_batch_size=8)
 
