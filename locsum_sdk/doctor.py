@@ -125,17 +125,24 @@ def _driver() -> str:
     return f"{name}, compute capability {capability}, driver for CUDA {major}.{minor // 10}"
 
 
-def _onnxruntime(bundle: Path) -> str:
+def _onnxruntime(bundles: list[Path]) -> str:
     """The ONNX Runtime backend on device="cuda": it refuses, with the fix, unless its sessions got the CUDA
-    provider (not only onnxruntime's list of available providers)."""
+    provider (not only onnxruntime's list of available providers). It opens the first of `bundles` whose step can
+    run there (a step over unit rows runs on the CPU)."""
     from .backends.onnxruntime import OnnxRuntimeBackend
     from .bundle import Bundle
 
-    try:
-        loaded = Bundle.load(bundle)
-    except LocsumError as err:
-        raise Failed(str(err), "name a bundle that loads with --bundle; a shipped bundle that does not is damaged "
-                               "or missing: reinstall locsum") from None
+    for bundle in bundles:
+        try:
+            loaded = Bundle.load(bundle)
+        except LocsumError as err:
+            raise Failed(str(err), "name a bundle that loads with --bundle; a shipped bundle that does not is "
+                                   "damaged or missing: reinstall locsum") from None
+        if not loaded.manifest.model.get("unit_rows"):
+            break
+    else:
+        raise Failed(f"every bundle checked ({', '.join(b.name for b in bundles)}) runs its step over unit rows, "
+                     "which ONNX Runtime runs on the CPU here", "name a bundle without unit rows with --bundle")
     try:
         backend = OnnxRuntimeBackend(loaded, device="cuda")
     except LocsumError as err:
@@ -221,12 +228,12 @@ def shipped_bundles() -> list[Path]:
 
 
 def run(bundles: list[Path], show: Callable[[Check], None] | None = None) -> Report:
-    """Check every stage in order; `bundles` are built into engines and compared (the first also opens an
-    ONNX Runtime CUDA session). `show` is called with each result as it is known."""
+    """Check every stage in order; `bundles` are built into engines and compared (the first whose step runs on
+    CUDA also opens an ONNX Runtime CUDA session). `show` is called with each result as it is known."""
     report = Report(environment=environment())
     stage = functools.partial(_stage, report, show=show)
     stage("driver", _driver)
-    stage("onnxruntime-cuda", lambda: _onnxruntime(bundles[0]))
+    stage("onnxruntime-cuda", lambda: _onnxruntime(bundles))
     stage("kernels", _kernels)
     stage("tensorrt", _tensorrt)
     stage("plugins", _plugins, needs=("driver", "tensorrt"))

@@ -5,6 +5,9 @@ import json
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
+
+import pytest
 
 from locsum_sdk import doctor
 from locsum_sdk.cli import main
@@ -52,6 +55,28 @@ def test_a_bundle_that_does_not_load_is_named_with_its_own_fix(tmp_path):
     check = next(c for c in report.checks if c.stage == "onnxruntime-cuda")
     assert check.status == "fail" and "manifest.json" in check.detail
     assert "--bundle" in check.fix and "onnxruntime" not in check.fix
+
+
+def test_the_cuda_session_is_opened_on_a_bundle_whose_step_runs_there(monkeypatch):
+    """A bundle over unit rows runs its step on the CPU: the ONNX Runtime stage opens the next bundle named, and
+    where every one reads unit rows it says so (not that onnxruntime-gpu is missing)."""
+    from locsum_sdk.backends import onnxruntime as ort_backend
+    from locsum_sdk.bundle import Bundle
+
+    rows = {"rows": 8, "slots": 0}
+    opened = []
+    monkeypatch.setattr(Bundle, "load", classmethod(lambda cls, path, verify=True: SimpleNamespace(
+        path=path, manifest=SimpleNamespace(model={"unit_rows": rows[path.name]}))))
+
+    def backend(bundle, device):
+        opened.append((bundle.path.name, device))
+        return SimpleNamespace(ort=ort_backend._import_ort(), providers=["CUDAExecutionProvider"])
+
+    monkeypatch.setattr(ort_backend, "OnnxRuntimeBackend", backend)
+    assert "CUDAExecutionProvider" in doctor._onnxruntime([doctor.Path("rows"), doctor.Path("slots")])
+    assert opened == [("slots", "cuda")]
+    with pytest.raises(doctor.Failed, match="unit rows"):
+        doctor._onnxruntime([doctor.Path("rows")])
 
 
 def test_doctor_on_a_stood_in_gpu(monkeypatch):
