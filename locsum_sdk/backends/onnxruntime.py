@@ -14,6 +14,9 @@ the CUDA execution provider and those buffers live in GPU memory: the cross keys
 leave the device during decoding; per step only the beams' tokens, the position and the slot map go in and the
 log-probabilities and unit weights come out. A capacity growth re-lays the caches out through the host (once
 every 32 positions).
+
+A bundle whose step reads unit rows (`modeling.fused_unit_rows`) runs on the CPU with `unit_rows.UnitRowsSession`:
+its units' keys and values and the summary's in one buffer a layer, no slot cache.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class OnnxRuntimeBackend:
             if device == "cuda":
                 raise BackendUnavailableError("device='cuda': a bundle whose step reads unit rows runs on the CPU "
                                               "here; pass device='cpu'")
+            logger.info("%s: its step reads unit rows, which run on the CPU here", bundle.path)
             self.device = "cpu"
         if providers is None and self.device == "cuda":
             providers = [CUDA, "CPUExecutionProvider"]
