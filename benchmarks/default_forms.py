@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import CACHE
@@ -39,15 +40,7 @@ def default_as(form: str, again: bool = False) -> Path:
     if bundle.manifest.dtype == form and not again:
         return DEFAULT
     name = f"default_{form}_again" if bundle.manifest.dtype == form else f"default_{form}"
-    out = CACHE / name
-    stamp = CACHE / f"{name}.json"
-    code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in CODE]
-    key = json.dumps({"bundle": bundle.fingerprint, "code": code})
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
-        return out
-    export_again(bundle, out, form)
-    stamp.write_text(json.dumps({"key": key}))
-    return out
+    return exported(bundle, name, lambda out: export_again(bundle, out, form))
 
 
 def default_rows(bits: int) -> Path | None:
@@ -60,13 +53,18 @@ def default_rows(bits: int) -> Path | None:
     bundle = Bundle.load(DEFAULT)
     if bundle.manifest.model.get("unit_rows", 0) == bits or not DATA.is_dir():
         return None
-    out = CACHE / f"default_rows{bits}"
-    stamp = CACHE / f"default_rows{bits}.json"
+    return exported(bundle, f"default_rows{bits}", lambda out: export_again(
+        bundle, out, "blocks", unit_rows=bits, calibration=calibration_texts(DATA) if bits == 8 else ()))
+
+
+def exported(bundle: Bundle, name: str, export: Callable[[Path], object]) -> Path:
+    """CACHE/`name`, written by `export(directory)` unless it holds that export of this bundle by this code."""
+    out, stamp = CACHE / name, CACHE / f"{name}.json"
     code = [hashlib.sha256(path.read_bytes()).hexdigest() for path in CODE]
     key = json.dumps({"bundle": bundle.fingerprint, "code": code})
     if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.is_dir():
         return out
-    export_again(bundle, out, "blocks", unit_rows=bits, calibration=calibration_texts(DATA) if bits == 8 else ())
+    export(out)
     stamp.write_text(json.dumps({"key": key}))
     return out
 

@@ -210,15 +210,11 @@ def _calibration(path: str | None) -> list[str]:
         raise OptionError(f"--calibration {path}: not a readable UTF-8 file ({err})") from None
     if not path.endswith(".jsonl"):
         return [text]
-    texts = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                documents = json.loads(line)["documents"]
-            except (ValueError, KeyError, TypeError):
-                raise OptionError(f"--calibration {path}:{number}: not a JSON object with a documents field") from None
-            texts.append("\n".join(documents) if isinstance(documents, list) else str(documents))
-    return texts
+    from .evaluation import parse_line
+
+    rows = (parse_line(line.encode(), f"--calibration {path}:{number}", number, require_summary=False)
+            for number, line in enumerate(text.splitlines(), 1) if line.strip())
+    return ["\n".join(row["documents"]) for row in rows]
 
 
 def _instruction(args: argparse.Namespace):
