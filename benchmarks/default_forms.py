@@ -21,6 +21,7 @@ from locsum_sdk.exporters.rebuild import export_again
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
+STEP_NAMES = {0: "slots", 8: "rows8"}  # `other_step` and what the benchmarks call it
 CODE = [ROOT / "locsum_sdk" / "blockwise.py",
         *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "low_rank.py", "unit_rows.py")),
         *(ROOT / "locsum_sdk" / "modeling" / name
@@ -43,15 +44,21 @@ def default_as(form: str, again: bool = False) -> Path:
     return exported(bundle, name, lambda out: export_again(bundle, out, form))
 
 
+def other_step() -> int:
+    """The step form the default does not ship, as `export_again`'s `unit_rows`: 8 (int8 unit rows) where it ships
+    the slot step, 0 (the slot step) where it ships unit rows."""
+    return 0 if Bundle.load(DEFAULT).manifest.model.get("unit_rows", 0) else 8
+
+
 def default_rows(bits: int) -> Path | None:
-    """The default exported again with its step over int8 (`bits` 8) or float32 (32) unit rows, its int8 rows
-    calibrated on the training mix's inputs (`train.data.calibration_texts`); None where its rows are what it ships
-    or ../shared/data is not here."""
+    """The default exported again with its step over int8 (`bits` 8) or float32 (32) unit rows, or with the slot step
+    (0), its int8 rows calibrated on the training mix's inputs (`train.data.calibration_texts`); None where that step
+    is what it ships, or where int8 rows are asked for and ../shared/data is not here."""
     from train.config import DATA
     from train.data import calibration_texts
 
     bundle = Bundle.load(DEFAULT)
-    if bundle.manifest.model.get("unit_rows", 0) == bits or not DATA.is_dir():
+    if bundle.manifest.model.get("unit_rows", 0) == bits or (bits == 8 and not DATA.is_dir()):
         return None
     return exported(bundle, f"default_rows{bits}", lambda out: export_again(
         bundle, out, "blocks", unit_rows=bits, calibration=calibration_texts(DATA) if bits == 8 else ()))

