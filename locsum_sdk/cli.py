@@ -182,10 +182,11 @@ def _export(args: argparse.Namespace) -> int:
     if trt_only:
         raise OptionError(f"{', '.join(trt_only)}: options of TensorRT engines; add --trt")
     if args.bundle and not args.checkpoint:
-        return _export_defaults(args)
+        return _export_again(args) if args.quantize else _export_defaults(args)
     if args.bundle or not args.checkpoint or not args.output:
         raise OptionError("export needs --checkpoint and --output; or --bundle DIR --output DIR with options to "
-                          "copy a bundle with other defaults; or --trt --bundle DIR to build TensorRT engines")
+                          "copy a bundle with other defaults, or with --quantize to export it again; or --trt "
+                          "--bundle DIR to build TensorRT engines")
     from .exporters.onnx import export_onnx
 
     bundle = export_onnx(
@@ -231,6 +232,28 @@ def _instruction(args: argparse.Namespace):
             raise OptionError(f"--chat-template {args.chat_template}: not a readable text file ({err})") from None
     given = {"summarize": args.instruction, "question": args.question, "chat_template": template}
     return Instruction(**{name: value for name, value in given.items() if value is not None})
+
+
+def _export_again(args: argparse.Namespace) -> int:
+    """--bundle exported again at --output from its rebuilt module, in the form --quantize and --unit-rows give
+    (`exporters.rebuild.export_again`: a HierEncDec on a GGUF base), with the options given over its defaults."""
+    from .bundle import Bundle
+    from .exporters.rebuild import export_again
+
+    if not args.output:
+        raise OptionError("export --bundle DIR --quantize FORM needs --output: the directory of the bundle exported "
+                          "again")
+    if args.tokenizer or args.config or args.kind or args.base or args.common_words:
+        raise OptionError("--tokenizer, --config, --kind, --base and --common-words are options of exporting a "
+                          "checkpoint; a bundle exported again keeps its tokenizer, word lists and base")
+    if Path(args.output).exists() and not args.force:
+        raise OptionError(f"{args.output} exists; pass --force to replace it")
+    bundle = Bundle.load(args.bundle)
+    options = _overrides(args, kinds.get(bundle.manifest.kind))
+    again = export_again(bundle, args.output, args.quantize, options, unit_rows=args.unit_rows,
+                         calibration=_calibration(args.calibration))
+    print(f"wrote {again.path}: {args.bundle} exported again ({args.quantize}, unit rows {args.unit_rows})")
+    return 0
 
 
 def _export_defaults(args: argparse.Namespace) -> int:
@@ -437,7 +460,8 @@ def _needs(args: argparse.Namespace) -> list[extras.Need]:
     if command == "export":
         if args.trt:
             return [extras.TRT_PREPARE]  # building imports TensorRT first
-        return [] if args.bundle and not args.checkpoint else [extras.ONNX_EXPORT]  # new defaults need no torch
+        # new defaults need no torch; a bundle exported again (--quantize) is rebuilt in torch
+        return [] if args.bundle and not args.checkpoint and not args.quantize else [extras.ONNX_EXPORT]
     if command == "doctor":
         return []  # it reports what is missing, stage by stage
     if command == "cache":
@@ -730,7 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = e.add_argument_group("TensorRT engines (--trt)")
     t.add_argument("--trt", action="store_true", help="build TensorRT engines from --bundle (needs an NVIDIA GPU)")
     t.add_argument("--bundle", help="the exported bundle to build engines for (without --trt: to copy with the "
-                   "options given as its defaults)")
+                   "options given as its defaults; with --quantize: to export again in that form, e.g. a bundle "
+                   "over unit rows with the slot step, --unit-rows 0)")
     t.add_argument("--fp16", action="store_true", help="float16 engines")
     t.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="write the prepared graphs and plan.json, print the plan, build nothing (any machine)")

@@ -17,7 +17,7 @@ from conftest import LLAMA_FRAME, random_model, tiny_llama_config
 from test_fused_step import VOCAB, block_rounded, documents, tiny
 
 from locsum_sdk import constants as C
-from locsum_sdk.errors import BundleError, ExportError, OptionError
+from locsum_sdk.errors import BackendUnavailableError, BundleError, ExportError, OptionError
 from locsum_sdk.modeling.fused_llama import fused_step
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llama_config import LlamaConfig
@@ -196,7 +196,9 @@ def test_the_memory_estimate_counts_unit_rows_and_no_slot_cache():
 def test_the_cli_exports_int8_unit_rows_calibrated_on_a_corpus(tokenizer_file, tmp_path, monkeypatch, capsys):
     """`locsum export --quantize blocks --unit-rows 8 --calibration FILE.jsonl`: the manifest records the rows, and
     the bundle summarizes (through a unit cache, the second time from it, alike); a calibration file that is not
-    JSON Lines of inputs is refused, naming its line."""
+    JSON Lines of inputs is refused, naming its line. Where ONNX Runtime has CUDA, device="cuda" refuses the rows
+    naming the way out, "auto" runs them on the CPU; `locsum export --bundle ROWS --quantize blocks` exports them
+    again with the slot step (into a new directory, or with --force)."""
     import json
 
     from gguf_files import adapted_llm, write_gguf
@@ -228,3 +230,18 @@ def test_the_cli_exports_int8_unit_rows_calibrated_on_a_corpus(tokenizer_file, t
     (tmp_path / "bad.jsonl").write_text('{"documents": ["one"]}\nnot json\n')
     assert main([*export, str(tmp_path / "bad.jsonl"), "--output", str(tmp_path / "bad")]) == 2
     assert "bad.jsonl:2" in capsys.readouterr().err
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider",
+                                                                         "CPUExecutionProvider"])
+    with pytest.raises(BackendUnavailableError, match="--unit-rows 0"):
+        Summarizer.from_pretrained(tmp_path / "rows", device="cuda")
+    on_cpu = Summarizer.from_pretrained(tmp_path / "rows", device="auto", threads=1).summarize(text, **options)
+    assert on_cpu.token_ids == first.token_ids
+    monkeypatch.undo()
+    again = ["export", "--bundle", str(tmp_path / "rows"), "--quantize", "blocks", "--output", str(tmp_path / "slots")]
+    assert main(again) == 0
+    assert json.loads((tmp_path / "slots" / C.MANIFEST_FILE).read_text())["model"]["unit_rows"] == 0
+    slots = Summarizer.from_pretrained(tmp_path / "slots", threads=1).summarize(text, **options)
+    # its tokens against the slot step's: test_unit_row_bundles_summarize_as_the_slot_step_does
+    assert len(slots.token_ids) == len(first.token_ids)
+    assert main(again) == 2 and "--force" in capsys.readouterr().err

@@ -122,8 +122,11 @@ class OnnxRuntimeBackend:
         self.device = _device(ort, device, providers)
         if self.device == "cuda" and is_unit_rows(self.graphs["decoder"]):
             if device == "cuda":
-                raise BackendUnavailableError("device='cuda': a bundle whose step reads unit rows runs on the CPU "
-                                              "here; pass device='cpu'")
+                raise BackendUnavailableError(
+                    f"device='cuda': {bundle.path}'s step reads unit rows, which ONNX Runtime runs on the CPU here; "
+                    "pass device='cpu', build TensorRT engines of it (python export/to_trt.py --bundle ...), or "
+                    "export it again with the slot step for ONNX Runtime's CUDA provider (locsum export --bundle "
+                    f"{bundle.path} --quantize blocks --unit-rows 0 --output DIR)")
             logger.info("%s: its step reads unit rows, which run on the CPU here", bundle.path)
             self.device = "cpu"
         if providers is None and self.device == "cuda":
