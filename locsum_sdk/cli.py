@@ -263,9 +263,12 @@ def _export_defaults(args: argparse.Namespace) -> int:
 
     if not args.output:
         raise OptionError("export --bundle DIR needs --output: the directory of the copy with the new defaults")
-    if args.tokenizer or args.config or args.quantize or args.kind or args.base:
-        raise OptionError("--tokenizer, --config, --quantize, --kind and --base are options of exporting a "
-                          "checkpoint; a bundle copied with other defaults keeps its graphs and files")
+    if args.tokenizer or args.config or args.kind or args.base:
+        raise OptionError("--tokenizer, --config, --kind and --base are options of exporting a checkpoint; a bundle "
+                          "copied with other defaults keeps its graphs and files")
+    if args.unit_rows or args.calibration:
+        raise OptionError("--unit-rows and --calibration are the form of a bundle exported again: add --quantize "
+                          "blocks")
     options = _overrides(args, kinds.get(Bundle.load(args.bundle, verify=False).manifest.kind))
     if not options and not args.common_words:
         raise OptionError("export --bundle DIR --output DIR copies the bundle with other default options; give "

@@ -90,9 +90,12 @@ def test_cli_copies_a_bundle_with_the_options_given(bundle_dir, tmp_path, capsys
     assert generation["min_length"] == 7 and generation["known_words"] is False
     assert main(["export", "--bundle", str(bundle_dir), "--output", str(tmp_path / "none")]) == 2
     assert "give some" in capsys.readouterr().err
+    # --quantize exports a bundle again from its rebuilt module: a from-scratch bundle has none
     assert main(["export", "--bundle", str(bundle_dir), "--output", str(tmp_path / "q"), "--quantize", "int8",
                  "--min-length", "7"]) == 2
-    assert "keeps its graphs" in capsys.readouterr().err
+    assert "only an int8 or blocks HierEncDec bundle" in capsys.readouterr().err
+    assert main(["export", "--bundle", str(bundle_dir), "--output", str(tmp_path / "q"), "--unit-rows", "8"]) == 2
+    assert "add --quantize blocks" in capsys.readouterr().err
     assert main(["export", "--bundle", str(bundle_dir), "--min-length", "7"]) == 2
     assert "needs --output" in capsys.readouterr().err
     assert main(["export", "--bundle", str(bundle_dir), "--checkpoint", "c", "--output", str(tmp_path / "c")]) == 2

@@ -114,6 +114,15 @@ def base_file(bundle: Bundle) -> Path:
     return source_path(sources[0], bundle.path)
 
 
+def check_rebuildable(bundle: Bundle) -> None:
+    """BundleError unless `bundle` is one `bundle_module` rebuilds: an int8 or blocks HierEncDec on a pretrained
+    backbone."""
+    manifest = bundle.manifest
+    if manifest.kind != "hierencdec" or manifest.dtype not in REBUILT or not on_base_model(manifest.model):
+        raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle on a pretrained backbone is "
+                          f"rebuilt as a torch module here (it is {manifest.dtype} {manifest.kind})")
+
+
 def bundle_module(bundle: Bundle) -> nn.Module:
     """The bundle's HierEncDec on the pretrained backbone: base from its GGUF, adapters from its decoder graph (torch:
     the export extra)."""
@@ -123,9 +132,7 @@ def bundle_module(bundle: Bundle) -> nn.Module:
     from ..modeling.registry import model_kind
 
     manifest = bundle.manifest
-    if manifest.kind != "hierencdec" or manifest.dtype not in REBUILT or not on_base_model(manifest.model):
-        raise BundleError(f"{bundle.path}: only an int8 or blocks HierEncDec bundle on a pretrained backbone is "
-                          f"rebuilt as a torch module here (it is {manifest.dtype} {manifest.kind})")
+    check_rebuildable(bundle)
     config = kinds.get(manifest.kind).model_config({**manifest.model, "unit_rows": 0})  # a step's form is no module's
     net = model_kind(manifest.kind).model(config).eval()
     path = base_file(bundle)
@@ -172,6 +179,7 @@ def export_again(bundle: Bundle, output: str | os.PathLike, quantize: str | None
     from ..modeling.checkpoint import save_checkpoint
     from .onnx import export_onnx
 
+    check_rebuildable(bundle)
     settings = bundle.manifest.options().replace(**(options or {})).to_settings()
     chosen = {**settings["units"], **settings["limits"], **settings["generation"]}
     source = bundle.manifest.base["sources"][0]
