@@ -73,7 +73,7 @@ class Manifest:
         if not isinstance(values, dict):
             raise BundleIntegrityError(f"{where} holds a JSON {type(values).__name__}, not an object; export again")
         version = values.get("format_version")
-        if version not in READABLE_VERSIONS or isinstance(version, bool):
+        if type(version) is not int or version not in READABLE_VERSIONS:  # 3.0 and True compare equal to 3 and 1
             raise BundleVersionError(
                 f"{where} has format_version {version!r}, this locsum reads versions {list(READABLE_VERSIONS)}; "
                 "export the checkpoint again with this version of locsum"
