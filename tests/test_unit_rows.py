@@ -139,6 +139,11 @@ def test_unit_row_bundles_summarize_as_the_slot_step_does(tokenizer_file, tmp_pa
     encoder = onnx.load(str(bundles[8].file(C.ENCODER_FILE)), load_external_data=False)
     outputs = {o.name: o.type.tensor_type.elem_type for o in encoder.graph.output}
     assert outputs[C.unit_key(0)] == onnx.TensorProto.INT8 and C.cross_key(0) not in outputs
+    assert C.ENCODER_HIDDEN not in outputs  # nor what only it needs: the last layer's MLP, the final norm
+    slot_encoder = onnx.load(str(bundles[0].file(C.ENCODER_FILE)), load_external_data=False)
+    assert C.ENCODER_HIDDEN in {o.name for o in slot_encoder.graph.output}
+    assert len(encoder.graph.node) < len(slot_encoder.graph.node)
+    assert len(bundles[8].manifest.base["tensors"]) < len(bundles[0].manifest.base["tensors"])  # none left unread
     for options in ({"max_length": 16, "min_length": 16, "whole_sentences": False},
                     {"max_length": 12, "min_length": 12, "whole_sentences": False, "num_beams": 3}):
         summaries = {rows: Summarizer.from_pretrained(bundle.path, threads=1).summarize(list(text), **options)
@@ -244,3 +249,23 @@ def test_the_cli_exports_int8_unit_rows_calibrated_on_a_corpus(tokenizer_file, t
     # its tokens against the slot step's: test_unit_row_bundles_summarize_as_the_slot_step_does
     assert len(slots.token_ids) == len(first.token_ids)
     assert main(again) == 2 and "--force" in capsys.readouterr().err
+
+
+def test_a_row_encoder_exported_with_its_final_hidden_states_is_still_taken():
+    """Row bundles exported before their encoder stopped writing the final hidden states (the shipped default until
+    it was exported again) wrote them first: the backend and the manifest's check take that form beside the new
+    one, and nothing else (the states after the rows, or alone)."""
+    import dataclasses
+
+    from locsum_sdk import kinds
+
+    settings = {**dataclasses.asdict(LlamaConfig()), "backbone": "llama", "unit_rows": 8}
+    encoder = kinds.get("hierencdec").graphs(settings)["encoder"]
+    hidden = (C.ENCODER_HIDDEN, "tensor(float)")
+    rows = [(t.name, t.onnx_type) for t in encoder.outputs]
+    assert C.ENCODER_HIDDEN not in encoder.output_names and rows[0] == (C.unit_key(0), "tensor(int8)")
+    assert encoder.accepts_outputs(rows) and encoder.accepts_outputs([hidden, *rows])
+    assert not encoder.accepts_outputs([*rows, hidden]) and not encoder.accepts_outputs([hidden])
+    assert encoder.recorded_outputs == [encoder.output_names, [C.ENCODER_HIDDEN, *encoder.output_names]]
+    slots = kinds.get("hierencdec").graphs({**settings, "unit_rows": 0})["encoder"]
+    assert slots.output_names[0] == C.ENCODER_HIDDEN and slots.recorded_outputs == [slots.output_names]

@@ -237,12 +237,13 @@ class OnnxRuntimeBackend:
         """Run one of the kind's graphs (e.g. a selection stage's) on `inputs` by name; its outputs by name."""
         if graph not in self.sessions:
             raise BackendError(f"a {self.kind.name} bundle has no {graph!r} graph; it has {sorted(self.sessions)}")
-        session = self.sessions[graph]
+        names = self.graphs[graph].output_names  # the declared ones (a graph exported before may write more)
         try:
-            values = session.run(None, {name: np.ascontiguousarray(value) for name, value in inputs.items()})
+            values = self.sessions[graph].run(names, {name: np.ascontiguousarray(value)
+                                                      for name, value in inputs.items()})
         except Exception as err:  # ORT raises bare RuntimeError / its own Fail types
             raise BackendError(f"onnxruntime failed running the {graph} ({err})") from None
-        return dict(zip(self.graphs[graph].output_names, values))  # as checked against the session at load
+        return dict(zip(names, values))
 
     def end_profiling(self) -> dict[str, Path]:
         """Stop tracing (backend made with `profile_dir`) and return each graph's trace file (Chrome trace JSON)."""

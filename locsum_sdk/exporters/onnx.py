@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..ops import page_combine
 from ..options import checkpoint_defaults
 from ..packed import pack_directory
 from ..words import WordList
-from . import base_derived, graph_index, streamed
+from . import base_derived, graph_index, streamed, unit_chunks
 from . import unit_rows as unit_rows_export
 from .low_rank import sum_as_gemm, up_projections
 from .packing import pack, tie_lm_head
@@ -126,14 +127,25 @@ def check_graph(path: Path, expect_function: str | None) -> None:
             raise ExportError(f"{path.name} should call {page_combine.DOMAIN}.{expect_function} and hold its function")
 
 
-def compare_with_torch(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
-    """Run the graph on ONNX Runtime and compare with the torch outputs, each within `atol` times its largest
-    magnitude where that is over 1 (float32 rounding grows with the values: a 30-layer model's hidden states reach
-    the hundreds); returns the largest difference."""
+def _output_names(path: Path) -> list[str]:
+    import onnx
+
+    return [output.name for output in onnx.load(str(path), load_external_data=False).graph.output]
+
+
+def outputs_of(path: Path, spec) -> list[np.ndarray]:
+    """The graph at `path` run on ONNX Runtime (CPU) on the spec's example inputs: its outputs `spec.outputs`."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(spec.outputs, {name: t.numpy() for name, t in zip(spec.inputs, spec.example)})
+    return session.run(spec.outputs, {name: t.numpy() for name, t in zip(spec.inputs, spec.example)})
+
+
+def compare_with_torch(path: Path, spec, expected: list[np.ndarray], atol: float) -> float:
+    """Run the graph on ONNX Runtime and compare with the torch outputs (or a graph's own before a change), each
+    within `atol` times its largest magnitude where that is over 1 (float32 rounding grows with the values: a
+    30-layer model's hidden states reach the hundreds); returns the largest difference."""
+    got = outputs_of(path, spec)
     worst = 0.0
     for name, a, b in zip(spec.outputs, expected, got):
         if a.shape != b.shape:
@@ -164,7 +176,8 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
     the weights that are pretrained tensors of `sources` go to base.bin with their recipes. Returns the manifest's
     graphs and base.bin's record (None without sources). `rows`: the fused step's unit rows and their scales
     (`export_onnx`'s `unit_rows`); that step takes other inputs than the torch step: tests/test_unit_rows.py holds
-    it to the torch maths, not this comparison."""
+    it to the torch maths, not this comparison. The encoder, compared with torch, then writes the rows' heads
+    (`unit_rows.encoder_rows`), and once it reads base.bin it must give what it gave before, to the bit."""
     from ..modeling import graphs
 
     index = base_derived.SourceIndex(sources, blocks=quantize == "blocks") if sources else None
@@ -180,21 +193,29 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
             worst = written[name]["max_abs_diff"] = compare_with_torch(work / file, spec, expected, atol)
             logger.info("%s matches torch within %.1e", file, worst)
         fused = quantize == "blocks" and name == "decoder"
-        in_rows = fused and bool(rows[0])
+        row_step, row_encoder = fused and bool(rows[0]), name == "encoder" and bool(rows[0])
         if fused:
             write_fused_step(work / file, model, sources, *rows)
         matches = base_derived.match_graph(work / file, index) if index else {}
         if quantize in QUANTIZATIONS and not fused:
             quantize_int8(work / file, float_adapters=name == "encoder")  # a step's adapters are read back as int8
+            if quantize == "blocks":
+                unit_chunks.rewrite(work / file)
         if index:
             recipes[file] = base_derived.rewrite(work / file, matches, index)
         if quantize in QUANTIZATIONS:
             if not fused:
                 check_graph(work / file, function)
-            if validate and not in_rows:
+            if validate and not row_step:
                 written[name]["int8_max_abs_diff"] = compare_with_torch(work / file, spec, expected, float("inf"))
-        if not in_rows:
-            checks[file] = (spec, expected, written[name].get("int8_max_abs_diff", atol))
+        if row_encoder:  # it writes the rows' heads; checked below against its own outputs here
+            unit_rows_export.encoder_rows(work / file, model.config, rows[1])
+            check_graph(work / file, function)
+            if validate:
+                spec = replace(spec, outputs=_output_names(work / file))
+                expected = outputs_of(work / file, spec)
+        if not row_step:
+            checks[file] = (spec, expected, 0.0 if row_encoder else written[name].get("int8_max_abs_diff", atol))
     record = base_derived.externalize(work, recipes, index) if index else None
     if record is not None and validate:
         for file, (spec, expected, tolerance) in checks.items():  # the graphs as they now read base.bin
@@ -341,8 +362,7 @@ def export_onnx(
             llm_files = [] if carry_weights else loaded.model_files
             sources = [*(base or ()), *(UserFile(Path(p)) for p in dict.fromkeys([*llm_files, *model_files]))]
             written, record = _export_graphs(work, model, torch_kind, io, sources, quantize, atol, validate, rows)
-        if unit_rows:  # the encoder writes the rows' heads; the manifest declares the form's IO
-            unit_rows_export.encoder_rows(work / io["encoder"].file, model.config, rows[1])
+        if unit_rows:  # the manifest declares the form's IO
             for name, graph in declared.graphs(settings).items():
                 written[name].update(inputs=graph.input_names, outputs=graph.output_names)
         pack(work, [graph["file"] for graph in written.values()])

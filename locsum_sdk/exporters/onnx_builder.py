@@ -19,10 +19,11 @@ ELEMENT_TYPES = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float3
 
 
 class GraphBuilder:
-    """Nodes and initializers of one graph, names made unique by a counter."""
+    """Nodes and initializers of one graph, names made unique by a counter (after `prefix`: a subgraph's names must
+    not meet its outer graph's)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, prefix: str = ""):
+        self.name, self.prefix = name, prefix
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.held: dict[tuple, str] = {}  # (dtype, shape, sha256) -> the initializer holding that array
@@ -30,7 +31,7 @@ class GraphBuilder:
 
     def fresh(self, stem: str) -> str:
         self.count += 1
-        return f"{stem}_{self.count}"
+        return f"{self.prefix}{stem}_{self.count}"
 
     def const(self, array: Any, stem: str = "const") -> str:
         """An initializer holding `array` (numpy dtype kept; Python ints become int64, floats float32); an array
@@ -57,13 +58,19 @@ class GraphBuilder:
                                            domain=domain, **attributes))
         return names[0] if outputs == 1 else names
 
+    def graph(self, inputs: list[tuple[str, str, list[Any] | None]],
+              outputs: list[tuple[str, str, list[Any] | None]]) -> onnx.GraphProto:
+        """The nodes as a graph (a model's, or a subgraph of `If`/`Scan`); inputs and outputs are (name, dtype, shape
+        with dims or axis names, None where unknown)."""
+        def info(name: str, dtype: str, shape: list[Any] | None) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(name, ELEMENT_TYPES[dtype], shape)
+
+        return helper.make_graph(self.nodes, self.name, [info(*i) for i in inputs], [info(*o) for o in outputs],
+                                 self.initializers)
+
     def model(self, inputs: list[tuple[str, str, list[Any]]], outputs: list[tuple[str, str, list[Any]]],
               opset: int = 17) -> onnx.ModelProto:
         """The graph as a model; inputs and outputs are (name, dtype, shape with dims or axis names)."""
-        def info(name: str, dtype: str, shape: list[Any]) -> onnx.ValueInfoProto:
-            return helper.make_tensor_value_info(name, ELEMENT_TYPES[dtype], shape)
-
-        graph = helper.make_graph(self.nodes, self.name, [info(*i) for i in inputs], [info(*o) for o in outputs],
-                                  self.initializers)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
+        return helper.make_model(self.graph(inputs, outputs),
+                                 opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
                                  producer_name="locsum")

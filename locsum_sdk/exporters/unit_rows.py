@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import constants as C
 from ..errors import ExportError
+from . import graph_index
 
 MARGIN = 2.0  # headroom over the calibration's largest magnitude
 CALIBRATION_PAGES = 64  # pages of calibration text read at most
@@ -68,8 +69,10 @@ def calibrate(model: Any, pages: list[list[int]], batch: int = 4) -> np.ndarray:
 
 def encoder_rows(path: Path, config: Any, scales: np.ndarray | None) -> None:
     """Rewrite the encoder at `path` (its outputs `cross_key.i` (N, H, d, L), `cross_value.i` (N, H, L, d)) to
-    write unit rows: `unit_key.i` and `unit_value.i`, (N, H, L, d), int8 with `scales` where given. Weights kept
-    outside the graph stay where they are."""
+    write unit rows: `unit_key.i` and `unit_value.i`, (N, H, L, d), int8 with `scales` where given. Its final hidden
+    states, which no backend reads, are no longer written, nor what only they need (the last layer's output
+    projection and MLP, the final norm): nodes and initializers pruned. Weights kept outside the graph stay where
+    they are."""
     graph = onnx.load(str(path), load_external_data=False)
     names = {output.name for output in graph.graph.output}
     layers = config.layers
@@ -91,11 +94,11 @@ def encoder_rows(path: Path, config: Any, scales: np.ndarray | None) -> None:
                 value = _node(graph, "QuantizeLinear", [value, one.name, zero.name], f"{target}.codes")
             _node(graph, "Identity", [value], target)
     dtype = TensorProto.INT8 if scales is not None else TensorProto.FLOAT
-    outputs = [output for output in graph.graph.output if not output.name.startswith(("cross_key.", "cross_value."))]
-    outputs += [helper.make_tensor_value_info(name(i), dtype, ["units", config.kv_heads, "length", config.head_dim])
+    outputs = [helper.make_tensor_value_info(name(i), dtype, ["units", config.kv_heads, "length", config.head_dim])
                 for i in range(layers) for name in (C.unit_key, C.unit_value)]
     del graph.graph.output[:]
     graph.graph.output.extend(outputs)
+    graph_index.prune(graph.graph)
     onnx.save(graph, str(path))
 
 

@@ -56,6 +56,7 @@ class GraphIO:
     inputs: tuple[TensorIO, ...]
     outputs: tuple[TensorIO, ...]
     extra_outputs: tuple[TensorIO, ...] = ()  # what a prepared graph may add after `outputs` (see step_graph)
+    former_outputs: tuple[TensorIO, ...] = ()  # what a graph exported before may still write ahead of `outputs`
 
     @property
     def input_names(self) -> list[str]:
@@ -66,13 +67,23 @@ class GraphIO:
         return [t.name for t in self.outputs]
 
     @property
+    def recorded_outputs(self) -> list[list[str]]:
+        """The output names a bundle's manifest may record: the declared ones, or the former ones before them."""
+        former = [t.name for t in self.former_outputs]
+        return [self.output_names, former + self.output_names] if former else [self.output_names]
+
+    @property
     def axes(self) -> dict[str, dict[int, str]]:
         return {t.name: dict(t.axes) for t in self.inputs + self.outputs if t.axes}
 
     def accepts_outputs(self, found: list[tuple[str, str]]) -> bool:
-        """Whether a graph's (name, ONNX type) outputs are the declared ones, with or without the extras."""
-        declared = [(t.name, t.onnx_type) for t in self.outputs]
-        return found in (declared, declared + [(t.name, t.onnx_type) for t in self.extra_outputs])
+        """Whether a graph's (name, ONNX type) outputs are the declared ones, with or without the extras, or those
+        after the former ones (a graph exported before, whose outputs the backends read by name)."""
+        def typed(outputs: tuple[TensorIO, ...]) -> list[tuple[str, str]]:
+            return [(t.name, t.onnx_type) for t in outputs]
+
+        declared = typed(self.outputs)
+        return found in (declared, declared + typed(self.extra_outputs), typed(self.former_outputs) + declared)
 
 
 def cross_outputs(layers: int, rows: str) -> tuple[TensorIO, ...]:

@@ -51,9 +51,10 @@ def graphs(model: dict[str, Any]) -> dict[str, GraphIO]:
         outputs=(TensorIO(C.ENCODER_HIDDEN, "float32", {0: "rows", 1: "length"}), *cross_outputs(layers, "rows")),
     )
     rows = model.get("unit_rows", 0)
-    if rows:  # each unit's keys and values with the summary's after them (`modeling.fused_unit_rows`)
+    if rows:  # each unit's keys and values with the summary's after them (`modeling.fused_unit_rows`); the final
+        # hidden states, which no backend reads, are not written (a bundle exported before writes them first)
         dtype = "int8" if rows == 8 else "float32"
-        encoder = replace(encoder, outputs=(*encoder.outputs[:1], *unit_rows(layers, dtype)))
+        encoder = replace(encoder, outputs=unit_rows(layers, dtype), former_outputs=encoder.outputs[:1])
         return {"encoder": encoder, "decoder": unit_rows_step(layers, dtype)}
     # one decoder per item: a cache row per item in every layer
     decoder = step_graph(layers, lambda i: "batch", model.get("copy", False))
