@@ -23,7 +23,8 @@ DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
 STEP_NAMES = {0: "slots", 8: "rows8"}  # `other_step` and what the benchmarks call it
 CODE = [ROOT / "locsum_sdk" / "blockwise.py",
-        *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "low_rank.py", "unit_rows.py")),
+        *(ROOT / "locsum_sdk" / "exporters" / name
+          for name in ("onnx.py", "low_rank.py", "unit_rows.py", "unit_chunks.py", "graph_index.py")),
         *(ROOT / "locsum_sdk" / "modeling" / name
           for name in ("fused_llama.py", "fused_hierencdec.py", "fused_unit_rows.py", "unit_attention.py", "llama.py"))]
 
@@ -34,14 +35,23 @@ def other_form() -> str:
     return next(form for form in FORMS if form != shipped)
 
 
-def default_as(form: str, again: bool = False) -> Path:
+def default_as(form: str, again: bool = False) -> Path | None:
     """The default bundle's directory in weight form `form` ("int8" or "blocks"); `again`: exported by this checkout
-    even where the default ships in `form` (what releasing it again would ship)."""
+    even where the default ships in `form`, in its step form (what releasing it again would ship; None where that is
+    int8 unit rows and ../shared/data, their calibration text, is not here)."""
     bundle = Bundle.load(DEFAULT)
-    if bundle.manifest.dtype == form and not again:
+    if bundle.manifest.dtype != form:
+        return exported(bundle, f"default_{form}", lambda out: export_again(bundle, out, form))
+    if not again:
         return DEFAULT
-    name = f"default_{form}_again" if bundle.manifest.dtype == form else f"default_{form}"
-    return exported(bundle, name, lambda out: export_again(bundle, out, form))
+    from train.config import DATA
+    from train.data import calibration_texts
+
+    rows = bundle.manifest.model.get("unit_rows", 0)
+    if rows == 8 and not DATA.is_dir():
+        return None
+    return exported(bundle, f"default_{form}_again", lambda out: export_again(
+        bundle, out, form, unit_rows=rows, calibration=calibration_texts(DATA) if rows == 8 else ()))
 
 
 def other_step() -> int:

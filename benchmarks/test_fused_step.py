@@ -28,8 +28,9 @@ ROUNDS = 2
 def test_fused_step_against_the_int8_step(quick, monkeypatch):
     try:
         bundles = {"int8": default_as("int8"), "fused": default_as("blocks")}
-        if bundles["fused"] == DEFAULT:
-            bundles["fused-again"] = default_as("blocks", again=True)
+        again = default_as("blocks", again=True) if bundles["fused"] == DEFAULT else None
+        if again is not None:
+            bundles["fused-again"] = again
     except BundleNotFoundError as error:
         pytest.skip(f"the default's base model is not installed: {error}")
     points = []
