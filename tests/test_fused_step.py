@@ -381,10 +381,8 @@ def test_a_bundle_with_the_fused_step_assembles_the_files_blocks(tokenizer_file,
     decoder = onnx.load(str(bundle.file(C.DECODER_FILE)), load_external_data=False)
     assert {"MatMulNBits", "SkipSimplifiedLayerNormalization"} <= {node.op_type for node in decoder.graph.node}
     encoder = onnx.load(str(bundle.file(C.ENCODER_FILE)), load_external_data=False)
-    attentions = [node for node in encoder.graph.node if node.op_type == "If"]  # `unit_attention`, in chunks
-    assert len(attentions) == layers  # (`unit_chunks`) for long units, else as it was
-    assert all({a.name: a.g for a in node.attribute}["else_branch"].node[0].op_type == "GroupQueryAttention"
-               for node in attentions)
+    assert sum(node.op_type == "GroupQueryAttention" for node in encoder.graph.node) == layers  # `unit_attention`
+    # one call a run: a slot-step bundle may run on CUDA, where the chunks' Scan would encode a run's units in turn
     text = "The roof leaks. The budget is short. " * 20
     options = {"max_length": 12, "min_length": 12, "whole_sentences": False}
     first = Summarizer.from_pretrained(bundle.path, threads=1).summarize(text, **options)

@@ -143,6 +143,8 @@ def test_unit_row_bundles_summarize_as_the_slot_step_does(tokenizer_file, tmp_pa
     slot_encoder = onnx.load(str(bundles[0].file(C.ENCODER_FILE)), load_external_data=False)
     assert C.ENCODER_HIDDEN in {o.name for o in slot_encoder.graph.output}
     assert len(encoder.graph.node) < len(slot_encoder.graph.node)
+    chunked = [node for node in encoder.graph.node if node.op_type == "If"]  # its units' attention in chunks
+    assert len(chunked) == net.config.layers and not any(n.op_type == "If" for n in slot_encoder.graph.node)
     assert len(bundles[8].manifest.base["tensors"]) < len(bundles[0].manifest.base["tensors"])  # none left unread
     for options in ({"max_length": 16, "min_length": 16, "whole_sentences": False},
                     {"max_length": 12, "min_length": 12, "whole_sentences": False, "num_beams": 3}):

@@ -199,8 +199,8 @@ def _export_graphs(work: Path, model: Any, torch_kind: Any, io: dict[str, Any], 
         matches = base_derived.match_graph(work / file, index) if index else {}
         if quantize in QUANTIZATIONS and not fused:
             quantize_int8(work / file, float_adapters=name == "encoder")  # a step's adapters are read back as int8
-            if quantize == "blocks":
-                unit_chunks.rewrite(work / file)
+        if row_encoder:  # a row bundle runs on the CPU only, where its units' attention pays in chunks
+            unit_chunks.rewrite(work / file)
         if index:
             recipes[file] = base_derived.rewrite(work / file, matches, index)
         if quantize in QUANTIZATIONS:
