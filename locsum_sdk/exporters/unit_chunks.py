@@ -12,10 +12,10 @@ bits (at most 8e-7 on values about 1; 513-token units), and at most lengths (512
 The kernel takes a past with more than one new token only for one sequence at a time, so the chunks run inside a
 `Scan` over the run's units: a CPU form (on a GPU the fused kernels skip the masked half themselves, and the `Scan`
 would encode a run's units one after another), which the exporter writes into unit-row bundles, the form that runs
-on the CPU only. Each call has a cost of its own, which short units do not pay back: a run whose units
-are shorter than SHORTEST tokens takes the node as it was, under an `If` on the run's length (measured on a 2-core
-AMD EPYC, 4 chunks against the node alone: 0.81x as fast at 128-token units, 1.04x at 256, 1.11x at 384, 1.18x at
-512, 1.09x at 1,024).
+on the CPU only. Each call has a cost of its own, which short units do not pay back: a run whose units are shorter
+than SHORTEST tokens takes the node as it was, under an `If` on the run's length (measured on a 2-core AMD EPYC, 4
+chunks against the node alone: 0.81x as fast at 128-token units, 1.04x at 256, 1.11x at 384, 1.18x at 512, 1.09x at
+1,024).
 """
 
 from __future__ import annotations
