@@ -244,6 +244,10 @@ def test_the_cli_exports_int8_unit_rows_calibrated_on_a_corpus(tokenizer_file, t
             Summarizer.from_pretrained(tmp_path / "rows", device="cuda")
         on_cpu = Summarizer.from_pretrained(tmp_path / "rows", device="auto", threads=1).summarize(text, **options)
     assert on_cpu.token_ids == first.token_ids
+    with monkeypatch.context() as older:  # an ONNX Runtime whose GroupQueryAttention misreads int8 rows
+        older.setattr(ort, "__version__", "1.29.1")
+        with pytest.raises(BackendUnavailableError, match=r"onnxruntime>=1\.30.*--unit-rows 0"):
+            Summarizer.from_pretrained(tmp_path / "rows", threads=1)
     again = ["export", "--bundle", str(tmp_path / "rows"), "--quantize", "blocks", "--output", str(tmp_path / "slots")]
     assert main(again) == 0
     assert json.loads((tmp_path / "slots" / C.MANIFEST_FILE).read_text())["model"]["unit_rows"] == 0
@@ -271,3 +275,15 @@ def test_a_row_encoder_exported_with_its_final_hidden_states_is_still_taken():
     assert encoder.recorded_outputs == [encoder.output_names, [C.ENCODER_HIDDEN, *encoder.output_names]]
     slots = kinds.get("hierencdec").graphs({**settings, "unit_rows": 0})["encoder"]
     assert slots.output_names[0] == C.ENCODER_HIDDEN and slots.recorded_outputs == [slots.output_names]
+
+
+@pytest.mark.parametrize("version, refused", [("1.29.1", True), ("1.18.0", True), ("1.30.0", False), ("1.32.0", False),
+                                              ("1.31.0.dev20261201", False), ("2.0.0", False), ("local-build", False)])
+def test_unit_rows_need_an_onnx_runtime_that_reads_them(version, refused, tmp_path):
+    from locsum_sdk.backends.onnxruntime import check_unit_rows_runtime
+
+    if refused:
+        with pytest.raises(BackendUnavailableError, match=f"onnxruntime {version} does not run"):
+            check_unit_rows_runtime(version, tmp_path)
+    else:
+        check_unit_rows_runtime(version, tmp_path)

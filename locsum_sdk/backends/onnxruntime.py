@@ -100,6 +100,26 @@ def _run(session, binding, graph: str) -> None:
         ) from None
 
 
+UNIT_ROWS_RUNTIME = (1, 30)  # the oldest ONNX Runtime whose GroupQueryAttention reads int8 unit rows as written
+
+
+def check_unit_rows_runtime(version: str, bundle: Path) -> None:
+    """BackendUnavailableError where ONNX Runtime `version` is older than UNIT_ROWS_RUNTIME: a unit-row step's
+    `GroupQueryAttention` over an int8 cache is refused as an invalid graph up to 1.24, fails at run in 1.26 and
+    writes other or broken summaries in 1.27 to 1.29."""
+    try:
+        found = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return  # a build that names itself otherwise: let its session say what it takes
+    if found < UNIT_ROWS_RUNTIME:
+        oldest = ".".join(map(str, UNIT_ROWS_RUNTIME))
+        raise BackendUnavailableError(
+            f"{bundle}'s step reads unit rows through ONNX Runtime's GroupQueryAttention, which onnxruntime {version} "
+            f"does not run as written (it needs {oldest} or newer): pip install -U 'onnxruntime>={oldest}', or export "
+            f"the bundle again with the slot step (locsum export --bundle {bundle} --quantize blocks --unit-rows 0 "
+            "--output DIR)")
+
+
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
@@ -119,6 +139,8 @@ class OnnxRuntimeBackend:
         # its graphs' IO and how a session binds them, on the model's backbone
         self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
         self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
+        if is_unit_rows(self.graphs["decoder"]):
+            check_unit_rows_runtime(ort.__version__, bundle.path)
         self.device = _device(ort, device, providers)
         if self.device == "cuda" and is_unit_rows(self.graphs["decoder"]):
             if device == "cuda":

@@ -70,7 +70,9 @@ class GraphBuilder:
 
     def model(self, inputs: list[tuple[str, str, list[Any]]], outputs: list[tuple[str, str, list[Any]]],
               opset: int = 17) -> onnx.ModelProto:
-        """The graph as a model; inputs and outputs are (name, dtype, shape with dims or axis names)."""
-        return helper.make_model(self.graph(inputs, outputs),
-                                 opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
-                                 producer_name="locsum")
+        """The graph as a model; inputs and outputs are (name, dtype, shape with dims or axis names). Its IR version
+        is the lowest its opsets need, not the installed onnx's newest: ONNX Runtime refuses a model of an IR
+        version newer than it knows, whatever its operators."""
+        opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
+        return helper.make_model(self.graph(inputs, outputs), opset_imports=opsets, producer_name="locsum",
+                                 ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True))
