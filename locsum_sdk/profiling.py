@@ -158,8 +158,13 @@ class GraphProfile:
     ops: list[OpTime]  # slowest first
 
 
+CONTROL_FLOW = ("If", "Loop", "Scan")  # their subgraphs' nodes are traced themselves: not counted twice
+
+
 def read_trace(graph: str, trace: Path, by_node: bool = False) -> GraphProfile:
-    """Sum an ONNX Runtime trace (Chrome trace JSON) by operator type (or by node), per run of the graph."""
+    """Sum an ONNX Runtime trace (Chrome trace JSON) by operator type (or by node), per run of the graph. A
+    control-flow node's time is its subgraph's nodes', which are summed as they are (its own bookkeeping falls in the
+    time outside the kernels)."""
     events = json.loads(trace.read_text())
     runs = [e["dur"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
     if not runs:
@@ -168,7 +173,8 @@ def read_trace(graph: str, trace: Path, by_node: bool = False) -> GraphProfile:
     micros: dict[str, float] = defaultdict(float)
     suffix = "_kernel_time"
     for event in events:
-        if event.get("cat") == "Node" and event.get("name", "").endswith(suffix):
+        if (event.get("cat") == "Node" and event.get("name", "").endswith(suffix)
+                and event["args"]["op_name"] not in CONTROL_FLOW):
             key = event["name"][: -len(suffix)] if by_node else event["args"]["op_name"]
             calls[key] += 1
             micros[key] += event["dur"]

@@ -75,6 +75,7 @@ def test_trace_is_summed_by_operator_per_run(tmp_path):
               {"cat": "Session", "name": "model_run", "dur": 3000}]
     events += [node("MatMul", 600), node("MatMul", 400), node("Add", 100), node("MatMul", 800)]
     events += [{"cat": "Node", "name": "MatMul_fence_before", "dur": 5, "args": {"op_name": "MatMul"}}]
+    events += [node("If", 550), node("Scan", 540)]  # control flow: the time of nodes listed themselves
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps(events))
     profile = read_trace("decoder", trace)
