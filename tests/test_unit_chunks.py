@@ -3,8 +3,9 @@ outputs of the one it was written from at every length (under, at and over the l
 that do not divide into the chunks, padded units), and the graph pruner (`exporters.graph_index.prune`) keeps what
 subgraphs read.
 
-Tolerance: 1e-6 times each output's largest magnitude where that is over 1 (the same sums, some grouped otherwise by
-the kernel's blocking: a few units in the last place)."""
+Tolerance: 1e-5 times each output's largest magnitude where that is over 1 (the same sums, some grouped otherwise by
+the kernel's blocking: seen up to 8e-7 on values about 1 on an AVX-512 machine; other instruction sets block the
+products otherwise; a wrong mask or past moves outputs by their own size)."""
 
 import shutil
 
@@ -53,7 +54,7 @@ def sessions(folder):
 def assert_same(expected: list[np.ndarray], got: list[np.ndarray]) -> None:
     for a, b in zip(expected, got, strict=True):
         assert a.shape == b.shape
-        assert np.abs(a - b).max() <= 1e-6 * max(1.0, float(np.abs(a).max()))
+        assert np.abs(a - b).max() <= 1e-5 * max(1.0, float(np.abs(a).max()))
 
 
 def test_every_unit_attention_is_rewritten_and_the_graph_checks(encoders):
