@@ -277,13 +277,22 @@ def test_a_row_encoder_exported_with_its_final_hidden_states_is_still_taken():
     assert slots.output_names[0] == C.ENCODER_HIDDEN and slots.recorded_outputs == [slots.output_names]
 
 
-@pytest.mark.parametrize("version, refused", [("1.29.1", True), ("1.18.0", True), ("1.30.0", False), ("1.32.0", False),
-                                              ("1.31.0.dev20261201", False), ("2.0.0", False), ("local-build", False)])
-def test_unit_rows_need_an_onnx_runtime_that_reads_them(version, refused, tmp_path):
-    from locsum_sdk.backends.onnxruntime import check_unit_rows_runtime
+@pytest.mark.parametrize("version, dtype, rows, refused", [
+    ("1.29.1", "blocks", True, True), ("1.18.0", "blocks", True, True), ("1.30.0", "blocks", True, False),
+    ("1.32.0", "blocks", True, False), ("1.31.0.dev20261201", "blocks", True, False), ("2.0.0", "blocks", True, False),
+    ("local-build", "blocks", True, False), ("1.21.1", "blocks", False, True), ("1.22.0", "blocks", False, False),
+    ("1.20.0", "int8", False, False)])
+def test_a_bundle_needs_an_onnx_runtime_that_runs_its_graphs(version, dtype, rows, refused, tmp_path):
+    """Unit rows need 1.30 (GroupQueryAttention over an int8 cache), a fused step 1.22 (8-bit MatMulNBits), int8
+    graphs nothing more than the extra asks for."""
+    from types import SimpleNamespace
 
+    from locsum_sdk.backends.onnxruntime import check_runtime
+
+    bundle = SimpleNamespace(path=tmp_path, manifest=SimpleNamespace(dtype=dtype))
     if refused:
-        with pytest.raises(BackendUnavailableError, match=f"onnxruntime {version} does not run"):
-            check_unit_rows_runtime(version, tmp_path)
+        oldest = "1.30" if rows else "1.22"
+        with pytest.raises(BackendUnavailableError, match=rf"onnxruntime {version} does not run.*>={oldest}"):
+            check_runtime(version, bundle, rows)
     else:
-        check_unit_rows_runtime(version, tmp_path)
+        check_runtime(version, bundle, rows)

@@ -100,24 +100,31 @@ def _run(session, binding, graph: str) -> None:
         ) from None
 
 
-UNIT_ROWS_RUNTIME = (1, 30)  # the oldest ONNX Runtime whose GroupQueryAttention reads int8 unit rows as written
+BLOCKS_RUNTIME = (1, 22)  # 8-bit MatMulNBits: a fused step's adapters and LM head (1.21 and older take 4 bits only)
+UNIT_ROWS_RUNTIME = (1, 30)  # GroupQueryAttention over an int8 cache as a unit-row step writes it: refused as an
+# invalid graph up to 1.24, failing at run in 1.26, writing other or broken summaries in 1.27 to 1.29
 
 
-def check_unit_rows_runtime(version: str, bundle: Path) -> None:
-    """BackendUnavailableError where ONNX Runtime `version` is older than UNIT_ROWS_RUNTIME: a unit-row step's
-    `GroupQueryAttention` over an int8 cache is refused as an invalid graph up to 1.24, fails at run in 1.26 and
-    writes other or broken summaries in 1.27 to 1.29."""
+def check_runtime(version: str, bundle: Bundle, rows: bool) -> None:
+    """BackendUnavailableError where ONNX Runtime `version` is older than the bundle's graphs need: a fused step
+    (`blocks`) BLOCKS_RUNTIME, one over unit rows (`rows`) UNIT_ROWS_RUNTIME; the message names the upgrade (and, for
+    unit rows, the slot-step export that older ones run)."""
+    if rows:
+        oldest, what = UNIT_ROWS_RUNTIME, "its step reads unit rows through GroupQueryAttention over an int8 cache"
+    elif bundle.manifest.dtype == "blocks":
+        oldest, what = BLOCKS_RUNTIME, "its fused step's products are 8-bit MatMulNBits"
+    else:
+        return
     try:
         found = tuple(int(part) for part in version.split(".")[:2])
     except ValueError:
         return  # a build that names itself otherwise: let its session say what it takes
-    if found < UNIT_ROWS_RUNTIME:
-        oldest = ".".join(map(str, UNIT_ROWS_RUNTIME))
-        raise BackendUnavailableError(
-            f"{bundle}'s step reads unit rows through ONNX Runtime's GroupQueryAttention, which onnxruntime {version} "
-            f"does not run as written (it needs {oldest} or newer): pip install -U 'onnxruntime>={oldest}', or export "
-            f"the bundle again with the slot step (locsum export --bundle {bundle} --quantize blocks --unit-rows 0 "
-            "--output DIR)")
+    if found < oldest:
+        needed = ".".join(map(str, oldest))
+        slots = (f", or export the bundle again with the slot step (locsum export --bundle {bundle.path} --quantize "
+                 "blocks --unit-rows 0 --output DIR), which needs 1.22" if rows else "")
+        raise BackendUnavailableError(f"{bundle.path}: {what}, which onnxruntime {version} does not run as written "
+                                      f"(it needs {needed} or newer): pip install -U 'onnxruntime>={needed}'{slots}")
 
 
 class OnnxRuntimeBackend:
@@ -139,8 +146,7 @@ class OnnxRuntimeBackend:
         # its graphs' IO and how a session binds them, on the model's backbone
         self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
         self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
-        if is_unit_rows(self.graphs["decoder"]):
-            check_unit_rows_runtime(ort.__version__, bundle.path)
+        check_runtime(ort.__version__, bundle, is_unit_rows(self.graphs["decoder"]))
         self.device = _device(ort, device, providers)
         if self.device == "cuda" and is_unit_rows(self.graphs["decoder"]):
             if device == "cuda":
