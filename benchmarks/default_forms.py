@@ -44,14 +44,7 @@ def default_as(form: str, again: bool = False) -> Path | None:
         return exported(bundle, f"default_{form}", lambda out: export_again(bundle, out, form))
     if not again:
         return DEFAULT
-    from train.config import DATA
-    from train.data import calibration_texts
-
-    rows = bundle.manifest.model.get("unit_rows", 0)
-    if rows == 8 and not DATA.is_dir():
-        return None
-    return exported(bundle, f"default_{form}_again", lambda out: export_again(
-        bundle, out, form, unit_rows=rows, calibration=calibration_texts(DATA) if rows == 8 else ()))
+    return blocks_step(bundle, f"default_{form}_again", bundle.manifest.model.get("unit_rows", 0))
 
 
 def other_step() -> int:
@@ -62,16 +55,24 @@ def other_step() -> int:
 
 def default_rows(bits: int) -> Path | None:
     """The default exported again with its step over int8 (`bits` 8) or float32 (32) unit rows, or with the slot step
-    (0), its int8 rows calibrated on the training mix's inputs (`train.data.calibration_texts`); None where that step
-    is what it ships, or where int8 rows are asked for and ../shared/data is not here."""
+    (0); None where that step is what it ships, or as `blocks_step` gives."""
+    bundle = Bundle.load(DEFAULT)
+    if bundle.manifest.model.get("unit_rows", 0) == bits:
+        return None
+    return blocks_step(bundle, f"default_rows{bits}", bits)
+
+
+def blocks_step(bundle: Bundle, name: str, rows: int) -> Path | None:
+    """`bundle` exported again as blocks with the step form `rows` (`export_again`'s `unit_rows`), int8 rows
+    calibrated on the training mix's inputs (`train.data.calibration_texts`), cached as `name`; None where int8 rows
+    are asked for and ../shared/data is not here."""
     from train.config import DATA
     from train.data import calibration_texts
 
-    bundle = Bundle.load(DEFAULT)
-    if bundle.manifest.model.get("unit_rows", 0) == bits or (bits == 8 and not DATA.is_dir()):
+    if rows == 8 and not DATA.is_dir():
         return None
-    return exported(bundle, f"default_rows{bits}", lambda out: export_again(
-        bundle, out, "blocks", unit_rows=bits, calibration=calibration_texts(DATA) if bits == 8 else ()))
+    return exported(bundle, name, lambda out: export_again(
+        bundle, out, "blocks", unit_rows=rows, calibration=calibration_texts(DATA) if rows == 8 else ()))
 
 
 def exported(bundle: Bundle, name: str, export: Callable[[Path], object]) -> Path:

@@ -146,9 +146,10 @@ class OnnxRuntimeBackend:
         # its graphs' IO and how a session binds them, on the model's backbone
         self.kind = kinds.get(bundle.manifest.kind, BundleError).on(self.config)
         self.graphs = self.kind.graphs(self.config)  # each graph's declared IO
-        check_runtime(ort.__version__, bundle, is_unit_rows(self.graphs["decoder"]))
+        rows = is_unit_rows(self.graphs["decoder"])
+        check_runtime(ort.__version__, bundle, rows)
         self.device = _device(ort, device, providers)
-        if self.device == "cuda" and is_unit_rows(self.graphs["decoder"]):
+        if self.device == "cuda" and rows:
             if device == "cuda":
                 raise BackendUnavailableError(
                     f"device='cuda': {bundle.path}'s step reads unit rows, which ONNX Runtime runs on the CPU here; "

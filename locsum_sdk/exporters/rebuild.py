@@ -189,9 +189,8 @@ def export_again(bundle: Bundle, output: str | os.PathLike, quantize: str | None
         held = [bundle.file(name) if name in bundle.names() else None
                 for name in (C.TOKENIZER_FILE, C.WORDS_FILE, C.COMMON_WORDS_FILE)]
         checkpoint = save_checkpoint(bundle_module(bundle), Path(work) / "checkpoint", *held)
-        if is_record(source):  # a user's model file: the new bundle records it as the first did
-            return export_onnx(checkpoint, output, options=chosen, force=force, quantize=quantize, model_files=[path],
-                               unit_rows=unit_rows, calibration=calibration)
-        return export_onnx(checkpoint, output, options=chosen, force=force, quantize=quantize,
-                           base=[BaseSource(source["wheel"], source["file"])], unit_rows=unit_rows,
-                           calibration=calibration)
+        # a user's model file: the new bundle records it as the first did; else the wheel's file, as its base
+        origin = ({"model_files": [path]} if is_record(source)
+                  else {"base": [BaseSource(source["wheel"], source["file"])]})
+        return export_onnx(checkpoint, output, options=chosen, force=force, quantize=quantize, unit_rows=unit_rows,
+                           calibration=calibration, **origin)

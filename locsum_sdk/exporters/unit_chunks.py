@@ -67,10 +67,11 @@ def _chunked(node: onnx.NodeProto, chunks: int, shortest: int, prefix: str) -> l
     length = outer.op("Shape", query, start=1, end=2)
     long = outer.op("Squeeze", outer.op("GreaterOrEqual", length, outer.ints(shortest)), outer.ints(0))
 
-    alone = onnx.NodeProto()
-    alone.CopyFrom(node)
-    alone.output[:] = [f"{prefix}alone_{name}" for name in node.output]
-    plain = onnx.helper.make_graph([alone], f"{prefix}alone", [], [_info(name, None) for name in alone.output])
+    alone = GraphBuilder("alone", prefix)
+    alone.nodes.append(onnx.NodeProto())
+    alone.nodes[0].CopyFrom(node)
+    alone.nodes[0].output[:] = [f"{prefix}alone_{name}" for name in node.output]
+    plain = alone.graph([], [(name, "float32", None) for name in alone.nodes[0].output])
 
     body = _unit_body(node, rotary, chunks, f"{prefix}unit/")
     scan = GraphBuilder("chunked", f"{prefix}scan/")
@@ -116,7 +117,3 @@ def _unit_body(node: onnx.NodeProto, rotary: list[str], chunks: int, prefix: str
 def _constants(g: GraphBuilder) -> list[onnx.NodeProto]:
     """The outer builder's initializers as `Constant` nodes, so that the rewrite adds nodes only."""
     return [onnx.helper.make_node("Constant", [], [init.name], value=init) for init in g.initializers]
-
-
-def _info(name: str, shape: list | None) -> onnx.ValueInfoProto:
-    return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)

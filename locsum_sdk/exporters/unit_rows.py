@@ -67,12 +67,12 @@ def calibrate(model: Any, pages: list[list[int]], batch: int = 4) -> np.ndarray:
     return (np.maximum(largest, tiniest) * MARGIN / INT8_TOP).astype(np.float32)
 
 
-def encoder_rows(path: Path, config: Any, scales: np.ndarray | None) -> None:
+def encoder_rows(path: Path, config: Any, scales: np.ndarray | None) -> list[str]:
     """Rewrite the encoder at `path` (its outputs `cross_key.i` (N, H, d, L), `cross_value.i` (N, H, L, d)) to
     write unit rows: `unit_key.i` and `unit_value.i`, (N, H, L, d), int8 with `scales` where given. Its final hidden
     states, which no backend reads, are no longer written, nor what only they need (the last layer's output
     projection and MLP, the final norm): nodes and initializers pruned. Weights kept outside the graph stay where
-    they are."""
+    they are. Returns the names of the outputs it now writes."""
     graph = onnx.load(str(path), load_external_data=False)
     names = {output.name for output in graph.graph.output}
     layers = config.layers
@@ -100,6 +100,7 @@ def encoder_rows(path: Path, config: Any, scales: np.ndarray | None) -> None:
     graph.graph.output.extend(outputs)
     graph_index.prune(graph.graph)
     onnx.save(graph, str(path))
+    return [output.name for output in outputs]
 
 
 def _node(graph: onnx.ModelProto, op: str, inputs: list[str], output: str, **attributes: Any) -> str:
