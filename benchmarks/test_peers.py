@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -94,6 +95,11 @@ def genai_model(gguf: Path) -> Path:
 def run_child(system: str, spec: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "benchmarks.peers_child", system, str(spec)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
+    if done.returncode == -signal.SIGILL and system == "llama.cpp":
+        raise AssertionError("llama.cpp died of SIGILL: it was built for instructions this CPU lacks (a wheel built "
+                             "on another machine and taken from pip's cache, or CMAKE_ARGS naming AVX-512 here); "
+                             "build it on this machine: pip install --force-reinstall --no-deps --no-cache-dir "
+                             "llama-cpp-python")
     if done.returncode < 0 and system == "llama.cpp":
         raise AssertionError(f"llama.cpp died of signal {-done.returncode}: on a CPU with AMX (Sapphire Rapids and "
                              "later) its AMX matrix kernels crash (ggml-org/llama.cpp#20824); build it without them: "
