@@ -206,12 +206,29 @@ def cpu_model() -> str:
         return platform.processor()
 
 
+# the x86 instruction sets an int8 or 4-bit product's speed depends on (ONNX Runtime's and llama.cpp's kernels)
+PRODUCT_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """Which of PRODUCT_FLAGS this CPU has (Linux's /proc/cpuinfo; empty where it cannot be read): two machines of one
+    model name can differ here, and their speeds with them."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            line = next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        return []
+    present = set(line.partition(":")[2].split())
+    return [flag for flag in PRODUCT_FLAGS if flag in present]
+
+
 def environment() -> dict:
     """Versions and machine facts recorded with every result; a high load average means a contended run."""
     import numpy
     import onnxruntime
 
     info = {"python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_model(),
+            "cpu_flags": cpu_flags(),
             "logical_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0], "numpy": numpy.__version__,
             "onnxruntime": onnxruntime.__version__}
     try:

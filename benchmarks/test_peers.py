@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import CACHE, write_result
+from benchmarks.common import CACHE, cpu_flags, cpu_model, write_result
 from benchmarks.default_forms import FORMS, STEP_NAMES, default_as, default_rows, other_form, other_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,8 @@ def test_decoding_and_prefill_against_llama_cpp_and_ort_genai(benchmark, quick, 
     benchmark.pedantic(run, rounds=1, iterations=1)
     if missing:
         print(f"\nleft out, not installed: {', '.join(missing)}")
-    print(f"\n{rounds} round(s) a point: medians, and each ratio's range over the rounds")
+    print(f"\n{cpu_model()} ({' '.join(cpu_flags()) or 'instruction sets unknown'}), {THREADS} threads each; "
+          f"{rounds} round(s) a point: medians, and each ratio's range over the rounds")
     for name, point in results.items():
         ran, runs = point["systems"], point["rounds"]
         print(f"\n{name} ({point['prompt_tokens']:,} prompt tokens, {point['pages']} pages):")
