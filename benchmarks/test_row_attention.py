@@ -1,0 +1,101 @@
+"""The default's step reads every page through one GroupQueryAttention a layer (`fused_unit_rows`): how that
+operator's time on the CPU depends on the query heads it serves.
+
+One operator alone, as the step calls it: R rows (one per page) of `SEEN` tokens each in a buffer of `BUFFER`, one
+new token a row, rotary inside, the scores written (`qk_output`), past and present bound to the same buffers (as
+the backend binds them, so nothing is copied), 2 threads; the pages' keys and values in int8 with per-channel
+scales (what the default ships) and in float32. Each at the default's heads (9 query heads over 3 KV heads, 64
+wide) and with one query head per KV head (3 over 3: a third of the queries, the same keys and values read), the
+forms in turns. Prints ms a call (the best of `REPEATS`) and the 9-head / 3-head ratio: near 3 where the kernel goes
+over a KV head's rows once for each query head that reads them, near 1 where it reads them once for the group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.common import write_result
+from benchmarks.roofline import best_seconds
+
+ort = pytest.importorskip("onnxruntime")
+
+KV_HEADS, HEAD_DIM, THREADS = 3, 64, 2
+SEEN, BUFFER = 512, 768  # a page's tokens, and its row with the summary's room (the default's 256 tokens)
+REPEATS, ROUNDS = 200, 3
+
+
+def attention_graph(heads: int, rows: int, int8: bool) -> bytes:
+    from onnx import TensorProto, helper
+
+    cache = TensorProto.INT8 if int8 else TensorProto.FLOAT
+    value = helper.make_tensor_value_info
+    inputs = [value("qkv", TensorProto.FLOAT, [rows, 1, (heads + 2 * KV_HEADS) * HEAD_DIM]),
+              *(value(name, cache, [rows, KV_HEADS, BUFFER, HEAD_DIM]) for name in ("pk", "pv")),
+              value("seen", TensorProto.INT32, [rows]), value("total", TensorProto.INT32, [1]),
+              *(value(name, TensorProto.FLOAT, [BUFFER, HEAD_DIM // 2]) for name in ("cos", "sin"))]
+    names = ["qkv", "", "", "pk", "pv", "seen", "total", "cos", "sin"]
+    attributes = {"num_heads": heads, "kv_num_heads": KV_HEADS, "do_rotary": 1, "qk_output": 1}
+    scales = []
+    if int8:
+        names += ["", "", "", "k_scale", "v_scale"]
+        scales = [helper.make_tensor(name, TensorProto.FLOAT, [1, KV_HEADS, 1, HEAD_DIM],
+                                     np.full(KV_HEADS * HEAD_DIM, 0.05, np.float32)) for name in ("k_scale", "v_scale")]
+        attributes.update(k_quant_type="PER_CHANNEL", v_quant_type="PER_CHANNEL", kv_cache_bit_width=8)
+    node = helper.make_node("GroupQueryAttention", names, ["out", "pk_out", "pv_out", "scores"], domain="com.microsoft",
+                            **attributes)
+    outputs = [value(name, TensorProto.FLOAT, None) for name in ("out", "scores")]
+    outputs += [value(name, cache, None) for name in ("pk_out", "pv_out")]
+    graph = helper.make_graph([node], "row_attention", inputs, outputs, scales)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def timed_call(heads: int, rows: int, int8: bool) -> float:
+    """Seconds a call, the best of REPEATS, past and present bound to one buffer each."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    session = ort.InferenceSession(attention_graph(heads, rows, int8), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    shape = (rows, KV_HEADS, BUFFER, HEAD_DIM)
+    caches = [rng.integers(-100, 100, shape).astype(np.int8) if int8 else rng.standard_normal(shape).astype(np.float32)
+              for _ in range(2)]
+    key, value = (ort.OrtValue.ortvalue_from_numpy(cache) for cache in caches)
+    binding = session.io_binding()
+    feeds = {"qkv": rng.standard_normal((rows, 1, (heads + 2 * KV_HEADS) * HEAD_DIM)).astype(np.float32),
+             "seen": np.full(rows, SEEN, np.int32), "total": np.array([SEEN + 1], np.int32),
+             "cos": np.ones((BUFFER, HEAD_DIM // 2), np.float32), "sin": np.zeros((BUFFER, HEAD_DIM // 2), np.float32)}
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, array)
+    binding.bind_ortvalue_input("pk", key)
+    binding.bind_ortvalue_input("pv", value)
+    binding.bind_ortvalue_output("pk_out", key)  # written in place, one new token a row (the same slot each call)
+    binding.bind_ortvalue_output("pv_out", value)
+    binding.bind_output("out")
+    binding.bind_output("scores")
+    return best_seconds(lambda: session.run_with_iobinding(binding), REPEATS)
+
+
+def test_row_attention_time_by_query_heads(benchmark, quick):
+    points = [4] if quick else [4, 17]  # the demo's 4 pages, and 8k tokens' 17
+    forms = [(cache, heads) for cache in ("int8", "float32") for heads in (9, 3)]
+    results = {}
+
+    def run():
+        for rows in points:
+            times: dict[str, list[float]] = {f"{cache}/{heads}": [] for cache, heads in forms}
+            for index in range(1 if quick else ROUNDS):
+                for cache, heads in forms if index % 2 == 0 else forms[::-1]:
+                    times[f"{cache}/{heads}"].append(timed_call(heads, rows, cache == "int8"))
+            results[rows] = {key: 1000 * min(values) for key, values in times.items()}
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    print(f"\nGroupQueryAttention alone, {SEEN} tokens a row in a buffer of {BUFFER}, {THREADS} threads, ms a call:")
+    for rows, ms in results.items():
+        ratios = {cache: ms[f"{cache}/9"] / ms[f"{cache}/3"] for cache in ("int8", "float32")}
+        print(f"  {rows:2d} rows: " + ", ".join(f"{key} heads {value:.3f}" for key, value in ms.items())
+              + "; 9 / 3 query heads: " + ", ".join(f"{cache} {ratio:.2f}x" for cache, ratio in ratios.items()))
+    write_result("row_attention", {"seen": SEEN, "buffer": BUFFER, "threads": THREADS,
+                                   "ms": {str(rows): ms for rows, ms in results.items()}})
