@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks.common import write_result
 from benchmarks.roofline import best_seconds
+from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -26,30 +27,24 @@ REPEATS, ROUNDS = 200, 3
 
 
 def attention_graph(heads: int, rows: int, int8: bool) -> bytes:
-    from onnx import TensorProto, helper
-
-    cache = TensorProto.INT8 if int8 else TensorProto.FLOAT
-    value = helper.make_tensor_value_info
-    inputs = [value("qkv", TensorProto.FLOAT, [rows, 1, (heads + 2 * KV_HEADS) * HEAD_DIM]),
-              *(value(name, cache, [rows, KV_HEADS, BUFFER, HEAD_DIM]) for name in ("pk", "pv")),
-              value("seen", TensorProto.INT32, [rows]), value("total", TensorProto.INT32, [1]),
-              *(value(name, TensorProto.FLOAT, [BUFFER, HEAD_DIM // 2]) for name in ("cos", "sin"))]
-    names = ["qkv", "", "", "pk", "pv", "seen", "total", "cos", "sin"]
-    attributes = {"num_heads": heads, "kv_num_heads": KV_HEADS, "do_rotary": 1, "qk_output": 1}
+    """The operator alone, written as the step writes it (`GraphBuilder`): outputs out, pk_out, pv_out, scores."""
+    g = GraphBuilder("row_attention")
+    cache = "int8" if int8 else "float32"
+    attributes: dict = {"num_heads": heads, "kv_num_heads": KV_HEADS, "do_rotary": 1, "qk_output": 1}
     scales = []
     if int8:
-        names += ["", "", "", "k_scale", "v_scale"]
-        scales = [helper.make_tensor(name, TensorProto.FLOAT, [1, KV_HEADS, 1, HEAD_DIM],
-                                     np.full(KV_HEADS * HEAD_DIM, 0.05, np.float32)) for name in ("k_scale", "v_scale")]
+        scales = ["", "", "", *(g.const(np.full((1, KV_HEADS, 1, HEAD_DIM), 0.05, np.float32), name)
+                                for name in ("k_scale", "v_scale"))]
         attributes.update(k_quant_type="PER_CHANNEL", v_quant_type="PER_CHANNEL", kv_cache_bit_width=8)
-    node = helper.make_node("GroupQueryAttention", names, ["out", "pk_out", "pv_out", "scores"], domain="com.microsoft",
-                            **attributes)
-    outputs = [value(name, TensorProto.FLOAT, None) for name in ("out", "scores")]
-    outputs += [value(name, cache, None) for name in ("pk_out", "pv_out")]
-    graph = helper.make_graph([node], "row_attention", inputs, outputs, scales)
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 8
+    g.op("GroupQueryAttention", "qkv", "", "", "pk", "pv", "seen", "total", "cos", "sin", *scales, outputs=4,
+         domain=MS, **attributes)
+    g.nodes[-1].output[:] = ["out", "pk_out", "pv_out", "scores"]
+    model = g.model([("qkv", "float32", [rows, 1, (heads + 2 * KV_HEADS) * HEAD_DIM]),
+                     *((name, cache, [rows, KV_HEADS, BUFFER, HEAD_DIM]) for name in ("pk", "pv")),
+                     ("seen", "int32", [rows]), ("total", "int32", [1]),
+                     *((name, "float32", [BUFFER, HEAD_DIM // 2]) for name in ("cos", "sin"))],
+                    [("out", "float32", None), ("pk_out", cache, None), ("pv_out", cache, None),
+                     ("scores", "float32", None)])
     return model.SerializeToString()
 
 
