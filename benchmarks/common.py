@@ -66,8 +66,8 @@ def bart_base_pagesum() -> tuple[Path, Path]:
         return checkpoint, bundle
     import torch
 
+    from locsum_sdk.configs.model import BartConfig
     from locsum_sdk.modeling.checkpoint import save_checkpoint
-    from locsum_sdk.modeling.config import BartConfig
     from locsum_sdk.modeling.pagesum import PageSum
     from train.tokenizer import save_tokenizer, train_tokenizer
 
@@ -93,8 +93,8 @@ def tiny_pagesum() -> Path:
         return bundle
     import torch
 
+    from locsum_sdk.configs.model import BartConfig
     from locsum_sdk.modeling.checkpoint import save_checkpoint
-    from locsum_sdk.modeling.config import BartConfig
     from locsum_sdk.modeling.pagesum import PageSum
     from train.tokenizer import save_tokenizer, train_tokenizer
 
@@ -137,9 +137,9 @@ def default_shaped_hierencdec() -> Path:
         return checkpoint
     import torch
 
+    from locsum_sdk.configs.llama import LlamaConfig
     from locsum_sdk.modeling.checkpoint import save_checkpoint
     from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
-    from locsum_sdk.modeling.llama_config import LlamaConfig
     from train.tokenizer import save_tokenizer, train_tokenizer
 
     config = LlamaConfig.from_dict(manifest["model"])  # with its lora_rank, the module holds the adapters
@@ -184,9 +184,9 @@ def paper_hiersumm() -> tuple[Path, Path]:
     if not (checkpoint / "model.safetensors").is_file():
         import torch
 
+        from locsum_sdk.configs.hiersumm import HierSummConfig
         from locsum_sdk.modeling.checkpoint import save_checkpoint
         from locsum_sdk.modeling.hiersumm import HierSumm
-        from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
         torch.manual_seed(0)
         model = HierSumm(HierSummConfig(vocab_size=BART_BASE["vocab_size"], max_positions=512))
@@ -249,7 +249,7 @@ def write_result(name: str, payload: dict) -> Path:
 
 def page_batch(summarizer, pages: int, page_tokens: int = 1024):
     """One document of `pages` full pages, paged by the summarizer's own pager."""
-    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.unit_batch import UnitBatch
     from locsum_sdk.units import Pager, as_documents
 
     text = text_of_tokens(summarizer.tokenizer, (page_tokens - 2) * pages)

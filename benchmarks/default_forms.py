@@ -23,10 +23,11 @@ DEFAULT = ROOT / "engines" / "default"
 FORMS = {"int8": "int8", "blocks": "fused"}  # a weight form (the manifest's dtype) and what the benchmarks call it
 STEP_NAMES = {0: "slots", 8: "rows8"}  # `other_step` and what the benchmarks call it
 CODE = [ROOT / "locsum_sdk" / "blockwise.py",
-        *(ROOT / "locsum_sdk" / "exporters" / name for name in ("onnx.py", "onnx_builder.py", "low_rank.py",
-                                                                 "unit_rows.py", "unit_chunks.py", "graph_index.py")),
+        *(ROOT / "locsum_sdk" / "exporters" / name
+          for name in ("onnx.py", "low_rank.py", "unit_rows.py", "unit_chunks.py", "graph_index.py")),
         *(ROOT / "locsum_sdk" / "modeling" / name
-          for name in ("fused_llama.py", "fused_hierencdec.py", "fused_unit_rows.py", "unit_attention.py", "llama.py"))]
+          for name in ("onnx_builder.py", "fused_llama.py", "fused_hierencdec.py", "fused_unit_rows.py",
+                       "unit_attention.py", "llama.py"))]
 
 
 def other_form() -> str:

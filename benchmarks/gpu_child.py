@@ -25,10 +25,10 @@ def main(checkpoint: str, mode: str, units: int, unit_tokens: int, beams: int, s
     import numpy as np
     import torch
 
-    from locsum_sdk.backends.base import UnitBatch
     from locsum_sdk.backends.torch import TorchBackend
     from locsum_sdk.generation import GenerationOptions, generate
     from locsum_sdk.modeling.checkpoint import load_checkpoint
+    from locsum_sdk.unit_batch import UnitBatch
     from locsum_sdk.units import Unit
 
     if mode == "hf":
@@ -110,8 +110,8 @@ def hf_generate(checkpoint: str, units: int, unit_tokens: int, beams: int, steps
     import numpy as np
     import torch
 
+    from locsum_sdk.configs.llama import LlamaConfig
     from locsum_sdk.modeling.checkpoint import load_checkpoint
-    from locsum_sdk.modeling.llama_config import LlamaConfig
 
     ours = load_checkpoint(checkpoint.partition(":")[0]).model.config
     torch.manual_seed(0)
@@ -172,7 +172,7 @@ def hf_llama(ours):
 def step_bytes(model, units: int, unit_tokens: int, beams: int, steps: int) -> int:
     """Bytes a decoding step reads at least: the weights it runs (every parameter but the encoder's and a
     selection stage's), the units' keys and values in every layer, and the summary's own cache at its mean length."""
-    from locsum_sdk.modeling.config import step_shape
+    from locsum_sdk.configs.model import step_shape
 
     shape = step_shape(model.config.to_dict())
     element = next(model.parameters()).element_size()

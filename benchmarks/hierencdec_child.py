@@ -17,7 +17,7 @@ def point(form: str, docs: int, length: int, threads: int) -> dict:
 
     import torch
 
-    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.configs.model import BartConfig
     from locsum_sdk.modeling.hierencdec import HierEncDec
 
     torch.set_num_threads(threads)

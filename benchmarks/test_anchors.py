@@ -65,10 +65,10 @@ def bundle(quantize: str | None) -> Path:
 
 
 def locsum_system(path: Path):
-    from locsum_sdk.backends.base import UnitBatch
     from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
     from locsum_sdk.bundle import Bundle
     from locsum_sdk.generation import GenerationOptions, generate
+    from locsum_sdk.unit_batch import UnitBatch
     from locsum_sdk.units import Unit
 
     backend = OnnxRuntimeBackend(Bundle.load(path, verify=False), threads=2)

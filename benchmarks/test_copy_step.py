@@ -17,9 +17,9 @@ import pytest
 
 from benchmarks.common import CACHE, current_bundle, export_bundle, interleaved_steps, plot, write_result
 from locsum_sdk import Summarizer, kinds
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.generation import GenerationOptions
+from locsum_sdk.unit_batch import UnitBatch
 from locsum_sdk.units import Unit
 
 ROOT = Path(__file__).resolve().parents[1]

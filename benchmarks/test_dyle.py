@@ -13,9 +13,9 @@ import numpy as np
 
 from benchmarks.common import RESULTS, bart_base_dyle, interleaved_steps, line_plot, text_of_tokens, write_result
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.profiling import measure_in_fresh_process
+from locsum_sdk.unit_batch import UnitBatch
 
 LENGTHS, QUICK_LENGTHS = [1024, 4096, 16384, 65536, 131072], [1024, 4096]
 KS, QUICK_KS = [5, 10, 25, 50], [5, 25]

@@ -12,8 +12,8 @@ import numpy as np
 from benchmarks.common import bart_base_hierencdec, interleaved_steps, text_of_tokens, write_result
 from benchmarks.roofline import bandwidth_gbs, matmul_gflops, step_bound
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.generation import GenerationOptions
+from locsum_sdk.unit_batch import UnitBatch
 from locsum_sdk.units import as_documents
 
 

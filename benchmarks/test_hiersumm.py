@@ -17,8 +17,8 @@ import numpy as np
 
 from benchmarks.common import RESULTS, interleaved_steps, line_plot, paper_hiersumm, text_of_tokens, write_result
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.generation import GenerationOptions
+from locsum_sdk.unit_batch import UnitBatch
 
 COUNTS, QUICK_COUNTS = [8, 16, 32, 64, 128], [8, 16]
 CHILD = """

@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.common import write_result
 from benchmarks.roofline import best_seconds
-from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
+from locsum_sdk.modeling.onnx_builder import MS, GraphBuilder
 
 ort = pytest.importorskip("onnxruntime")
 

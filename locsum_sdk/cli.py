@@ -130,8 +130,8 @@ def _print_update(live, as_json: bool) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .configs.model import on_base_model
     from .evaluation import BASELINES, evaluate, format_report, read_examples, run_baseline, vocabulary_words
-    from .modeling.config import on_base_model
     from .summarizer import Summarizer
     from .words import WordList
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from .configs.model import StepShape, step_shape
 from .constants import CACHE_CHUNK
 from .errors import OptionError
-from .modeling.config import StepShape, step_shape
 
 logger = logging.getLogger("locsum_sdk")
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import kinds
+from .configs.model import step_shape
 from .errors import LocsumError, OptionError
 from .generation import GenerationOptions
 from .kinds import Kind
 from .limits import LimitOptions
-from .modeling.config import step_shape
 from .validation import check_keys, is_int
 
 SHARED = {"limits": LimitOptions, "generation": GenerationOptions}

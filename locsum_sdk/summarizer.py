@@ -15,7 +15,7 @@ import numpy as np
 
 from . import constants as C
 from . import kinds
-from .backends import BACKENDS, DEVICES, Backend, UnitBatch
+from .backends import BACKENDS, DEVICES, Backend
 from .bundle import Bundle
 from .errors import (
     BackendError,
@@ -38,6 +38,7 @@ from .repeats import WordRepeats
 from .sentences import SentenceEnds
 from .sources import Sentence, sentence_sources, supported_only
 from .tokenizer_file import read_tokenizer
+from .unit_batch import UnitBatch
 from .unit_cache import UnitCache
 from .units import PagingOptions, SpecialTokens, Unit, as_documents, split_sentences
 from .validation import check_bool, check_choice, check_int

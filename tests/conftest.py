@@ -107,7 +107,7 @@ def tokenizer(tokenizer_file):
 
 
 def tiny_config(vocab_size: int, **changes):
-    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.configs.model import BartConfig
 
     values = dict(
         vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_heads=4, decoder_heads=4,
@@ -118,7 +118,7 @@ def tiny_config(vocab_size: int, **changes):
 
 def tiny_llama_config(vocab_size: int, **changes):
     """A two-layer Llama backbone config with grouped-query attention (4 query heads share 2 key/value heads)."""
-    from locsum_sdk.modeling.llama_config import LlamaConfig
+    from locsum_sdk.configs.llama import LlamaConfig
 
     values = dict(vocab_size=vocab_size, d_model=32, layers=2, heads=4, kv_heads=2, ffn_dim=48, max_positions=128,
                   rope_base=10000.0, bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)

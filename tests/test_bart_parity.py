@@ -8,9 +8,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from locsum_sdk.backends.base import BeamSlots, grown_cache  # noqa: E402
+from locsum_sdk.configs.model import BartConfig  # noqa: E402
 from locsum_sdk.modeling.bart import Bart, attention_bias, fold_query_scaling  # noqa: E402
 from locsum_sdk.modeling.checkpoint import load_checkpoint  # noqa: E402
-from locsum_sdk.modeling.config import BartConfig  # noqa: E402
 from locsum_sdk.modeling.weights import from_hf_names  # noqa: E402
 
 ATOL = 1e-4

@@ -15,20 +15,21 @@ from test_export import compare_steps, random_units
 
 from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
-from locsum_sdk.backends.base import BeamSlots, UnitBatch
+from locsum_sdk.backends.base import BeamSlots
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.configs.hiersumm import HierSummConfig
+from locsum_sdk.configs.model import step_shape
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.memory import estimate_memory
 from locsum_sdk.modeling import copy
 from locsum_sdk.modeling.checkpoint import load_checkpoint
-from locsum_sdk.modeling.config import step_shape
 from locsum_sdk.modeling.dyle import Dyle
 from locsum_sdk.modeling.hierencdec import HierEncDec
 from locsum_sdk.modeling.hiersumm import HierSumm
-from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 from locsum_sdk.modeling.pagesum import PageSum
+from locsum_sdk.unit_batch import UnitBatch
 
 KINDS = ("dyle", "hierencdec", "hiersumm", "pagesum")
 UNITS = {"pagesum": {"policy": "spatial", "max_pages": 64, "page_tokens": 48},

@@ -1,5 +1,5 @@
 """docs/design.md's list of what a change touches, kept true: a kind is its two files and a row of the kinds table;
-a backbone is named only in modeling/ and by the kinds that run on it, and the step's shapes come from
+a backbone is named only in modeling/, configs/ and by the kinds that run on it, and the step's shapes come from
 `step_shape`; a decoding option is named only in generation.py (and the user guide), never in the backends, the
 kinds or the modeling."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from locsum_sdk import kinds
+from locsum_sdk.configs.llama import LlamaConfig
+from locsum_sdk.configs.model import BartConfig, step_shape
 from locsum_sdk.generation import GenerationOptions
-from locsum_sdk.modeling.config import BartConfig, step_shape
-from locsum_sdk.modeling.llama_config import LlamaConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "locsum_sdk"
@@ -50,14 +50,14 @@ def test_a_kind_is_its_two_files_and_a_row_of_the_kinds_table(kind):
         assert kind not in strings_and_names(path), f"{path.relative_to(ROOT)} names the kind {kind!r}"
 
 
-def test_a_backbone_is_named_only_in_modeling_and_by_the_kinds_that_run_on_it():
+def test_a_backbone_is_named_only_in_modeling_configs_and_the_kinds_that_run_on_it():
     named = {backbone for kind in kinds.REGISTRY.values() for backbone in kind.backbones}
     assert named == set(BACKBONES)
     runs_on = {kind.name for kind in kinds.REGISTRY.values() if "llama" in kind.backbones}
     allowed = {PACKAGE / "base_model.py", PACKAGE / "kinds" / "__init__.py",
                *(PACKAGE / "kinds" / f"{kind}.py" for kind in runs_on)}
     for path in PACKAGE.rglob("*.py"):  # the LLM readers (`llm/`) name the files' architectures, Llama's among them
-        if PACKAGE / "modeling" in path.parents or PACKAGE / "llm" in path.parents or path in allowed:
+        if any(PACKAGE / folder in path.parents for folder in ("modeling", "configs", "llm")) or path in allowed:
             continue
         assert not {n for n in strings_and_names(path) if n.lower() in ("llama", "llamaconfig")}, \
             f"{path.relative_to(ROOT)} names the llama backbone"
@@ -89,3 +89,58 @@ def test_a_decoding_option_is_named_only_in_the_decoding_loop_and_the_user_guide
             continue
         for path in modules("backends", "kinds", "modeling"):
             assert field.name not in strings_and_names(path), f"{path.relative_to(ROOT)} names {field.name}"
+
+
+def rooms_imported(path: Path) -> dict[str, set[str]]:
+    """The package's rooms (a top-level module, or a folder as one) that the module at `path` imports, anywhere in
+    it (in functions too, and under TYPE_CHECKING), each with the names imported."""
+    package = path.relative_to(PACKAGE).parts[:-1]  # the folder whose names `from . import` reads
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = [*package[:len(package) + 1 - node.level], *(node.module.split(".") if node.module else [])]
+            elif node.module and node.module.split(".")[0] == PACKAGE.name:
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            for alias in node.names:
+                whole = [*target, alias.name]  # a submodule's name, or a name defined in `target`
+                is_room = (PACKAGE / f"{whole[0]}.py").is_file() or (PACKAGE / whole[0]).is_dir()
+                room = whole[0] if is_room else "__init__"
+                found.setdefault(room, set()).add(".".join(whole))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names = alias.name.split(".")
+                if names[0] == PACKAGE.name and len(names) > 1:
+                    found.setdefault(names[1], set()).add(alias.name)
+    return found
+
+
+def test_the_package_imports_downward_only():
+    """No two rooms of the package (its top-level modules, and each folder as one) import each other, directly or
+    round a longer loop; ops and errors, at the bottom, import no other room."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        room = relative.parts[0] if len(relative.parts) > 1 else relative.stem
+        for other, names in rooms_imported(path).items():
+            if other != room:
+                edges.setdefault(room, {}).setdefault(other, set()).update(f"{relative}: {n}" for n in names)
+    for bottom in ("ops", "errors"):
+        assert not edges.get(bottom), f"{bottom} imports {sorted(edges[bottom])}"
+    done: set[str] = set()
+
+    def visit(room: str, trail: list[str]) -> None:
+        if room in trail:
+            loop = trail[trail.index(room):] + [room]
+            raise AssertionError("a loop of imports: " + " -> ".join(loop) + "; " + "; ".join(
+                sorted(n for a, b in zip(loop, loop[1:]) for n in edges[a][b])))
+        if room in done:
+            return
+        for other in sorted(edges.get(room, {})):
+            visit(other, trail + [room])
+        done.add(room)
+
+    for room in sorted(edges):
+        visit(room, [])

@@ -5,11 +5,11 @@ import pytest
 import torch
 from conftest import random_model
 
+from locsum_sdk.configs.dyle import DyleConfig, ExtractorConfig
 from locsum_sdk.errors import BundleError
 from locsum_sdk.modeling.bart import attention_bias
 from locsum_sdk.modeling.bert import BertEncoder, from_hf_bert_names
 from locsum_sdk.modeling.dyle import Dyle, Extractor
-from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
 from locsum_sdk.ops import snippet_marginalize
 
 transformers = pytest.importorskip("transformers")

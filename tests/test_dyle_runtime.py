@@ -127,8 +127,8 @@ def test_options_that_do_not_fit_the_extractor_are_refused(dyle_bundle):
 
 def test_an_extractor_reading_tfidf_scores_the_same_run_by_run_and_in_onnxruntime(tmp_path_factory, tokenizer,
                                                                                  tokenizer_file):
+    from locsum_sdk.configs.dyle import DyleConfig, ExtractorConfig
     from locsum_sdk.modeling.dyle import Dyle
-    from locsum_sdk.modeling.dyle_config import DyleConfig, ExtractorConfig
 
     bart = tiny_config(tokenizer.get_vocab_size())
     config = DyleConfig.from_bart(bart, dataclasses.replace(ExtractorConfig.from_bart(bart), tfidf=True))

@@ -102,10 +102,10 @@ def llama_dyle_bundle(tmp_path_factory, tokenizer, tokenizer_file):
     from conftest import LLAMA_FRAME, document, random_model, tiny_llama_config
     from test_dyle_training import bert_directory
 
+    from locsum_sdk.configs.dyle import ExtractorConfig, LlamaDyleConfig
     from locsum_sdk.exporters.onnx import export_onnx
     from locsum_sdk.modeling.checkpoint import save_checkpoint
     from locsum_sdk.modeling.dyle import Dyle
-    from locsum_sdk.modeling.dyle_config import ExtractorConfig, LlamaDyleConfig
 
     rng = random.Random(0)
     bert = bert_directory(tmp_path_factory.mktemp("minilm") / "bert", [document(rng, 8) for _ in range(50)])

@@ -10,13 +10,13 @@ from conftest import hf_bart_directory
 from locsum_sdk import constants as C
 from locsum_sdk import kinds
 from locsum_sdk.backends import base
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import ExportError
 from locsum_sdk.exporters import onnx as exporter
 from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.unit_batch import UnitBatch
 from locsum_sdk.units import Unit
 
 STEP_ATOL = 1e-4

@@ -19,12 +19,12 @@ from gguf_files import adapted_llm, write_gguf
 from locsum_sdk import blockwise
 from locsum_sdk import constants as C
 from locsum_sdk.errors import BundleError, ExportError
-from locsum_sdk.exporters.onnx_builder import MS, GraphBuilder
 from locsum_sdk.gguf_file import GGUFFile
 from locsum_sdk.modeling.fused_llama import Projection, fused_step, linear
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
 from locsum_sdk.modeling.llm_checkpoint import load_llm
 from locsum_sdk.modeling.lora import LoRALinear
+from locsum_sdk.modeling.onnx_builder import MS, GraphBuilder
 
 VOCAB = 400
 ROOT = Path(__file__).resolve().parents[1]

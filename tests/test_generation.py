@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from locsum_sdk import Summarizer
-from locsum_sdk.backends.base import BeamSlots, UnitBatch, scatter_top
+from locsum_sdk.backends.base import BeamSlots, scatter_top
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.errors import OptionError
 from locsum_sdk.generation import (
@@ -22,6 +22,7 @@ from locsum_sdk.generation import (
     length_normalized,
 )
 from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.unit_batch import UnitBatch
 from locsum_sdk.units import Unit
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ import torch
 from conftest import random_model
 
 from locsum_sdk.backends.base import BeamSlots
+from locsum_sdk.configs.hiersumm import HierSummConfig
 from locsum_sdk.errors import BundleError
 from locsum_sdk.modeling.hiersumm import HierSumm
-from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
 CONFIG = HierSummConfig(vocab_size=60, d_model=16, encoder_heads=4, decoder_heads=4, encoder_ffn_dim=32,
                         decoder_ffn_dim=32, encoder_layers=("local", "global", "local"), decoder_layers=2,

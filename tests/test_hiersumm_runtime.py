@@ -11,11 +11,11 @@ from conftest import check_selection_memory, check_whole_input_features, documen
 
 from locsum_sdk import Summarizer
 from locsum_sdk import constants as C
+from locsum_sdk.configs.hiersumm import HierSummConfig
 from locsum_sdk.errors import OptionError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.kinds import fixed_runs
 from locsum_sdk.kinds.hiersumm import ranker_inputs
-from locsum_sdk.modeling.hiersumm_config import HierSummConfig
 
 UNITS = {"policy": "auto", "paragraph_tokens": 40, "top_paragraphs": 3}
 

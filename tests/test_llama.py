@@ -13,9 +13,9 @@ import torch
 from gguf_files import write_gguf
 
 from locsum_sdk.base_model import BASE_FILE, CHAT_PROMPT, INSTALL_BASE, base_file, read_base
+from locsum_sdk.configs.llama import FRAME, LlamaConfig
 from locsum_sdk.errors import BundleError, BundleNotFoundError
 from locsum_sdk.modeling.llama import Llama
-from locsum_sdk.modeling.llama_config import FRAME, LlamaConfig
 
 transformers = pytest.importorskip("transformers")
 from transformers.initialization import no_init_weights  # noqa: E402

@@ -14,11 +14,11 @@ from conftest import LLAMA_FRAME, document, random_model, tiny_llama_config
 from test_dyle_training import bert_directory
 
 from locsum_sdk import Summarizer
+from locsum_sdk.configs.dyle import ExtractorConfig, LlamaDyleConfig
 from locsum_sdk.errors import BundleError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.modeling.checkpoint import save_checkpoint
 from locsum_sdk.modeling.dyle import Dyle, complete
-from locsum_sdk.modeling.dyle_config import ExtractorConfig, LlamaDyleConfig
 
 UNITS = {"policy": "auto", "snippet_tokens": 40, "top_k": 3, "chunk_tokens": 96}
 

@@ -15,13 +15,13 @@ from locsum_sdk import Summarizer, kinds
 from locsum_sdk import constants as C
 from locsum_sdk.backends import base
 from locsum_sdk.backends import onnxruntime as ort_backend
-from locsum_sdk.backends.base import UnitBatch
 from locsum_sdk.backends.onnxruntime import OnnxRuntimeBackend
 from locsum_sdk.backends.torch import TorchBackend
 from locsum_sdk.bundle import Bundle
 from locsum_sdk.errors import BundleError, OptionError
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.modeling.checkpoint import load_checkpoint
+from locsum_sdk.unit_batch import UnitBatch
 
 
 def test_the_manifest_names_the_backbone_and_the_decoder_keeps_page_combine(llama_bundle_dir):

@@ -91,8 +91,8 @@ def test_each_family_reads_its_config_and_frame(family_files):
             [*config["unit_tail"], config["decoder_start_token_id"]], skip_special_tokens=False)
         assert rendered.replace("Q", "TEXT" + instruction, 1) == frame[0] + "TEXT" + frame[1]
     if gguf is not None:
+        from locsum_sdk.configs.llama import LlamaConfig
         from locsum_sdk.modeling.llama import frequencies
-        from locsum_sdk.modeling.llama_config import LlamaConfig
 
         from_gguf = framed_config(read_llm(gguf))
         rotary = ("rms_eps", "rope_type", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from locsum_sdk import Summarizer, kinds
+from locsum_sdk.configs.llama import LlamaConfig
+from locsum_sdk.configs.model import BartConfig
 from locsum_sdk.errors import InputTooLongError, OptionError
 from locsum_sdk.generation import GenerationOptions
 from locsum_sdk.limits import LimitOptions
-from locsum_sdk.modeling.config import BartConfig
-from locsum_sdk.modeling.llama_config import LlamaConfig
 from locsum_sdk.units import PagingOptions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,6 +18,7 @@ from conftest import unpacked_copy  # noqa: E402
 from locsum_sdk import Summarizer  # noqa: E402
 from locsum_sdk.bundle import Bundle, Manifest, check_engine_host, write_manifest  # noqa: E402
 from locsum_sdk.cli import main  # noqa: E402
+from locsum_sdk.configs.model import step_shape  # noqa: E402
 from locsum_sdk.errors import (  # noqa: E402
     BackendUnavailableError,
     BundleError,
@@ -26,7 +27,6 @@ from locsum_sdk.errors import (  # noqa: E402
     OptionError,
 )
 from locsum_sdk.exporters import tensorrt as trt_export  # noqa: E402
-from locsum_sdk.modeling.config import step_shape  # noqa: E402
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
 PLUGIN_TYPES = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
@@ -378,7 +378,7 @@ def test_float16_graphs_follow_the_float32_ones(tiny_bundle, tmp_path):
     vocab = bundle.manifest.model["vocab_size"]
     from test_export import random_units
 
-    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.unit_batch import UnitBatch
 
     batch = UnitBatch.from_units([random_units(rng, 4, 40, vocab), random_units(rng, 1, 40, vocab)], pad=1)
     steps = steps_in_both_precisions(bundle, batch, tmp_path)
@@ -401,7 +401,7 @@ def test_float16_graphs_of_the_shipped_bundles(name, tmp_path):
     """The shipped bundles (trained weights; int8 ones through float32 dequantization, then float16) prepared with
     --fp16: on a real two-item grid with padding units, three greedy steps within 0.1 of the float32 graphs'
     log-probabilities (measured: at most 0.004 float32, 0.037 int8), the same tokens."""
-    from locsum_sdk.backends.base import UnitBatch
+    from locsum_sdk.unit_batch import UnitBatch
     from locsum_sdk.units import Unit
 
     source = Bundle.load(ENGINES / name)

@@ -68,9 +68,9 @@ def test_float16_engines_step_as_their_graphs(device, tiny, tmp_path):
     from test_export import random_units
     from test_tensorrt import encode_and_step
 
-    from locsum_sdk.backends.base import UnitBatch
     from locsum_sdk.backends.tensorrt import TensorRTBackend
     from locsum_sdk.bundle import Bundle
+    from locsum_sdk.unit_batch import UnitBatch
 
     source = Bundle.load(tiny)
     shapes = trt_export.EngineShapes(max_batch=2, max_units=8, max_unit_len=64, max_beams=1, max_steps=32)

@@ -17,10 +17,10 @@ from conftest import LLAMA_FRAME, random_model, tiny_llama_config
 from test_fused_step import VOCAB, block_rounded, documents, tiny
 
 from locsum_sdk import constants as C
+from locsum_sdk.configs.llama import LlamaConfig
 from locsum_sdk.errors import BackendUnavailableError, BundleError, ExportError, OptionError
 from locsum_sdk.modeling.fused_llama import fused_step
 from locsum_sdk.modeling.hierencdec_llama import LlamaHierEncDec
-from locsum_sdk.modeling.llama_config import LlamaConfig
 
 
 def rows_model(rows: int, std: float = 0.3) -> LlamaHierEncDec:

@@ -52,6 +52,7 @@ from locsum_sdk import Summarizer, kinds
 from locsum_sdk.base_model import BASE_LICENSE, BASE_NAME
 from locsum_sdk.base_weights import SOURCES
 from locsum_sdk.bundle import Bundle
+from locsum_sdk.configs.model import on_base_model
 from locsum_sdk.constants import CHECKPOINT_CONFIG_FILE
 from locsum_sdk.errors import BundleError
 from locsum_sdk.evaluation import (
@@ -72,7 +73,6 @@ from locsum_sdk.exporters.defaults import set_defaults
 from locsum_sdk.exporters.onnx import export_onnx
 from locsum_sdk.exporters.rebuild import export_again
 from locsum_sdk.model_files import is_record
-from locsum_sdk.modeling.config import on_base_model
 from locsum_sdk.options import parse_assignment
 from locsum_sdk.threads import usable_cpus
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from locsum_sdk.configs.model import BartConfig
 from locsum_sdk.errors import BundleError
 from locsum_sdk.modeling.bert import from_hf_bert_names
 from locsum_sdk.modeling.checkpoint import save_checkpoint
-from locsum_sdk.modeling.config import BartConfig
 from locsum_sdk.modeling.pagesum import PageSum
 from locsum_sdk.modeling.weights import read_state_dict
 

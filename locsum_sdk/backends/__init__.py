@@ -1,8 +1,8 @@
 """Backends: one module each, one small interface (`start(batch)` encodes, `session.step(...)` decodes)."""
 
-from .base import Backend, Session, UnitBatch
+from .base import Backend, Session
 
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "torch")
 DEVICES = ("auto", "cpu", "cuda")
 
-__all__ = ["BACKENDS", "DEVICES", "Backend", "Session", "UnitBatch"]
+__all__ = ["BACKENDS", "DEVICES", "Backend", "Session"]

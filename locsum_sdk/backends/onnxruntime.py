@@ -31,9 +31,9 @@ import numpy as np
 from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle
+from ..configs.model import step_shape
 from ..errors import BackendError, BackendUnavailableError, BundleError, OptionError
 from ..memory import available_memory
-from ..modeling.config import step_shape
 from ..threads import default_threads
 from ..unit_cache import UnitCache
 from . import DEVICES, optimized_graphs

@@ -27,11 +27,12 @@ import numpy as np
 from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle, check_engine_host
+from ..configs.model import step_shape
 from ..errors import BackendError, BackendUnavailableError, BundleError, InputTooLongError
 from ..memory import available_memory
-from ..modeling.config import step_shape
+from ..unit_batch import UnitBatch
 from ..unit_cache import UnitCache
-from .base import BeamSlots, UnitBatch, fixed_decoder_inputs, scatter_top
+from .base import BeamSlots, fixed_decoder_inputs, scatter_top
 
 logger = logging.getLogger("locsum_sdk")
 

@@ -13,10 +13,10 @@ import numpy as np
 
 from .. import constants as C
 from .. import kinds
+from ..configs.model import step_shape
 from ..errors import BackendError, BackendUnavailableError
 from ..generation import GenerationOptions, Hypothesis, generate
 from ..memory import available_memory
-from ..modeling.config import step_shape
 from ..threads import requested_threads
 from ..unit_cache import UnitCache
 from ..units import Unit

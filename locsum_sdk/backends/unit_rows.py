@@ -18,15 +18,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import constants as C
+from ..unit_batch import UnitBatch
 from ..unit_cache import UnitCache
-from .base import UnitBatch, encode_through_cache, encode_units, length_axes, write_unit
+from .base import encode_through_cache, encode_units, length_axes, write_unit
 
 
 class RowsBackend(Protocol):
     """What a unit-row session asks of its ONNX Runtime backend (`onnxruntime.OnnxRuntimeBackend`)."""
 
     ort: Any
-    shape: Any  # `modeling.config.StepShape`
+    shape: Any  # `configs.model.StepShape`
     layers: int
     config: dict[str, Any]
     decoder: Any  # the decoder's InferenceSession

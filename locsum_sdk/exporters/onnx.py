@@ -21,12 +21,12 @@ from .. import __version__, kinds
 from .. import constants as C
 from ..base_weights import BASE_FILE, BaseRecord, BaseSource
 from ..bundle import Bundle, Manifest, write_manifest
+from ..configs.llama import UNIT_ROWS
 from ..errors import BundleNotFoundError, ExportError, OptionError
 from ..llm import is_llm
 from ..model_files import UserFile
 from ..modeling.bart import fold_query_scaling
 from ..modeling.checkpoint import load_checkpoint
-from ..modeling.llama_config import UNIT_ROWS
 from ..modeling.llm_checkpoint import load_llm
 from ..modeling.unit_attention import fuse
 from ..ops import page_combine

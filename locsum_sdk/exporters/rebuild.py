@@ -26,11 +26,11 @@ from .. import blockwise, kinds
 from .. import constants as C
 from ..base_weights import BaseSource, source_path
 from ..bundle import Bundle
+from ..configs.model import on_base_model
 from ..errors import BundleError
 from ..llm import is_gguf
 from ..llm.gguf_model import LAYER_TENSORS, read_gguf
 from ..model_files import is_record
-from ..modeling.config import on_base_model
 from . import graph_index
 
 if TYPE_CHECKING:

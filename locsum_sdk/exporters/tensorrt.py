@@ -42,8 +42,8 @@ import numpy as np
 from .. import constants as C
 from .. import kinds
 from ..bundle import Bundle, write_manifest
+from ..configs.model import step_shape
 from ..errors import BackendUnavailableError, ExportError, OptionError
-from ..modeling.config import step_shape
 from ..ops import doc_scaled_attention, page_combine, snippet_marginalize
 from . import graph_index
 from .staging import staged

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .onnx_builder import MS, GraphBuilder
+from ..modeling.onnx_builder import MS, GraphBuilder
 
 logger = logging.getLogger("locsum_sdk")
 

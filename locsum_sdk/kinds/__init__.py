@@ -12,21 +12,19 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from .. import constants as C
+from ..configs.llama import BACKBONE as LLAMA
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 from ..errors import BundleError, LocsumError, OptionError
 from ..limits import tfidf_feature
 from ..memory import MemoryLayout
-from ..modeling.config import BartConfig
-from ..modeling.llama_config import BACKBONE as LLAMA
-from ..modeling.llama_config import LlamaConfig
+from ..unit_batch import UnitBatch
 from ..units import Unit
-
-if TYPE_CHECKING:
-    from ..backends.base import UnitBatch
 
 BART = "bart"
 # dtype -> ONNX element type name

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from .. import constants as C
+from ..configs.dyle import DyleConfig, LlamaDyleConfig
+from ..configs.llama import BACKBONE as LLAMA
 from ..errors import LocsumError, OptionError
 from ..memory import arrays_bytes, encoder_pass
-from ..modeling.dyle_config import DyleConfig, LlamaDyleConfig
-from ..modeling.llama_config import BACKBONE as LLAMA
 from ..units import MIN_PAGE_TOKENS, Pager, Span, Unit, by_line, is_dialogue
 from ..validation import check_choice, check_int
 from . import BART, GraphIO, Kind, OwnTokenizer, Selection, TensorIO, keep_top, register, tfidf_features, tfidf_input

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from .. import constants as C
-from ..backends.base import UnitBatch
+from ..configs.llama import BACKBONE as LLAMA
+from ..configs.model import StepShape, step_shape
 from ..memory import FLOAT, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
-from ..modeling.config import StepShape, step_shape
-from ..modeling.llama_config import BACKBONE as LLAMA
+from ..unit_batch import UnitBatch
 from ..units import Pager, PagingOptions
 from . import BART, GraphIO, Kind, TensorIO, cross_outputs, register, step_graph, unit_rows, unit_rows_step
 from .pagesum import PageSumLayout

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from .. import constants as C
-from ..backends.base import UnitBatch
+from ..configs.hiersumm import HierSummConfig
+from ..configs.model import step_shape
 from ..memory import FLOAT, arrays_bytes, attention_scores, copy_scatter, encoder_pass, lm_head, step_rows
-from ..modeling.config import step_shape
-from ..modeling.hiersumm_config import HierSummConfig
 from ..paragraphs import ParagraphOptions, ParagraphPager, tfidf_graph
+from ..unit_batch import UnitBatch
 from ..units import Unit
 from . import (
     GraphIO,

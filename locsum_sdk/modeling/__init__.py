@@ -1,5 +1,2 @@
-"""PyTorch definitions of the model kinds: the one source of truth for their maths (needs torch)."""
-
-from .config import BartConfig
-
-__all__ = ["BartConfig"]
+"""PyTorch definitions of the model kinds: the one source of truth for their maths (needs torch); their
+configurations are in `locsum_sdk.configs`."""

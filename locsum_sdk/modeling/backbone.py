@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import torch
 
-from .config import BartConfig
-from .llama_config import LlamaConfig
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key_t (N, H, d, L) and value (N, H, L, d)
 

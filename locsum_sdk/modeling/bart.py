@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import BartConfig
+from ..configs.model import BartConfig
 from .copy import CopyGate
 
 #: BART's learned positions start at row 2 of the position table.

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configs.dyle import ExtractorConfig
 from ..errors import BundleError
 from .bart import EncoderLayer, attention_bias, run_encoder_layers
-from .dyle_config import ExtractorConfig
 
 
 class BertEncoder(nn.Module):

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 
 from .. import kinds
+from ..configs.model import BartConfig
 from ..constants import COMMON_WORDS_FILE, WORDS_FILE
 from ..errors import BundleError, BundleNotFoundError, OptionError
 from ..limits import split_legacy_units
 from . import registry
-from .config import BartConfig
 from .weights import (
     CONFIG_FILE,
     TOKENIZER_FILE,

@@ -19,16 +19,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..configs.dyle import DyleConfig, ExtractorConfig, LlamaDyleConfig
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 from ..errors import BundleError, BundleNotFoundError
 from ..ops import snippet_marginalize
 from . import copy
 from .backbone import backbone
 from .bart import Encoder, init_weights
 from .bert import BertEncoder
-from .config import BartConfig
 from .copy import CopySource
-from .dyle_config import DyleConfig, ExtractorConfig, LlamaDyleConfig
-from .llama_config import LlamaConfig
 from .objectives import IGNORE, label_smoothed_nll, unit_grid
 from .per_unit import PerUnitModel
 

@@ -23,8 +23,8 @@ from torch import nn
 
 from .. import constants as C
 from ..errors import ExportError
-from ..exporters.onnx_builder import MS, GraphBuilder
 from .fused_llama import Backbone, register_step
+from .onnx_builder import MS, GraphBuilder
 
 FLOAT = onnx.TensorProto.FLOAT
 

@@ -33,11 +33,11 @@ from torch import nn
 from .. import blockwise, kinds
 from ..blockwise import BlockWeight
 from ..errors import ExportError
-from ..exporters.onnx_builder import ELEMENT_TYPES, MS, GraphBuilder
 from ..gguf_file import GGUFFile
 from ..llm.gguf_model import GLOBAL_TENSORS, LAYER_TENSORS, oriented_tensors
 from .llama import Llama, frequencies
 from .lora import LoRALinear
+from .onnx_builder import ELEMENT_TYPES, MS, GraphBuilder
 
 PLAIN_TYPES = (0, 1, 30)  # ggml's F32, F16 and BF16: float weights, quantized to the bundle's bits
 ACCURACY = 4  # MatMulNBits' int8 compute (activations quantized per block of 32); 0 computes in float32

@@ -24,9 +24,9 @@ from torch import nn
 
 from .. import constants as C
 from ..errors import ExportError
-from ..exporters.onnx_builder import MS
 from .fused_hierencdec import attention_scaling
 from .fused_llama import Backbone, register_step
+from .onnx_builder import MS
 
 INT32 = onnx.TensorProto.INT32
 

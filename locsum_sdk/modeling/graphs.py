@@ -12,9 +12,9 @@ from torch import nn
 
 from .. import constants as C
 from .. import kinds
+from ..configs.model import step_shape
 from ..kinds import GraphIO
 from ..ops import doc_scaled_attention, page_combine
-from .config import step_shape
 
 
 @dataclass(frozen=True)

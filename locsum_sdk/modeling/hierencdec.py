@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 from ..ops import doc_scaled_attention
 from . import copy
 from .bart import (
@@ -39,9 +41,7 @@ from .bart import (
     slot_bias,
     write_index,
 )
-from .config import BartConfig
 from .copy import CopySource
-from .llama_config import LlamaConfig
 
 KIND = "hierencdec"
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..configs.llama import LlamaConfig
 from .bart import attention_bias, init_weights, slot_bias, write_index
 from .llama import Attention, Llama, SlotCache, UnitKV, causal_bias, rotate, stacked
-from .llama_config import LlamaConfig
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # key_t (.., d, S), value (.., S, d), additive bias
 

@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configs.hiersumm import KIND, HierSummConfig, from_bart_shape
 from ..errors import BundleError
 from . import copy
 from .bart import Attention, CrossKV, SlotCache, attention_bias, causal_bias, init_weights, slot_bias, write_index
 from .copy import CopyGate, CopySource
-from .hiersumm_config import KIND, HierSummConfig, from_bart_shape
 from .hiersumm_encoder import EncoderParts, FeedForward, HierarchicalEncoder, sinusoid
 from .objectives import label_smoothed_nll, unit_grid
 from .paragraph_ranker import ParagraphRanker, RankerConfig, ranker_loss

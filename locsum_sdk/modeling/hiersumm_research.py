@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..configs.hiersumm import KIND, HierSummConfig
 from ..errors import BundleError
-from .hiersumm_config import KIND, HierSummConfig
 from .weights import load_failure
 
 ATTENTION = {"linear_keys": "k_proj", "linear_values": "v_proj", "linear_query": "q_proj", "final_linear": "out_proj"}

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configs.llama import LlamaConfig
 from .bart import attention_bias, slot_bias, write_index
-from .llama_config import LlamaConfig
 from .lora import add_adapters
 
 UnitKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: key (N, KV, d, L), value (N, KV, L, d)

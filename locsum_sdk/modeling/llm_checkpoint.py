@@ -12,11 +12,11 @@ from pathlib import Path
 import torch
 
 from ..base_model import saved_tokenizer
+from ..configs.llama import LlamaConfig
 from ..errors import BundleError, BundleNotFoundError
 from ..llm import Instruction, framed_config, read_llm, zero_shot_decoding
 from ..llm.source import Origin
 from . import registry
-from .llama_config import LlamaConfig
 from .weights import Checkpoint
 
 DEFAULT_KIND = "hierencdec"  # the default bundle's kind: every document (or page) read alone, one summary over all

@@ -15,14 +15,14 @@ import logging
 import torch
 from torch import nn
 
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 from ..errors import BundleNotFoundError
 from ..ops import page_combine
 from . import copy
 from .backbone import backbone
 from .bart import init_weights
-from .config import BartConfig
 from .copy import CopySource
-from .llama_config import LlamaConfig
 from .per_unit import PerUnitModel
 
 KIND = "pagesum"

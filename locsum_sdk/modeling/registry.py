@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..configs.llama import LlamaConfig
+from ..configs.model import BartConfig
 from ..errors import BundleError, OptionError
-from .config import BartConfig
-from .llama_config import LlamaConfig
 from .objectives import cross_entropy
 from .weights import Checkpoint, WeightsFile, load_into
 

@@ -187,8 +187,8 @@ def hf_bert_extractor(directory: Path):
     under the extractor's names, with a zero scoring layer."""
     from tokenizers import Tokenizer
 
+    from locsum_sdk.configs.dyle import ExtractorConfig
     from locsum_sdk.modeling.bert import from_hf_bert_names
-    from locsum_sdk.modeling.dyle_config import ExtractorConfig
     from locsum_sdk.modeling.weights import read_config, read_state_dict
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -203,10 +203,10 @@ def hf_bert_extractor(directory: Path):
 
 def extractor_from(model, directory: Path):
     """The model with its extractor replaced by the HF BERT in `directory` (see `prepare_model`)."""
-    from locsum_sdk.modeling.config import BartConfig
+    from locsum_sdk.configs.dyle import DyleConfig, LlamaDyleConfig
+    from locsum_sdk.configs.llama import LlamaConfig
+    from locsum_sdk.configs.model import BartConfig
     from locsum_sdk.modeling.dyle import Dyle
-    from locsum_sdk.modeling.dyle_config import DyleConfig, LlamaDyleConfig
-    from locsum_sdk.modeling.llama_config import LlamaConfig
     from locsum_sdk.modeling.weights import load_into
 
     extractor, encoder = hf_bert_extractor(directory)
@@ -225,8 +225,8 @@ def from_base(base: Path, extractor: Path, tfidf_weight: float = 0.4):
     `extractor` (e.g. all-MiniLM-L6-v2) reading its own tokenizer, untrained: the extractor's scoring layer at zero
     and its tf-idf feature at `tfidf_weight`, so snippets are chosen by tf-idf to the query until it is trained, and
     the dynamic weights equal. Returns (model in eval mode, the LLM's tokenizer file)."""
+    from locsum_sdk.configs.dyle import LlamaDyleConfig
     from locsum_sdk.modeling.dyle import Dyle
-    from locsum_sdk.modeling.dyle_config import LlamaDyleConfig
     from locsum_sdk.modeling.llm_checkpoint import read_start
     from locsum_sdk.modeling.weights import load_into
 

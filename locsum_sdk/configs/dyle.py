@@ -9,8 +9,8 @@ from typing import Any
 
 from ..errors import BundleError
 from ..validation import check_bool, check_choice, check_float, check_int
-from .config import ACTIVATIONS, BartConfig, from_fields
-from .llama_config import LlamaConfig
+from .llama import LlamaConfig
+from .model import ACTIVATIONS, BartConfig, from_fields
 
 ARCHITECTURES = ("bart", "bert")  # our BART's encoder (the generator's tokenizer), or a BERT (its own tokenizer)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import BundleError
 from ..validation import check_bool, check_choice, check_float, check_int, check_str
-from .config import from_fields
+from .model import from_fields
 
 BACKBONE = "llama"
 FRAME = ("unit_head", "unit_tail", "query_head", "query_tail")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import BundleError
 from ..validation import check_bool, check_float, check_int
-from .config import EncoderDecoderConfig, from_fields
+from .model import EncoderDecoderConfig, from_fields
 
 KIND = "hiersumm"  # the kind these configs describe (`locsum_sdk.kinds.hiersumm`)
 
