@@ -27,7 +27,7 @@ from .errors import (
     MemoryLimitError,
     OptionError,
 )
-from .familiar import known_scripts, uncommon, unfamiliar
+from .familiar import known_scripts, uncommon, unfamiliar, wordless
 from .files import FileLimits, FileText, Part, read_file
 from .generation import GenerationOptions, Partial, StepCallback, generate
 from .keywords import Keyword, KeywordBonus, keywords
@@ -344,12 +344,15 @@ class Summarizer:
 
     def _check_familiar(self, documents: list[list[str]]) -> list[list[str]]:
         """Each input's warning (logged) where it is unlike the bundle's training text (`locsum_sdk.familiar`): its
-        letters mostly in scripts the bundle's words do not hold, or else few of its words the bundle's common ones."""
+        letters mostly in scripts the bundle's words do not hold, or else few of its words the bundle's common ones,
+        or else few words at all for its length."""
         notes: list[list[str]] = [[] for _ in documents]
         for index, docs in enumerate(documents):
             found = unfamiliar(docs, self.scripts) if self.scripts is not None else None
             if found is None and self.common_words is not None:
                 found = uncommon(docs, self.common_words)
+            if found is None:
+                found = wordless(docs)
             if found is not None:
                 logger.warning("input %d: %s", index, found.message())
                 notes[index].append(found.message())

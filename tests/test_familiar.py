@@ -1,5 +1,6 @@
 """Whether an input is like a bundle's training text (`locsum_sdk.familiar`): one mostly in scripts the bundle's words
-do not hold, or with few of the bundle's common words, is announced, at a cost that does not grow with the input."""
+do not hold, with few of the bundle's common words, or with few words at all, is announced, at a cost that does not
+grow with the input."""
 
 import lzma
 from pathlib import Path
@@ -13,12 +14,14 @@ from locsum_sdk.familiar import (
     COMMON_FLOOR,
     DOCUMENT_FLOOR,
     SAMPLE_CHARACTERS,
+    WORDLESS_CHARACTERS,
     known_scripts,
     letter_scripts,
     sample,
     script_of,
     uncommon,
     unfamiliar,
+    wordless,
 )
 from locsum_sdk.words import WordList
 
@@ -55,6 +58,24 @@ def test_an_input_with_few_of_the_bundles_common_words_is_found(text, flagged):
         assert result.share < COMMON_FLOOR and result.words >= 100
         assert "language the bundle was not trained on" in result.message()
     assert uncommon([text], WordList([])) is None  # no common words: nothing to judge by
+
+
+@pytest.mark.parametrize("texts, words", [
+    (["😀🚀 " * 300], 0), (["12,345.67 -8.9% " * 100], 0), (["a" * 200_000], 1),
+    (["x" * 10_000_000], 1),  # read through its sample
+    (["Q3 " + "1 2 3 4 5 6 7 8 9 10 " * 40], 1), (["12 34 " * 20, "56 78 " * 20, "😀 " * 100], 0),
+    ([MEETING], None), ([ENGLISH], None), (["12345 " * 10], None),  # prose; too few characters to say
+    (["Revenue 2023: 12,345.67 USD; costs 2,345.00 USD; " * 20], None),  # a table with its words
+    ([ARABIC * 20], None), (["会议讨论了预算。" * 60], None),  # letters of any script are words
+])
+def test_an_input_of_few_words_for_its_length_is_found(texts, words):
+    result = wordless(texts)
+    if words is None:
+        assert result is None
+    else:
+        assert result is not None and result.words == words
+        assert result.words * WORDLESS_CHARACTERS < result.characters <= SAMPLE_CHARACTERS
+        assert "little to draw on" in result.message() and ("no words" in result.message()) == (words == 0)
 
 
 @pytest.mark.parametrize("character, script", [
@@ -111,6 +132,8 @@ def test_any_text_is_checked_without_error(texts):
     assert result is None or (0.5 <= result.share <= 1 and "LATIN" not in result.scripts)
     few = uncommon(texts, COMMON)
     assert few is None or (0 <= few.share < COMMON_FLOOR and few.words >= 100 and few.message())
+    bare = wordless(texts)
+    assert bare is None or (bare.words * WORDLESS_CHARACTERS < bare.characters and bare.message())
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +158,11 @@ def test_a_summary_of_an_input_in_another_script_says_so(summarizer, caplog):
         german, arabic = summarizer.summarize_batch([GERMAN * 4, ARABIC * 40], max_length=4)
     assert german.warnings[0].startswith("only ") and "input 0: only " in caplog.text
     assert len(arabic.warnings) == 1 and "Arabic script" in arabic.warnings[0]  # one warning: the scripts'
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="locsum_sdk"):
+        emoji = summarizer.summarize("😀🚀 12.5% " * 100, max_length=4)
+    assert emoji.warnings == [wordless(["😀🚀 12.5% " * 100]).message()] and "input 0: the input holds no words" \
+        in caplog.text
 
 
 def test_a_bundle_without_words_checks_nothing(bundle_dir, caplog):

@@ -47,12 +47,13 @@ def test_summarize_a_real_meeting_on_both_backends(bundle_dir, checkpoint_dir):
 
 
 def test_no_real_english_input_is_taken_for_another_language():
-    """Every input of the shared data (English) passes both checks of `locsum_sdk.familiar` against the default
-    bundle's lists: its letters the default's scripts, its words enough of the default's common ones."""
+    """Every input of the shared data (English) passes the checks of `locsum_sdk.familiar` against the default
+    bundle's lists: its letters the default's scripts, its words enough of the default's common ones, and enough
+    words for its length."""
     import lzma
     from pathlib import Path
 
-    from locsum_sdk.familiar import known_scripts, uncommon, unfamiliar
+    from locsum_sdk.familiar import known_scripts, uncommon, unfamiliar, wordless
     from locsum_sdk.words import WordList
 
     default = Path(__file__).resolve().parents[1] / "engines" / "default"
@@ -63,6 +64,6 @@ def test_no_real_english_input_is_taken_for_another_language():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
             documents = json.loads(line)["documents"]
             count += 1
-            if unfamiliar(documents, scripts) or uncommon(documents, common):
+            if unfamiliar(documents, scripts) or uncommon(documents, common) or wordless(documents):
                 flagged.append(f"{path.relative_to(SHARED_DATA)}:{number + 1}")
     assert count > 1000 and flagged == []
