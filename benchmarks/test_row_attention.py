@@ -8,11 +8,18 @@ scales (what the default ships) and in float32. Each at the default's heads (9 q
 wide) and with one query head per KV head (3 over 3: a third of the queries, the same keys and values read), the
 forms in turns. Prints ms a call (the best of `REPEATS`) and the 9-head / 3-head ratio: near 3 where the kernel goes
 over a KV head's rows once for each query head that reads them, near 1 where it reads them once for the group.
+
+Beside them, what reading each KV head's rows once for its 3 query heads could take with stock operators: the 3
+queries of a group (quantized per call, `DynamicQuantizeLinear`) against int8 keys stored transposed
+(`MatMulIntegerToFloat`), a float32 softmax, and the int8 values cast to float32 for a `MatMul`: the attention alone
+(no rotary, no summary positions, no document weights, the rows not written), so a bound on what such a step would
+gain, printed as its time over GroupQueryAttention's at 9 heads over int8 rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from benchmarks.common import write_result
@@ -48,6 +55,32 @@ def attention_graph(heads: int, rows: int, int8: bool) -> bytes:
     return model.SerializeToString()
 
 
+def group_reading_graph(rows: int) -> bytes:
+    """The 3 queries of each KV head against its int8 rows, read once (see the module docstring): output out."""
+    g = GraphBuilder("group_reading")
+    codes, scale, zero = g.op("DynamicQuantizeLinear", "queries", outputs=3)
+    scores = g.op("MatMulIntegerToFloat", codes, "keys", scale, g.const(np.float32(0.05), "k_scale"), zero, domain=MS)
+    weights = g.op("Softmax", scores, axis=-1)  # (rows, KV, 3, SEEN)
+    g.op("MatMul", weights, g.op("Cast", "values", to=onnx.TensorProto.FLOAT), name="out")
+    model = g.model([("queries", "float32", [rows, KV_HEADS, 3, HEAD_DIM]),
+                     ("keys", "int8", [rows, KV_HEADS, HEAD_DIM, SEEN]),
+                     ("values", "int8", [rows, KV_HEADS, SEEN, HEAD_DIM])],
+                    [("out", "float32", [rows, KV_HEADS, 3, HEAD_DIM])])
+    return model.SerializeToString()
+
+
+def timed_group_reading(rows: int) -> float:
+    """Seconds a call of `group_reading_graph`, the best of REPEATS."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    session = ort.InferenceSession(group_reading_graph(rows), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {"queries": rng.standard_normal((rows, KV_HEADS, 3, HEAD_DIM)).astype(np.float32),
+             "keys": rng.integers(-100, 100, (rows, KV_HEADS, HEAD_DIM, SEEN)).astype(np.int8),
+             "values": rng.integers(-100, 100, (rows, KV_HEADS, SEEN, HEAD_DIM)).astype(np.int8)}
+    return best_seconds(lambda: session.run(None, feeds), REPEATS)
+
+
 def timed_call(heads: int, rows: int, int8: bool) -> float:
     """Seconds a call, the best of REPEATS, past and present bound to one buffer each."""
     options = ort.SessionOptions()
@@ -81,16 +114,20 @@ def test_row_attention_time_by_query_heads(benchmark, quick):
     def run():
         for rows in points:
             times: dict[str, list[float]] = {f"{cache}/{heads}": [] for cache, heads in forms}
+            times["grouped"] = []
             for index in range(1 if quick else ROUNDS):
                 for cache, heads in forms if index % 2 == 0 else forms[::-1]:
                     times[f"{cache}/{heads}"].append(timed_call(heads, rows, cache == "int8"))
+                times["grouped"].append(timed_group_reading(rows))
             results[rows] = {key: 1000 * min(values) for key, values in times.items()}
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     print(f"\nGroupQueryAttention alone, {SEEN} tokens a row in a buffer of {BUFFER}, {THREADS} threads, ms a call:")
     for rows, ms in results.items():
         ratios = {cache: ms[f"{cache}/9"] / ms[f"{cache}/3"] for cache in ("int8", "float32")}
-        print(f"  {rows:2d} rows: " + ", ".join(f"{key} heads {value:.3f}" for key, value in ms.items())
-              + "; 9 / 3 query heads: " + ", ".join(f"{cache} {ratio:.2f}x" for cache, ratio in ratios.items()))
+        print(f"  {rows:2d} rows: " + ", ".join(f"{key} heads {value:.3f}" for key, value in ms.items() if "/" in key)
+              + "; 9 / 3 query heads: " + ", ".join(f"{cache} {ratio:.2f}x" for cache, ratio in ratios.items())
+              + f"; each KV head read once (the attention alone) {ms['grouped']:.3f}, "
+              f"{ms['grouped'] / ms['int8/9']:.2f}x GroupQueryAttention's time at 9 heads over int8 rows")
     write_result("row_attention", {"seen": SEEN, "buffer": BUFFER, "threads": THREADS,
                                    "ms": {str(rows): ms for rows, ms in results.items()}})

@@ -1,7 +1,7 @@
 """docs/design.md's list of what a change touches, kept true: a kind is its two files and a row of the kinds table;
 a backbone is named only in modeling/, configs/ and by the kinds that run on it, and the step's shapes come from
 `step_shape`; a decoding option is named only in generation.py (and the user guide), never in the backends, the
-kinds or the modeling."""
+kinds or the modeling; and the package's rooms (its top-level modules and folders) import one way, with no loop."""
 
 import ast
 import dataclasses
