@@ -11,9 +11,10 @@ list the bundle carries, and one of the input alone:
   English data the default was trained and tested on, that share is 0.22 at the least (median 0.61); German, French,
   Spanish, Italian and Portuguese prose has 0 to 0.04 of the default's, Dutch 0.11, a list of names 0. Under
   COMMON_FLOOR the input is likely in another language, or not prose.
-- words (`wordless`): runs of letters against the visible characters. The shared data's 2,823 inputs hold one word a
-  4.6 visible characters (median), one a 6.0 at the most; an input of numbers, symbols or emoji, or of letters run
-  together without spaces, holds fewer than one a WORDLESS_CHARACTERS and has little for a summary to draw on.
+- words (`wordless`): runs of letters against the visible characters, over a sample of WORDLESS_SAMPLE characters.
+  The shared data's 2,823 inputs hold one word a 4.6 visible characters (median), one a 6.2 at the most; an input of
+  numbers, symbols or emoji, or of letters run together without spaces, holds fewer than one a WORDLESS_CHARACTERS
+  and has little for a summary to draw on.
 
 A long input is read through evenly spaced windows (`sample`), so the checks cost the same for a page and a book.
 """
@@ -39,6 +40,7 @@ COMMON_FLOOR = 0.12  # an input fewer of whose words than this are a bundle's co
 COMMON_MIN_WORDS = 100  # words of CONTENT_LETTERS or more an input needs before its share of common words says much
 WORDLESS_CHARACTERS = 20  # fewer words (runs of letters) than one a this many visible characters: little to summarize
 WORDLESS_MIN_CHARACTERS = 256  # visible characters an input needs before its words say much
+WORDLESS_SAMPLE = 1 << 12  # characters of an input its words are counted in (a ratio: a small sample tells it)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -159,7 +161,8 @@ def _listed(names: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Wordless:
-    """An input of few words (runs of letters) for its visible characters: both counts, over its sample."""
+    """An input of few words (runs of letters) for its visible characters: both counts, over its sample
+    (`WORDLESS_SAMPLE`)."""
 
     words: int
     characters: int
@@ -172,10 +175,11 @@ class Wordless:
 
 
 def wordless(texts: Sequence[str]) -> Wordless | None:
-    """Whether `texts` (`samples`) hold fewer words than one a WORDLESS_CHARACTERS visible characters; None where
-    they hold more, or fewer than WORDLESS_MIN_CHARACTERS visible characters (too few to say)."""
+    """Whether `texts` (`samples` of WORDLESS_SAMPLE characters) hold fewer words than one a WORDLESS_CHARACTERS
+    visible characters; None where they hold more, or fewer than WORDLESS_MIN_CHARACTERS visible characters (too few
+    to say)."""
     words = characters = 0
-    for text in samples(texts):
+    for text in samples(texts, WORDLESS_SAMPLE):
         characters += len("".join(text.split()))
         words += len(WORD.findall(text))
     if characters < WORDLESS_MIN_CHARACTERS or words * WORDLESS_CHARACTERS >= characters:
