@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from locsum_sdk.profiling import filler_text, text_of_tokens
+from locsum_sdk.threads import cpu_fields
 
 CACHE = Path.home() / ".cache" / "locsum" / "bench"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -199,11 +200,7 @@ def paper_hiersumm() -> tuple[Path, Path]:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
+    return cpu_fields().get("model name", "") if cpu_fields() else platform.processor()
 
 
 # the x86 instruction sets an int8 or 4-bit product's speed depends on (ONNX Runtime's and llama.cpp's kernels)
@@ -211,14 +208,9 @@ PRODUCT_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "a
 
 
 def cpu_flags() -> list[str]:
-    """Which of PRODUCT_FLAGS this CPU has (Linux's /proc/cpuinfo; empty where it cannot be read): two machines of one
-    model name can differ here, and their speeds with them."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            line = next((line for line in handle if line.startswith("flags")), "")
-    except OSError:
-        return []
-    present = set(line.partition(":")[2].split())
+    """Which of PRODUCT_FLAGS this CPU has (`threads.cpu_fields`; empty where Linux's /proc/cpuinfo cannot be read):
+    two machines of one model name can differ here, and their speeds with them."""
+    present = set(cpu_fields().get("flags", "").split())
     return [flag for flag in PRODUCT_FLAGS if flag in present]
 
 

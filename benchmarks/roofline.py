@@ -17,10 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def cpu_session(model: bytes, threads: int):
+    """An ONNX Runtime session of the serialized `model` on the CPU, `threads` intra-op threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
 def probe_session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | None = None,
                   outputs: tuple[str, ...] = ("y",)):
     """An ONNX Runtime session of `nodes`: float32 inputs (name, shape), constant `weights`, float32 `outputs`."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     value = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
@@ -28,9 +36,7 @@ def probe_session(nodes, inputs, threads: int, weights: dict[str, np.ndarray] | 
                               initializer=[numpy_helper.from_array(w, n) for n, w in (weights or {}).items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return cpu_session(model.SerializeToString(), threads)
 
 
 def best_seconds(run, repeats: int) -> float:

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from benchmarks.common import cpu_flags, write_result
-from benchmarks.roofline import best_seconds
+from benchmarks.roofline import best_seconds, cpu_session
 from locsum_sdk.modeling.onnx_builder import MS, GraphBuilder
 
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 THREADS, REPEATS, ROUNDS = 2, 20, 3
 PRODUCTS = {"qkv": (576, 960), "output": (576, 576), "gate_up": (576, 3072), "down": (1536, 576)}  # (in, out)
@@ -36,10 +36,8 @@ def product_session(rows: int, width: int, out: int, int8: bool):
         g.op("MatMulIntegerToFloat", codes, weights, scale, scales, zero, domain=MS, name="y")
     else:
         g.op("MatMul", "x", g.const(rng.standard_normal((width, out)).astype(np.float32), "weights"), name="y")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
     model = g.model([("x", "float32", [rows, width])], [("y", "float32", [rows, out])])
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return cpu_session(model.SerializeToString(), THREADS)
 
 
 def test_int8_products_against_float32(benchmark, quick):

@@ -23,7 +23,7 @@ import onnx
 import pytest
 
 from benchmarks.common import write_result
-from benchmarks.roofline import best_seconds
+from benchmarks.roofline import best_seconds, cpu_session
 from locsum_sdk.modeling.onnx_builder import MS, GraphBuilder
 
 ort = pytest.importorskip("onnxruntime")
@@ -71,9 +71,7 @@ def group_reading_graph(rows: int) -> bytes:
 
 def timed_group_reading(rows: int) -> float:
     """Seconds a call of `group_reading_graph`, the best of REPEATS."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-    session = ort.InferenceSession(group_reading_graph(rows), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(group_reading_graph(rows), THREADS)
     rng = np.random.default_rng(0)
     feeds = {"queries": rng.standard_normal((rows, KV_HEADS, 3, HEAD_DIM)).astype(np.float32),
              "keys": rng.integers(-100, 100, (rows, KV_HEADS, HEAD_DIM, SEEN)).astype(np.int8),
@@ -83,9 +81,7 @@ def timed_group_reading(rows: int) -> float:
 
 def timed_call(heads: int, rows: int, int8: bool) -> float:
     """Seconds a call, the best of REPEATS, past and present bound to one buffer each."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-    session = ort.InferenceSession(attention_graph(heads, rows, int8), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(attention_graph(heads, rows, int8), THREADS)
     rng = np.random.default_rng(0)
     shape = (rows, KV_HEADS, BUFFER, HEAD_DIM)
     caches = [rng.integers(-100, 100, shape).astype(np.int8) if int8 else rng.standard_normal(shape).astype(np.float32)

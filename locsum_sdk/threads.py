@@ -1,4 +1,4 @@
-"""How many intra-op threads a model runs on when the caller names none.
+"""How many intra-op threads a model runs on when the caller names none, and what Linux says of the processor.
 
 `$LOCSUM_THREADS` when it is set, so that several processes on one machine each take their share of its cores
 (each process on every core, the decoder's spinning threads of one take the cores from the others); else every CPU
@@ -9,6 +9,7 @@ the whole machine's), and no more than a container's CPU limit allows (cgroup v2
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -17,6 +18,22 @@ from .errors import OptionError
 
 THREADS_ENV = "LOCSUM_THREADS"
 CGROUP = Path("/sys/fs/cgroup")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@functools.cache
+def cpu_fields() -> dict[str, str]:
+    """The first processor's fields of Linux's /proc/cpuinfo (`model name`, `flags`, ...), read once; empty where it
+    cannot be read."""
+    try:
+        text = CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
 
 
 def cpu_limit(root: Path | None = None) -> float | None:

@@ -1,7 +1,7 @@
 """docs/design.md's list of what a change touches, kept true: a kind is its two files and a row of the kinds table;
 a backbone is named only in modeling/, configs/ and by the kinds that run on it, and the step's shapes come from
 `step_shape`; a decoding option is named only in generation.py (and the user guide), never in the backends, the
-kinds or the modeling; and the package's rooms (its top-level modules and folders) import one way, with no loop."""
+kinds or the modeling."""
 
 import ast
 import dataclasses
@@ -90,57 +90,3 @@ def test_a_decoding_option_is_named_only_in_the_decoding_loop_and_the_user_guide
         for path in modules("backends", "kinds", "modeling"):
             assert field.name not in strings_and_names(path), f"{path.relative_to(ROOT)} names {field.name}"
 
-
-def rooms_imported(path: Path) -> dict[str, set[str]]:
-    """The package's rooms (a top-level module, or a folder as one) that the module at `path` imports, anywhere in
-    it (in functions too, and under TYPE_CHECKING), each with the names imported."""
-    package = path.relative_to(PACKAGE).parts[:-1]  # the folder whose names `from . import` reads
-    found: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                target = [*package[:len(package) + 1 - node.level], *(node.module.split(".") if node.module else [])]
-            elif node.module and node.module.split(".")[0] == PACKAGE.name:
-                target = node.module.split(".")[1:]
-            else:
-                continue
-            for alias in node.names:
-                whole = [*target, alias.name]  # a submodule's name, or a name defined in `target`
-                is_room = (PACKAGE / f"{whole[0]}.py").is_file() or (PACKAGE / whole[0]).is_dir()
-                room = whole[0] if is_room else "__init__"
-                found.setdefault(room, set()).add(".".join(whole))
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                names = alias.name.split(".")
-                if names[0] == PACKAGE.name and len(names) > 1:
-                    found.setdefault(names[1], set()).add(alias.name)
-    return found
-
-
-def test_the_package_imports_downward_only():
-    """No two rooms of the package (its top-level modules, and each folder as one) import each other, directly or
-    round a longer loop; ops and errors, at the bottom, import no other room."""
-    edges: dict[str, dict[str, set[str]]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        relative = path.relative_to(PACKAGE)
-        room = relative.parts[0] if len(relative.parts) > 1 else relative.stem
-        for other, names in rooms_imported(path).items():
-            if other != room:
-                edges.setdefault(room, {}).setdefault(other, set()).update(f"{relative}: {n}" for n in names)
-    for bottom in ("ops", "errors"):
-        assert not edges.get(bottom), f"{bottom} imports {sorted(edges[bottom])}"
-    done: set[str] = set()
-
-    def visit(room: str, trail: list[str]) -> None:
-        if room in trail:
-            loop = trail[trail.index(room):] + [room]
-            raise AssertionError("a loop of imports: " + " -> ".join(loop) + "; " + "; ".join(
-                sorted(n for a, b in zip(loop, loop[1:]) for n in edges[a][b])))
-        if room in done:
-            return
-        for other in sorted(edges.get(room, {})):
-            visit(other, trail + [room])
-        done.add(room)
-
-    for room in sorted(edges):
-        visit(room, [])

@@ -1,5 +1,6 @@
 """The package's import graph: no import circles in `locsum_sdk` or `train` (type-only and function-level imports
-counted), and the bottom layers (`errors`, `constants`, `ops`, `kernels`) import nothing above them."""
+counted), none either between the rooms of `locsum_sdk` (its top-level modules, and each folder as one: docs/design.md
+gives their order), and the bottom layers (`errors`, `constants`, `ops`, `kernels`) import nothing above them."""
 
 import ast
 from pathlib import Path
@@ -42,6 +43,22 @@ def graph() -> dict[str, set[str]]:
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
+def rooms(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """`locsum_sdk`'s part of the graph with each top-level module and each folder as one node."""
+    def room(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        if name.startswith("locsum_sdk."):
+            out.setdefault(room(name), set()).update(
+                room(t) for t in targets if t.startswith("locsum_sdk.") and room(t) != room(name))
+    for targets in list(out.values()):
+        for target in targets:
+            out.setdefault(target, set())
+    return out
+
+
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
@@ -76,6 +93,10 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles():
     assert circles(graph()) == []
+
+
+def test_the_packages_rooms_import_one_way():
+    assert circles(rooms(graph())) == []
 
 
 def test_the_bottom_layers_import_nothing_above_them():

@@ -22,7 +22,6 @@ workers, service replicas) share them through the page cache, at the cost of abo
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ from typing import Any
 
 from ..bundle import Bundle
 from ..errors import OptionError
+from ..threads import cpu_fields
 
 logger = logging.getLogger("locsum_sdk")
 GRAPHS_DIR = "graphs"  # under a bundle's cache directory
@@ -45,17 +45,11 @@ PREPACKED = True  # keep the weights as the kernels pre-pack them beside the gra
 UNUSED_DAYS = 7.0  # a graph's directory under another key that no load read for this long goes at the next load
 
 
-@functools.cache
 def processor() -> str:
-    """This processor's model and instruction sets (Linux's /proc/cpuinfo, read once), or what `platform` knows."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    """This processor's model and instruction sets (`threads.cpu_fields`), or what `platform` knows."""
+    fields = cpu_fields()
+    if not fields:
         return f"{platform.machine()} {platform.processor()}"
-    fields = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        fields.setdefault(name.strip(), value.strip())
     return f"{platform.machine()} {fields.get('model name', '')} {fields.get('flags', '')}"
 
 
